@@ -1,0 +1,25 @@
+# Two commands from a fresh clone:  make test   and   make demo
+# The virtualenv lives outside the clone (see scripts/env.sh), keyed on requirements.txt, and is
+# created on first use, reused afterwards.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+ENV := scripts/env.sh
+PYTEST_ARGS ?=
+
+.PHONY: help env python-path test demo data bench
+
+help:
+	@echo "make test         create/reuse the environment, then run the test suite"
+	@echo "make demo         build the demo data if needed, pretrain BERT-tiny on it, evaluate"
+	@echo "make data         build the bundled demo corpus, vocabulary and TFRecords (cached)"
+	@echo "make env          create/reuse the environment only"
+	@echo "make -s python-path   print the environment's python (last line)"
+
+env:
+	@$(ENV) >/dev/null
+
+python-path:
+	@$(ENV) | tail -n 1
+
+test:
+	@PY="$$($(ENV) | tail -n 1)" && "$$PY" -m pytest $(PYTEST_ARGS)

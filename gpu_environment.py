@@ -1,0 +1,75 @@
+"""Reduced-precision variable storage and device pinning.
+
+Two small pieces the model and the training script need when they run on accelerators:
+
+* `get_custom_getter(compute_type)`: a variable-scope custom getter that stores every trainable
+  variable in fp32 (the "master" copy the optimizer updates) and hands the model an fp16 cast of it
+  when the model asks for an fp16 variable. Checkpoints therefore always hold fp32 values under the
+  original names.
+* `pin_to_local_gpu(session_config, local_rank)`: makes a process see only the GPU of its local
+  rank, the usual one-process-per-GPU Horovod layout. On a machine without GPUs it changes nothing.
+"""
+
+import tensorflow as tf
+
+_tf1 = tf.compat.v1
+
+
+def float32_variable_storage_getter(getter, name, shape=None, dtype=None, initializer=None,
+                                    regularizer=None, trainable=True, *args, **kwargs):
+  """Custom getter that creates trainable variables in fp32 and casts them on read.
+
+  Args:
+    getter: the underlying variable getter (passed by `tf.compat.v1.variable_scope`).
+    name: variable name, e.g. "bert/encoder/layer_0/attention/self/query/kernel".
+    shape: variable shape.
+    dtype: the dtype the model asked for (fp16 inside a reduced-precision model).
+    initializer, regularizer, trainable, *args, **kwargs: passed through to `getter`.
+
+  Returns:
+    The fp32 variable itself when `dtype` is fp32 or the variable is not trainable; otherwise a
+    `tf.cast` of it to `dtype`. The variable stored in the graph (and in checkpoints) is fp32.
+  """
+  storage_dtype = tf.float32 if trainable else dtype
+  variable = getter(name, shape, dtype=storage_dtype, initializer=initializer,
+                    regularizer=regularizer, trainable=trainable, *args, **kwargs)
+  if trainable and dtype is not None and tf.as_dtype(dtype) != tf.float32:
+    return tf.cast(variable, dtype)
+  return variable
+
+
+def get_custom_getter(compute_type):
+  """Returns the custom getter a model built in `compute_type` needs, or None.
+
+  Args:
+    compute_type: `tf.float32` or `tf.float16`.
+
+  Returns:
+    `float32_variable_storage_getter` for fp16 compute, None for fp32 (no getter needed).
+  """
+  if tf.as_dtype(compute_type) == tf.float16:
+    return float32_variable_storage_getter
+  if tf.as_dtype(compute_type) == tf.float32:
+    return None
+  raise ValueError("compute_type must be tf.float32 or tf.float16, got %s" % compute_type)
+
+
+def local_gpu_count():
+  """Number of GPUs this process can see (0 on a CPU-only machine)."""
+  return len(tf.config.list_physical_devices("GPU"))
+
+
+def pin_to_local_gpu(session_config, local_rank):
+  """Restricts a session to the GPU whose index is the process's local rank.
+
+  Args:
+    session_config: a `tf.compat.v1.ConfigProto`, modified in place.
+    local_rank: this process's rank among the processes on its node.
+
+  Returns:
+    `session_config`. Unchanged when the machine has no GPU.
+  """
+  if local_gpu_count() > 0:
+    session_config.gpu_options.visible_device_list = str(local_rank)
+    session_config.gpu_options.allow_growth = True
+  return session_config

@@ -1,0 +1,730 @@
+"""The BERT model (Devlin et al., 2018) as a TF1-compat graph.
+
+The public interface, variable names and fp32 numerics are those of the original BERT release, so
+code written against it works unchanged and the released checkpoints load and reproduce their
+outputs. On top of it, `BertModel(..., compute_type=tf.float16)` builds the same graph in half
+precision: variables stay fp32 (see `gpu_environment.py`), the encoder's matmuls run in fp16, layer
+norms use the fused kernel (`fused_layer_norm.py`) and the GELU is evaluated in fp32.
+"""
+
+import collections
+import copy
+import json
+import math
+import re
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+import fused_layer_norm
+import gpu_environment
+
+_tf1 = tf.compat.v1
+
+# Layer norm epsilon of the original release (fp32 path).
+LAYER_NORM_EPSILON = 1e-12
+# Added to the attention scores of padding positions before the softmax.
+ATTENTION_MASK_ADDER = -10000.0
+
+
+class BertConfig(object):
+  """Configuration of a `BertModel`; the keys of `bert_config.json`."""
+
+  # Keys of bert_config.json with their defaults (vocab_size has none).
+  _DEFAULTS = collections.OrderedDict([
+      ("hidden_size", 768),
+      ("num_hidden_layers", 12),
+      ("num_attention_heads", 12),
+      ("intermediate_size", 3072),
+      ("hidden_act", "gelu"),
+      ("hidden_dropout_prob", 0.1),
+      ("attention_probs_dropout_prob", 0.1),
+      ("max_position_embeddings", 512),
+      ("type_vocab_size", 16),
+      ("initializer_range", 0.02),
+  ])
+  _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size", "max_position_embeddings", "type_vocab_size")
+  _PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+  def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+               intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
+               attention_probs_dropout_prob=0.1, max_position_embeddings=512,
+               type_vocab_size=16, initializer_range=0.02):
+    """Builds and validates a configuration.
+
+    Args:
+      vocab_size: size of the WordPiece vocabulary (rows of `word_embeddings`).
+      hidden_size: width H of the encoder.
+      num_hidden_layers: number of Transformer layers L.
+      num_attention_heads: attention heads per layer; must divide `hidden_size`.
+      intermediate_size: width I of the feed-forward layer.
+      hidden_act: activation of the feed-forward layer ("gelu", "relu", "tanh", "linear").
+      hidden_dropout_prob: dropout on embeddings, attention output and feed-forward output.
+      attention_probs_dropout_prob: dropout on the attention probabilities.
+      max_position_embeddings: longest sequence the model supports.
+      type_vocab_size: number of segment (token type) ids.
+      initializer_range: stddev of the truncated-normal initialiser.
+
+    Raises:
+      ValueError: naming the key, when a value is invalid.
+    """
+    self.vocab_size = vocab_size
+    self.hidden_size = hidden_size
+    self.num_hidden_layers = num_hidden_layers
+    self.num_attention_heads = num_attention_heads
+    self.intermediate_size = intermediate_size
+    self.hidden_act = hidden_act
+    self.hidden_dropout_prob = hidden_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
+    self.max_position_embeddings = max_position_embeddings
+    self.type_vocab_size = type_vocab_size
+    self.initializer_range = initializer_range
+    self.validate()
+
+  def validate(self):
+    """Raises ValueError naming the first invalid key."""
+    for key in self._POSITIVE_INTS:
+      value = getattr(self, key)
+      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError("bert config: %r must be a positive integer, got %r" % (key, value))
+    for key in self._PROBABILITIES:
+      value = getattr(self, key)
+      if (isinstance(value, bool) or not isinstance(value, (int, float))
+          or not 0.0 <= value < 1.0):
+        raise ValueError("bert config: %r must be a probability in [0, 1), got %r" % (key, value))
+    value = self.initializer_range
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+      raise ValueError("bert config: 'initializer_range' must be a positive number, got %r"
+                       % (value,))
+    if self.hidden_size % self.num_attention_heads != 0:
+      raise ValueError(
+          "bert config: 'hidden_size' (%d) must be a multiple of 'num_attention_heads' (%d)"
+          % (self.hidden_size, self.num_attention_heads))
+    if not callable(self.hidden_act):
+      try:
+        get_activation(self.hidden_act)
+      except ValueError as e:
+        raise ValueError("bert config: 'hidden_act': %s" % e)
+
+  @classmethod
+  def from_dict(cls, json_object, source="config"):
+    """Builds a `BertConfig` from a dict of `bert_config.json` keys.
+
+    Unknown keys (released multilingual configs carry some) are logged as a warning and ignored.
+
+    Args:
+      json_object: dict with at least "vocab_size".
+      source: where the dict came from, used in messages.
+
+    Returns:
+      A validated `BertConfig`.
+
+    Raises:
+      ValueError: when "vocab_size" is missing or a value is invalid.
+    """
+    if not isinstance(json_object, dict):
+      raise ValueError("%s: a BERT config must be a JSON object, got %s"
+                       % (source, type(json_object).__name__))
+    known = set(cls._DEFAULTS) | {"vocab_size"}
+    unknown = sorted(set(json_object) - known)
+    if unknown:
+      logging.warning("%s: ignoring unknown BERT config keys: %s", source, ", ".join(unknown))
+    if "vocab_size" not in json_object:
+      raise ValueError("%s: bert config: 'vocab_size' is required" % source)
+    kwargs = {key: json_object[key] for key in known if key in json_object}
+    try:
+      return cls(**kwargs)
+    except ValueError as e:
+      raise ValueError("%s: %s" % (source, e))
+
+  @classmethod
+  def from_json_file(cls, json_file):
+    """Builds a `BertConfig` from a `bert_config.json` file."""
+    try:
+      with tf.io.gfile.GFile(json_file, "r") as reader:
+        text = reader.read()
+    except tf.errors.NotFoundError:
+      raise ValueError("bert config file not found: %s" % json_file)
+    try:
+      json_object = json.loads(text)
+    except ValueError as e:
+      raise ValueError("%s: not valid JSON: %s" % (json_file, e))
+    return cls.from_dict(json_object, source=json_file)
+
+  def to_dict(self):
+    """Returns the configuration as a dict (a deep copy)."""
+    return copy.deepcopy(self.__dict__)
+
+  def to_json_string(self):
+    """Returns the configuration as a JSON string, keys sorted."""
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+class BertModel(object):
+  """BERT encoder: embeddings, Transformer layers and the pooler.
+
+  Example:
+
+    input_ids = tf.constant([[31, 51, 99], [15, 5, 0]])
+    input_mask = tf.constant([[1, 1, 1], [1, 1, 0]])
+    token_type_ids = tf.constant([[0, 0, 1], [0, 2, 0]])
+    config = modeling.BertConfig(vocab_size=32000, hidden_size=512, num_hidden_layers=8,
+                                 num_attention_heads=8, intermediate_size=1024)
+    model = modeling.BertModel(config=config, is_training=True, input_ids=input_ids,
+                               input_mask=input_mask, token_type_ids=token_type_ids)
+    pooled_output = model.get_pooled_output()
+  """
+
+  def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
+               use_one_hot_embeddings=False, scope=None, compute_type=tf.float32):
+    """Builds the model graph.
+
+    Args:
+      config: `BertConfig`.
+      is_training: True applies dropout; False disables it.
+      input_ids: int32 Tensor [batch_size, seq_length].
+      input_mask: optional int32 Tensor [batch_size, seq_length], 1 for real tokens.
+      token_type_ids: optional int32 Tensor [batch_size, seq_length].
+      use_one_hot_embeddings: look the word embeddings up with a one-hot matmul (faster on TPU)
+        instead of a gather.
+      scope: variable scope; default "bert".
+      compute_type: tf.float32, or tf.float16 for reduced precision (variables stay fp32).
+
+    Raises:
+      ValueError: for an invalid config or input shape.
+    """
+    config = copy.deepcopy(config)
+    config.validate()
+    if not is_training:
+      config.hidden_dropout_prob = 0.0
+      config.attention_probs_dropout_prob = 0.0
+
+    input_shape = get_shape_list(input_ids, expected_rank=2)
+    batch_size, seq_length = input_shape
+    if input_mask is None:
+      input_mask = tf.ones([batch_size, seq_length], dtype=tf.int32)
+    if token_type_ids is None:
+      token_type_ids = tf.zeros([batch_size, seq_length], dtype=tf.int32)
+
+    with _tf1.variable_scope(scope, default_name="bert",
+                             custom_getter=gpu_environment.get_custom_getter(compute_type)):
+      with _tf1.variable_scope("embeddings"):
+        # Embeddings are looked up and summed in fp32 and normalised before the cast.
+        (self.embedding_output, self.embedding_table) = embedding_lookup(
+            input_ids=input_ids,
+            vocab_size=config.vocab_size,
+            embedding_size=config.hidden_size,
+            initializer_range=config.initializer_range,
+            word_embedding_name="word_embeddings",
+            use_one_hot_embeddings=use_one_hot_embeddings)
+        self.embedding_output = embedding_postprocessor(
+            input_tensor=self.embedding_output,
+            use_token_type=True,
+            token_type_ids=token_type_ids,
+            token_type_vocab_size=config.type_vocab_size,
+            token_type_embedding_name="token_type_embeddings",
+            use_position_embeddings=True,
+            position_embedding_name="position_embeddings",
+            initializer_range=config.initializer_range,
+            max_position_embeddings=config.max_position_embeddings,
+            dropout_prob=config.hidden_dropout_prob)
+
+      with _tf1.variable_scope("encoder"):
+        attention_mask = create_attention_mask_from_input_mask(input_ids, input_mask)
+        self.all_encoder_layers = transformer_model(
+            input_tensor=tf.cast(self.embedding_output, compute_type),
+            attention_mask=tf.cast(attention_mask, compute_type),
+            hidden_size=config.hidden_size,
+            num_hidden_layers=config.num_hidden_layers,
+            num_attention_heads=config.num_attention_heads,
+            intermediate_size=config.intermediate_size,
+            intermediate_act_fn=get_activation(config.hidden_act),
+            hidden_dropout_prob=config.hidden_dropout_prob,
+            attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+            initializer_range=config.initializer_range,
+            do_return_all_layers=True)
+      self.sequence_output = self.all_encoder_layers[-1]
+
+      with _tf1.variable_scope("pooler"):
+        # The hidden state of [CLS] (the first token) summarises the pair for classification.
+        first_token_tensor = tf.squeeze(self.sequence_output[:, 0:1, :], axis=1)
+        self.pooled_output = dense_layer(
+            first_token_tensor, config.hidden_size, activation=tf.tanh, name="dense",
+            initializer_range=config.initializer_range)
+
+  def get_pooled_output(self):
+    """Pooled [CLS] representation, [batch_size, hidden_size], in the compute type."""
+    return self.pooled_output
+
+  def get_sequence_output(self):
+    """Final encoder layer, [batch_size, seq_length, hidden_size], in the compute type."""
+    return self.sequence_output
+
+  def get_all_encoder_layers(self):
+    """List of every encoder layer's output, each [batch_size, seq_length, hidden_size]."""
+    return self.all_encoder_layers
+
+  def get_embedding_output(self):
+    """Embeddings after sum, layer norm and dropout, [batch_size, seq_length, hidden_size], fp32."""
+    return self.embedding_output
+
+  def get_embedding_table(self):
+    """The fp32 word embedding table, [vocab_size, hidden_size]."""
+    return self.embedding_table
+
+
+def gelu(x):
+  """Gaussian Error Linear Unit, tanh approximation (as the original).
+
+  Args:
+    x: float Tensor.
+
+  Returns:
+    `x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`, same shape and dtype.
+  """
+  cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))))
+  return x * cdf
+
+
+def get_activation(activation_string):
+  """Maps an activation name to its function.
+
+  Args:
+    activation_string: "linear" (or None / "") -> None, "relu", "gelu", "tanh"; a callable is
+      returned as is.
+
+  Returns:
+    The activation function, or None for linear.
+
+  Raises:
+    ValueError: for an unknown name.
+  """
+  if not isinstance(activation_string, str):
+    return activation_string
+  if not activation_string:
+    return None
+  activations = {"linear": None, "relu": tf.nn.relu, "gelu": gelu, "tanh": tf.tanh}
+  name = activation_string.lower()
+  if name not in activations:
+    raise ValueError("unsupported activation %r (expected one of: %s)"
+                     % (activation_string, ", ".join(sorted(activations))))
+  return activations[name]
+
+
+def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
+  """Matches graph variables to the variables of a checkpoint by name.
+
+  Args:
+    tvars: list of graph variables (usually the trainable ones).
+    init_checkpoint: checkpoint path or prefix.
+
+  Returns:
+    (assignment_map, initialized_variable_names): an OrderedDict checkpoint name -> graph name for
+    every variable present in both, and a dict whose keys are those names with and without ":0".
+
+  Raises:
+    ValueError: when a variable present in both has different shapes (it could not be loaded).
+  """
+  name_to_variable = collections.OrderedDict()
+  for var in tvars:
+    name = re.sub(r":\d+$", "", var.name)
+    name_to_variable[name] = var
+
+  assignment_map = collections.OrderedDict()
+  initialized_variable_names = {}
+  for name, shape in tf.train.list_variables(init_checkpoint):
+    if name not in name_to_variable:
+      continue
+    graph_shape = name_to_variable[name].shape.as_list()
+    if list(shape) != graph_shape:
+      raise ValueError("%s: variable %s has shape %s in the checkpoint but %s in the graph"
+                       % (init_checkpoint, name, list(shape), graph_shape))
+    assignment_map[name] = name
+    initialized_variable_names[name] = 1
+    initialized_variable_names[name + ":0"] = 1
+  return assignment_map, initialized_variable_names
+
+
+def dropout(input_tensor, dropout_prob):
+  """Dropout with a drop probability (not a keep probability).
+
+  Args:
+    input_tensor: float Tensor.
+    dropout_prob: probability of dropping each value; None or 0.0 returns the input.
+
+  Returns:
+    Tensor of the same shape and dtype.
+  """
+  if dropout_prob is None or dropout_prob == 0.0:
+    return input_tensor
+  return tf.nn.dropout(input_tensor, rate=dropout_prob)
+
+
+def layer_norm(input_tensor, name=None):
+  """Layer norm over the last axis, variables `<name or LayerNorm>/{beta,gamma}`.
+
+  fp32 input uses the original formula (epsilon 1e-12); reduced-precision input uses the fused
+  kernel with fp32 statistics.
+
+  Args:
+    input_tensor: float Tensor [..., hidden].
+    name: variable scope; default "LayerNorm".
+
+  Returns:
+    Tensor of the same shape and dtype.
+  """
+  if input_tensor.dtype != tf.float32:
+    return fused_layer_norm.fused_layer_norm(input_tensor, scope=name or "LayerNorm")
+  with _tf1.variable_scope(name, default_name="LayerNorm"):
+    hidden = tf.compat.dimension_value(input_tensor.shape[-1])
+    beta = _tf1.get_variable("beta", [hidden], dtype=tf.float32,
+                             initializer=_tf1.zeros_initializer())
+    gamma = _tf1.get_variable("gamma", [hidden], dtype=tf.float32,
+                              initializer=_tf1.ones_initializer())
+    mean, variance = tf.nn.moments(input_tensor, axes=[-1], keepdims=True)
+    return tf.nn.batch_normalization(input_tensor, mean, variance, offset=beta, scale=gamma,
+                                     variance_epsilon=LAYER_NORM_EPSILON)
+
+
+def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
+  """Layer norm followed by dropout."""
+  return dropout(layer_norm(input_tensor, name), dropout_prob)
+
+
+def create_initializer(initializer_range=0.02):
+  """Truncated-normal initialiser with stddev `initializer_range`."""
+  return _tf1.truncated_normal_initializer(stddev=initializer_range)
+
+
+def dense_layer(input_tensor, units, activation=None, name=None, initializer_range=0.02):
+  """Fully connected layer with variables `<name>/kernel` [in, units] and `<name>/bias` [units].
+
+  Args:
+    input_tensor: float Tensor [rows, in] in the compute type.
+    units: output width.
+    activation: optional function applied to the output.
+    name: variable scope of the layer.
+    initializer_range: stddev of the kernel's truncated-normal initialiser.
+
+  Returns:
+    Tensor [rows, units] in the dtype of `input_tensor`.
+  """
+  width = tf.compat.dimension_value(input_tensor.shape[-1])
+  with _tf1.variable_scope(name, default_name="dense"):
+    kernel = _tf1.get_variable("kernel", [width, units], dtype=input_tensor.dtype,
+                               initializer=create_initializer(initializer_range))
+    bias = _tf1.get_variable("bias", [units], dtype=input_tensor.dtype,
+                             initializer=_tf1.zeros_initializer())
+    output = tf.nn.bias_add(tf.matmul(input_tensor, kernel), bias)
+  if activation is not None:
+    output = activation(output)
+  return output
+
+
+def embedding_lookup(input_ids, vocab_size, embedding_size=128, initializer_range=0.02,
+                     word_embedding_name="word_embeddings", use_one_hot_embeddings=False):
+  """Looks up word embeddings (always fp32).
+
+  Args:
+    input_ids: int32 Tensor [batch_size, seq_length] (a trailing axis of size 1 is accepted).
+    vocab_size: rows of the table.
+    embedding_size: width of the table.
+    initializer_range: stddev of the table's initialiser.
+    word_embedding_name: name of the table variable.
+    use_one_hot_embeddings: one-hot matmul instead of a gather.
+
+  Returns:
+    (output [batch_size, seq_length, embedding_size] fp32, table [vocab_size, embedding_size]).
+  """
+  if input_ids.shape.ndims == 3:
+    input_ids = tf.squeeze(input_ids, axis=[2])
+  embedding_table = _tf1.get_variable(
+      name=word_embedding_name, shape=[vocab_size, embedding_size], dtype=tf.float32,
+      initializer=create_initializer(initializer_range))
+  batch_size, seq_length = get_shape_list(input_ids, expected_rank=2)
+  flat_input_ids = tf.reshape(input_ids, [-1])
+  if use_one_hot_embeddings:
+    one_hot_input_ids = tf.one_hot(flat_input_ids, depth=vocab_size)
+    output = tf.matmul(one_hot_input_ids, embedding_table)
+  else:
+    output = tf.gather(embedding_table, flat_input_ids)
+  output = tf.reshape(output, [batch_size, seq_length, embedding_size])
+  return output, embedding_table
+
+
+def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=None,
+                            token_type_vocab_size=16, token_type_embedding_name="token_type_embeddings",
+                            use_position_embeddings=True, position_embedding_name="position_embeddings",
+                            initializer_range=0.02, max_position_embeddings=512, dropout_prob=0.1):
+  """Adds token type and position embeddings, then layer norm and dropout.
+
+  Args:
+    input_tensor: float Tensor [batch_size, seq_length, width] (word embeddings).
+    use_token_type: add token type (segment) embeddings.
+    token_type_ids: int32 Tensor [batch_size, seq_length]; required with `use_token_type`.
+    token_type_vocab_size: rows of the token type table.
+    token_type_embedding_name: name of that table.
+    use_position_embeddings: add absolute position embeddings.
+    position_embedding_name: name of the position table.
+    initializer_range: stddev of the initialisers.
+    max_position_embeddings: rows of the position table; at least `seq_length`.
+    dropout_prob: dropout after the layer norm.
+
+  Returns:
+    Tensor of the shape and dtype of `input_tensor`.
+
+  Raises:
+    ValueError: when token type ids are missing or the sequence is longer than the position table.
+  """
+  batch_size, seq_length, width = get_shape_list(input_tensor, expected_rank=3)
+  output = input_tensor
+
+  if use_token_type:
+    if token_type_ids is None:
+      raise ValueError("token_type_ids must be given when use_token_type is True")
+    token_type_table = _tf1.get_variable(
+        name=token_type_embedding_name, shape=[token_type_vocab_size, width], dtype=tf.float32,
+        initializer=create_initializer(initializer_range))
+    # The table is tiny: a one-hot matmul is faster than a gather on every device.
+    one_hot_ids = tf.one_hot(tf.reshape(token_type_ids, [-1]), depth=token_type_vocab_size)
+    token_type_embeddings = tf.matmul(one_hot_ids, token_type_table)
+    output += tf.reshape(token_type_embeddings, [batch_size, seq_length, width])
+
+  if use_position_embeddings:
+    if isinstance(seq_length, int) and seq_length > max_position_embeddings:
+      raise ValueError("sequence length %d exceeds max_position_embeddings %d"
+                       % (seq_length, max_position_embeddings))
+    full_position_embeddings = _tf1.get_variable(
+        name=position_embedding_name, shape=[max_position_embeddings, width], dtype=tf.float32,
+        initializer=create_initializer(initializer_range))
+    position_embeddings = tf.slice(full_position_embeddings, [0, 0], [seq_length, -1])
+    # [seq_length, width] broadcasts over the batch.
+    output += tf.expand_dims(position_embeddings, 0)
+
+  return layer_norm_and_dropout(output, dropout_prob)
+
+
+def create_attention_mask_from_input_mask(from_tensor, to_mask):
+  """Builds the 3D attention mask from a 2D padding mask.
+
+  Args:
+    from_tensor: Tensor [batch_size, from_seq_length, ...] (only its shape is used).
+    to_mask: int32 Tensor [batch_size, to_seq_length], 1 for real tokens.
+
+  Returns:
+    float32 Tensor [batch_size, from_seq_length, to_seq_length]: 1 where the key is a real token.
+  """
+  from_shape = get_shape_list(from_tensor, expected_rank=[2, 3])
+  batch_size, from_seq_length = from_shape[0], from_shape[1]
+  to_shape = get_shape_list(to_mask, expected_rank=2)
+  to_seq_length = to_shape[1]
+  to_mask = tf.cast(tf.reshape(to_mask, [batch_size, 1, to_seq_length]), tf.float32)
+  # Every query position attends to the same keys: broadcast along the query axis.
+  broadcast_ones = tf.ones(shape=[batch_size, from_seq_length, 1], dtype=tf.float32)
+  return broadcast_ones * to_mask
+
+
+def _split_heads(tensor_2d, batch_size, seq_length, num_heads, head_size):
+  """[batch*seq, heads*head_size] -> [batch, heads, seq, head_size]."""
+  tensor_4d = tf.reshape(tensor_2d, [batch_size, seq_length, num_heads, head_size])
+  return tf.transpose(tensor_4d, [0, 2, 1, 3])
+
+
+def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_heads=1,
+                    size_per_head=512, query_act=None, key_act=None, value_act=None,
+                    attention_probs_dropout_prob=0.0, initializer_range=0.02,
+                    do_return_2d_tensor=False, batch_size=None, from_seq_length=None,
+                    to_seq_length=None):
+  """Multi-head scaled dot-product attention from `from_tensor` to `to_tensor`.
+
+  Args:
+    from_tensor: float Tensor [batch_size, from_seq_length, width], or 2D [batch*from_seq, width]
+      with `batch_size` and `from_seq_length` given.
+    to_tensor: float Tensor [batch_size, to_seq_length, width], or 2D likewise.
+    attention_mask: optional Tensor [batch_size, from_seq_length, to_seq_length], 1 = may attend.
+    num_attention_heads: number of heads N.
+    size_per_head: width D of each head.
+    query_act, key_act, value_act: optional activations of the projections.
+    attention_probs_dropout_prob: dropout on the attention probabilities.
+    initializer_range: stddev of the projection initialisers.
+    do_return_2d_tensor: return [batch*from_seq, N*D] instead of [batch, from_seq, N*D].
+    batch_size, from_seq_length, to_seq_length: needed for 2D inputs.
+
+  Returns:
+    float Tensor [batch_size, from_seq_length, N*D] (or 2D, see above), dtype of `from_tensor`.
+
+  Raises:
+    ValueError: for inconsistent shapes.
+  """
+  from_shape = get_shape_list(from_tensor, expected_rank=[2, 3])
+  to_shape = get_shape_list(to_tensor, expected_rank=[2, 3])
+  if len(from_shape) != len(to_shape):
+    raise ValueError("the rank of from_tensor must match the rank of to_tensor")
+  if len(from_shape) == 3:
+    batch_size, from_seq_length, to_seq_length = from_shape[0], from_shape[1], to_shape[1]
+  elif batch_size is None or from_seq_length is None or to_seq_length is None:
+    raise ValueError("for 2D inputs, batch_size, from_seq_length and to_seq_length are required")
+
+  from_2d = reshape_to_matrix(from_tensor)
+  to_2d = reshape_to_matrix(to_tensor)
+  width = num_attention_heads * size_per_head
+
+  query = dense_layer(from_2d, width, query_act, "query", initializer_range)
+  key = dense_layer(to_2d, width, key_act, "key", initializer_range)
+  value = dense_layer(to_2d, width, value_act, "value", initializer_range)
+
+  query = _split_heads(query, batch_size, from_seq_length, num_attention_heads, size_per_head)
+  key = _split_heads(key, batch_size, to_seq_length, num_attention_heads, size_per_head)
+  # [batch, heads, from_seq, to_seq]
+  scores = tf.matmul(query, key, transpose_b=True)
+  scores = scores * tf.cast(1.0 / math.sqrt(float(size_per_head)), scores.dtype)
+
+  if attention_mask is not None:
+    mask = tf.cast(tf.expand_dims(attention_mask, axis=1), scores.dtype)
+    # 0 for positions to attend, -10000 for padding: after the softmax padding weighs ~nothing.
+    scores += (1.0 - mask) * tf.cast(ATTENTION_MASK_ADDER, scores.dtype)
+
+  probs = dropout(tf.nn.softmax(scores), attention_probs_dropout_prob)
+
+  value = _split_heads(value, batch_size, to_seq_length, num_attention_heads, size_per_head)
+  context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [batch, from_seq, heads, D]
+  if do_return_2d_tensor:
+    return tf.reshape(context, [batch_size * from_seq_length, width])
+  return tf.reshape(context, [batch_size, from_seq_length, width])
+
+
+def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hidden_layers=12,
+                      num_attention_heads=12, intermediate_size=3072, intermediate_act_fn=gelu,
+                      hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                      initializer_range=0.02, do_return_all_layers=False):
+  """The Transformer encoder of "Attention is All You Need" as BERT uses it.
+
+  Args:
+    input_tensor: float Tensor [batch_size, seq_length, hidden_size] in the compute type.
+    attention_mask: optional Tensor [batch_size, seq_length, seq_length], 1 = may attend.
+    hidden_size: width H.
+    num_hidden_layers: number of layers L.
+    num_attention_heads: heads per layer; must divide H.
+    intermediate_size: feed-forward width I.
+    intermediate_act_fn: feed-forward activation. In reduced precision it is evaluated in fp32.
+    hidden_dropout_prob: dropout on the attention and feed-forward outputs.
+    attention_probs_dropout_prob: dropout on the attention probabilities.
+    initializer_range: stddev of the initialisers.
+    do_return_all_layers: return every layer's output instead of the last one.
+
+  Returns:
+    Tensor [batch_size, seq_length, H] (the last layer), or a list of L of them.
+
+  Raises:
+    ValueError: for an H not divisible by the number of heads or a mismatched input width.
+  """
+  if hidden_size % num_attention_heads != 0:
+    raise ValueError("hidden size (%d) is not a multiple of the number of attention heads (%d)"
+                     % (hidden_size, num_attention_heads))
+  size_per_head = hidden_size // num_attention_heads
+  batch_size, seq_length, input_width = get_shape_list(input_tensor, expected_rank=3)
+  if input_width != hidden_size:
+    raise ValueError("the width of the input tensor (%d) != hidden size (%d)"
+                     % (input_width, hidden_size))
+
+  # The layers work on [batch*seq, H] matrices, which avoids a reshape per dense layer.
+  prev_output = reshape_to_matrix(input_tensor)
+  all_layer_outputs = []
+  for layer_idx in range(num_hidden_layers):
+    with _tf1.variable_scope("layer_%d" % layer_idx):
+      layer_input = prev_output
+      with _tf1.variable_scope("attention"):
+        with _tf1.variable_scope("self"):
+          attention_output = attention_layer(
+              from_tensor=layer_input, to_tensor=layer_input, attention_mask=attention_mask,
+              num_attention_heads=num_attention_heads, size_per_head=size_per_head,
+              attention_probs_dropout_prob=attention_probs_dropout_prob,
+              initializer_range=initializer_range, do_return_2d_tensor=True,
+              batch_size=batch_size, from_seq_length=seq_length, to_seq_length=seq_length)
+        with _tf1.variable_scope("output"):
+          attention_output = dense_layer(attention_output, hidden_size, name="dense",
+                                         initializer_range=initializer_range)
+          attention_output = dropout(attention_output, hidden_dropout_prob)
+          attention_output = layer_norm(attention_output + layer_input)
+
+      with _tf1.variable_scope("intermediate"):
+        intermediate_output = dense_layer(attention_output, intermediate_size, name="dense",
+                                          initializer_range=initializer_range)
+        intermediate_output = _activation_in_fp32(intermediate_act_fn, intermediate_output)
+
+      with _tf1.variable_scope("output"):
+        layer_output = dense_layer(intermediate_output, hidden_size, name="dense",
+                                   initializer_range=initializer_range)
+        layer_output = dropout(layer_output, hidden_dropout_prob)
+        layer_output = layer_norm(layer_output + attention_output)
+      prev_output = layer_output
+      all_layer_outputs.append(layer_output)
+
+  input_shape = [batch_size, seq_length, hidden_size]
+  if do_return_all_layers:
+    return [reshape_from_matrix(output, input_shape) for output in all_layer_outputs]
+  return reshape_from_matrix(prev_output, input_shape)
+
+
+def _activation_in_fp32(activation, tensor):
+  """Applies `activation` in fp32 (GELU's cube overflows fp16 for |x| > ~40) and casts back."""
+  if activation is None:
+    return tensor
+  if tensor.dtype == tf.float32:
+    return activation(tensor)
+  return tf.cast(activation(tf.cast(tensor, tf.float32)), tensor.dtype)
+
+
+def get_shape_list(tensor, expected_rank=None, name=None):
+  """Returns the shape of a tensor, static dimensions as ints and dynamic ones as scalar Tensors.
+
+  Args:
+    tensor: a Tensor.
+    expected_rank: optional int or list of ints; raises when the rank differs.
+    name: name used in the error message.
+
+  Returns:
+    list with one entry per dimension.
+  """
+  if expected_rank is not None:
+    assert_rank(tensor, expected_rank, name)
+  shape = tensor.shape.as_list()
+  dynamic_indexes = [index for index, dim in enumerate(shape) if dim is None]
+  if not dynamic_indexes:
+    return shape
+  dynamic_shape = tf.shape(tensor)
+  for index in dynamic_indexes:
+    shape[index] = dynamic_shape[index]
+  return shape
+
+
+def reshape_to_matrix(input_tensor):
+  """Reshapes a tensor of rank >= 2 to [-1, width] (rank 2 is returned as is)."""
+  ndims = input_tensor.shape.ndims
+  if ndims < 2:
+    raise ValueError("input tensor must have at least rank 2, shape = %s" % input_tensor.shape)
+  if ndims == 2:
+    return input_tensor
+  width = tf.compat.dimension_value(input_tensor.shape[-1])
+  return tf.reshape(input_tensor, [-1, width])
+
+
+def reshape_from_matrix(output_tensor, orig_shape_list):
+  """Reshapes a [-1, width] matrix back to `orig_shape_list[:-1] + [width]`."""
+  if len(orig_shape_list) == 2:
+    return output_tensor
+  output_shape = get_shape_list(output_tensor)
+  return tf.reshape(output_tensor, orig_shape_list[0:-1] + [output_shape[-1]])
+
+
+def assert_rank(tensor, expected_rank, name=None):
+  """Raises ValueError when the rank of `tensor` is not (one of) `expected_rank`."""
+  if name is None:
+    name = tensor.name
+  expected = {expected_rank} if isinstance(expected_rank, int) else set(expected_rank)
+  actual_rank = tensor.shape.ndims
+  if actual_rank not in expected:
+    raise ValueError("for the tensor %s the actual rank %s (shape %s) is not the expected rank %s"
+                     % (name, actual_rank, tensor.shape, sorted(expected)))

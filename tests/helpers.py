@@ -1,0 +1,83 @@
+"""Small helpers shared by the tests: random batches, weight randomisation, sessions."""
+
+import numpy as np
+import tensorflow as tf
+
+import modeling
+
+_tf1 = tf.compat.v1
+
+
+def tiny_config(**overrides):
+  """A BertConfig small enough for fast CPU tests."""
+  values = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=37, hidden_act="gelu", hidden_dropout_prob=0.1,
+                attention_probs_dropout_prob=0.1, max_position_embeddings=64,
+                type_vocab_size=2, initializer_range=0.02)
+  values.update(overrides)
+  return modeling.BertConfig(**values)
+
+
+def random_batch(rng, batch_size, seq_length, vocab_size, num_predictions, type_vocab_size=2):
+  """A batch of pretraining features as numpy arrays (SPEC section 3 dtypes after parsing).
+
+  Every sequence has some padding at the end; masked positions are distinct, ascending and inside
+  the real tokens; the last prediction slot of each sequence is padding (weight 0).
+  """
+  input_ids = rng.randint(1, vocab_size, size=(batch_size, seq_length)).astype(np.int32)
+  input_mask = np.ones((batch_size, seq_length), np.int32)
+  segment_ids = np.zeros((batch_size, seq_length), np.int32)
+  positions = np.zeros((batch_size, num_predictions), np.int32)
+  ids = np.zeros((batch_size, num_predictions), np.int32)
+  weights = np.zeros((batch_size, num_predictions), np.float32)
+  for b in range(batch_size):
+    length = rng.randint(max(num_predictions + 1, seq_length // 2), seq_length + 1)
+    input_ids[b, length:] = 0
+    input_mask[b, length:] = 0
+    segment_ids[b, length // 2:length] = rng.randint(0, type_vocab_size)
+    real = num_predictions - 1
+    positions[b, :real] = np.sort(rng.choice(np.arange(1, length), real, replace=False))
+    ids[b, :real] = rng.randint(1, vocab_size, size=real)
+    weights[b, :real] = 1.0
+  return {
+      "input_ids": input_ids,
+      "input_mask": input_mask,
+      "segment_ids": segment_ids,
+      "masked_lm_positions": positions,
+      "masked_lm_ids": ids,
+      "masked_lm_weights": weights,
+      "next_sentence_labels": rng.randint(0, 2, size=(batch_size, 1)).astype(np.int32),
+  }
+
+
+def constant_features(batch):
+  """numpy feature dict -> dict of tf constants."""
+  return {name: tf.constant(value) for name, value in batch.items()}
+
+
+def randomize_variables(session, variables, rng, scale=0.3):
+  """Assigns random values to `variables` so biases, betas and gammas all matter.
+
+  gammas get 1 + noise, everything else `scale` * N(0, 1).
+
+  Returns:
+    dict checkpoint-style name -> the numpy value assigned.
+  """
+  values = {}
+  for var in variables:
+    name = var.op.name
+    shape = var.shape.as_list()
+    value = rng.normal(size=shape) * scale
+    if name.endswith("gamma"):
+      value = 1.0 + value
+    values[name] = value.astype(var.dtype.base_dtype.as_numpy_dtype)
+    var.load(values[name], session)
+  return values
+
+
+def variable(name):
+  """The global variable of the default graph whose op name is `name`."""
+  matches = [v for v in _tf1.global_variables() if v.op.name == name]
+  if len(matches) != 1:
+    raise KeyError("expected one variable named %s, found %d" % (name, len(matches)))
+  return matches[0]

@@ -1,0 +1,117 @@
+"""Runs the original BERT release (PyPI `bert-tensorflow`) under TF 2.15, as a reference.
+
+The release is written against `tensorflow.compat.v1`; the one piece TF 2 no longer ships is
+`tensorflow.contrib.layers` (for `layer_norm`), which `tf-slim` carries unchanged. This module
+provides it and then imports the release's own modules, so what the tests compare against is the
+original code, not a re-implementation.
+
+The release's scripts define clashing absl flags, and ours define the same names, so every use runs
+in its own process:
+
+  python -m tests.reference.original_bert model --config C --batch B.npz --out DIR [--seed N]
+      builds the original BertModel and pretraining heads (no dropout), gives every variable a
+      random value, saves DIR/bert_model.ckpt and writes DIR/outputs.npz (sequence and pooled
+      outputs, the three losses, and the gradient of the total loss for every variable).
+  python -m tests.reference.original_bert create_pretraining_data -- FLAGS...
+  python -m tests.reference.original_bert run_pretraining -- FLAGS...
+      run the original scripts with their own flags.
+"""
+
+import os
+import sys
+import types
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_slim  # noqa: E402
+
+_tf1 = tf.compat.v1
+
+
+def install_contrib():
+  """Makes `from tensorflow.contrib import layers` resolve to tf-slim's copy of it."""
+  if "tensorflow.contrib" not in sys.modules:
+    contrib = types.ModuleType("tensorflow.contrib")
+    contrib.layers = tf_slim.layers
+    sys.modules["tensorflow.contrib"] = contrib
+
+
+def _dump_model(config_path, batch_path, out_dir, seed):
+  install_contrib()
+  from bert import modeling as original_modeling  # pylint: disable=g-import-not-at-top
+  from bert import run_pretraining as original_run_pretraining  # pylint: disable=g-import-not-at-top
+
+  _tf1.disable_eager_execution()
+  config = original_modeling.BertConfig.from_json_file(config_path)
+  batch = dict(np.load(batch_path))
+  features = {name: tf.constant(value) for name, value in batch.items()}
+  model = original_modeling.BertModel(
+      config=config, is_training=False, input_ids=features["input_ids"],
+      input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
+      use_one_hot_embeddings=False)
+  mlm_loss, mlm_per_example, _ = original_run_pretraining.get_masked_lm_output(
+      config, model.get_sequence_output(), model.get_embedding_table(),
+      features["masked_lm_positions"], features["masked_lm_ids"], features["masked_lm_weights"])
+  nsp_loss, nsp_per_example, _ = original_run_pretraining.get_next_sentence_output(
+      config, model.get_pooled_output(), features["next_sentence_labels"])
+  total_loss = mlm_loss + nsp_loss
+  tvars = _tf1.trainable_variables()
+  grads = tf.gradients(total_loss, tvars)
+
+  rng = np.random.RandomState(seed)
+  with _tf1.Session() as sess:
+    sess.run(_tf1.global_variables_initializer())
+    for var in tvars:
+      value = rng.normal(size=var.shape.as_list()) * 0.2
+      if var.op.name.endswith("gamma"):
+        value += 1.0
+      var.load(value.astype(np.float32), sess)
+    _tf1.train.Saver().save(sess, os.path.join(out_dir, "bert_model.ckpt"))
+    outputs = sess.run({
+        "sequence_output": model.get_sequence_output(),
+        "pooled_output": model.get_pooled_output(),
+        "embedding_output": model.get_embedding_output(),
+        "mlm_loss": mlm_loss,
+        "mlm_per_example_loss": mlm_per_example,
+        "nsp_loss": nsp_loss,
+        "nsp_per_example_loss": nsp_per_example,
+        "total_loss": total_loss,
+    })
+    for var, grad in zip(tvars, sess.run(grads)):
+      outputs["grad/" + var.op.name] = np.asarray(grad)
+  np.savez(os.path.join(out_dir, "outputs.npz"), **outputs)
+
+
+def _run_script(module_name, argv):
+  install_contrib()
+  from absl import app  # pylint: disable=g-import-not-at-top
+  module = __import__("bert." + module_name, fromlist=["main"])
+  _tf1.disable_eager_execution()
+  app.run(module.main, argv=[module_name] + argv)
+
+
+def main(argv):
+  if len(argv) < 2:
+    raise SystemExit(__doc__)
+  command, rest = argv[1], argv[2:]
+  if command == "model":
+    import argparse  # pylint: disable=g-import-not-at-top
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--batch", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(rest)
+    _dump_model(args.config, args.batch, args.out, args.seed)
+  elif command in ("create_pretraining_data", "run_pretraining"):
+    if rest and rest[0] == "--":
+      rest = rest[1:]
+    _run_script(command, rest)
+  else:
+    raise SystemExit("unknown command %r\n%s" % (command, __doc__))
+
+
+if __name__ == "__main__":
+  main(sys.argv)
