@@ -81,3 +81,31 @@ def variable(name):
   if len(matches) != 1:
     raise KeyError("expected one variable named %s, found %d" % (name, len(matches)))
   return matches[0]
+
+
+def softmax_regression_loss(features, labels, num_classes=3):
+  """A small model with every kind of gradient the optimizer must handle.
+
+  Softmax regression over [embedding(ids) (4 wide), x (5 wide)]: variables `emb/table` [7, 4]
+  (gathered: IndexedSlices gradient), `dense/kernel` [9, 3] and `dense/bias` [3] (excluded from
+  weight decay). Deterministic initial values.
+
+  Returns:
+    the mean cross-entropy over the batch (float32 scalar).
+  """
+  table = _tf1.get_variable("emb/table", initializer=tf.constant(
+      np.random.RandomState(0).normal(size=(7, 4)).astype(np.float32)))
+  kernel = _tf1.get_variable("dense/kernel", initializer=tf.constant(
+      np.random.RandomState(1).normal(size=(4 + 5, num_classes)).astype(np.float32)))
+  bias = _tf1.get_variable("dense/bias", initializer=tf.zeros([num_classes]))
+  x = tf.concat([tf.gather(table, features["ids"]), features["x"]], axis=1)
+  logits = tf.matmul(x, kernel) + bias
+  return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                        logits=logits))
+
+
+def softmax_regression_data(rng, n):
+  """n random rows for `softmax_regression_loss`: ids, x (large enough to need clipping), y."""
+  return {"ids": rng.randint(0, 7, size=n).astype(np.int32),
+          "x": (rng.normal(size=(n, 5)) * 4).astype(np.float32),
+          "y": rng.randint(0, 3, size=n).astype(np.int32)}

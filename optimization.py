@@ -1,0 +1,445 @@
+"""The training step: learning-rate schedule, LAMB / AdamWeightDecay, loss scaling, accumulation,
+Horovod allreduce, and the global-step ordering that LAMB's bias correction needs.
+
+Everything `create_optimizer` builds follows one gradient path (SPEC section 6):
+
+  gradients of loss * loss_scale / num_accumulation_steps
+  -> drop None gradients -> IndexedSlices made dense
+  -> allreduce (Average) of each micro-step's gradients      [Horovod, not post-accumulation]
+  -> accumulate into fp32 `<var>/accum`                       [num_accumulation_steps > 1]
+  -> allreduce (Average) of the accumulated gradients         [Horovod, post-accumulation]
+  -> unscale -> finiteness check -> clip by global norm 1.0
+  -> global_step += 1, then apply (the optimizer reads the incremented step)
+
+Stages in brackets are present only in that configuration; there is no second copy of the path.
+All allreduces come before the finiteness check, so every worker sees the same values and takes the
+same decision: a non-finite update changes no weight and no step anywhere and halves the loss scale.
+"""
+
+import re
+
+from absl import logging
+import tensorflow as tf
+
+import gpu_environment
+
+_tf1 = tf.compat.v1
+
+OPTIMIZER_TYPES = ("adam", "lamb")
+# Hyper-parameters of the BERT recipes (Google's AdamWeightDecay and NVIDIA's LAMB).
+WEIGHT_DECAY_RATE = 0.01
+BETA_1 = 0.9
+BETA_2 = 0.999
+EPSILON = 1e-6
+EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+CLIP_NORM = 1.0
+LOSS_SCALE_INCREMENT_PERIOD = 1000
+LOSS_SCALE_MULTIPLIER = 2.0
+
+
+def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_steps,
+                           optimizer_type):
+  """The learning rate after `global_step` completed updates.
+
+  Linear warmup `init_lr * step / num_warmup_steps`, then polynomial decay to 0 at
+  `num_train_steps`: power 0.5 from `init_lr` for LAMB; power 1.0 for Adam, started from an
+  adjusted rate so that the decay passes through `init_lr` exactly at the end of warmup.
+
+  Args:
+    global_step: integer scalar Tensor, the number of updates done so far (update k reads k - 1).
+    init_lr: peak learning rate (already multiplied by the number of workers).
+    num_train_steps: total optimizer updates.
+    num_warmup_steps: warmup updates (0 for none).
+    optimizer_type: "adam" or "lamb".
+
+  Returns:
+    float32 scalar Tensor.
+  """
+  _check_schedule(init_lr, num_train_steps, num_warmup_steps, optimizer_type)
+  step = tf.cast(global_step, tf.float32)
+  if optimizer_type == "adam":
+    power = 1.0
+    decay_start_lr = init_lr / (1.0 - float(num_warmup_steps) / float(num_train_steps))
+  else:
+    power = 0.5
+    decay_start_lr = init_lr
+  progress = tf.minimum(step, float(num_train_steps)) / float(num_train_steps)
+  decayed = decay_start_lr * tf.pow(1.0 - progress, power)
+  if num_warmup_steps == 0:
+    return decayed
+  warmup = init_lr * step / float(num_warmup_steps)
+  return tf.where(step < float(num_warmup_steps), warmup, decayed)
+
+
+def _check_schedule(init_lr, num_train_steps, num_warmup_steps, optimizer_type):
+  if optimizer_type not in OPTIMIZER_TYPES:
+    raise ValueError("optimizer_type must be one of %s, got %r" % (OPTIMIZER_TYPES, optimizer_type))
+  if not init_lr > 0:
+    raise ValueError("learning rate must be positive, got %r" % (init_lr,))
+  if num_train_steps < 1:
+    raise ValueError("num_train_steps must be >= 1, got %r" % (num_train_steps,))
+  if num_warmup_steps < 0:
+    raise ValueError("num_warmup_steps must be >= 0, got %r" % (num_warmup_steps,))
+  if optimizer_type == "adam" and num_warmup_steps >= num_train_steps:
+    raise ValueError("with optimizer_type 'adam', num_warmup_steps (%d) must be smaller than "
+                     "num_train_steps (%d)" % (num_warmup_steps, num_train_steps))
+
+
+class _AdamFamilyOptimizer(_tf1.train.Optimizer):
+  """Adam moments with decoupled weight decay; the shared core of both optimizers.
+
+  Slots `<var>/adam_m` and `<var>/adam_v` (fp32). Subclasses choose the update direction (bias
+  correction or not) and a per-variable scale of the update (LAMB's trust ratio).
+  """
+
+  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999,
+               epsilon=1e-6, exclude_from_weight_decay=None, name="AdamFamily"):
+    """See the subclasses. `learning_rate` is a float or a float32 scalar Tensor."""
+    super().__init__(use_locking=False, name=name)
+    self.learning_rate = learning_rate
+    self.weight_decay_rate = weight_decay_rate
+    self.beta_1 = beta_1
+    self.beta_2 = beta_2
+    self.epsilon = epsilon
+    self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
+
+  def create_slots(self, var_list):
+    """Creates the moment slots of `var_list` (idempotent; safe inside control flow)."""
+    with tf.init_scope():
+      for var in var_list:
+        self._zeros_slot(var, "m", "adam_m")
+        self._zeros_slot(var, "v", "adam_v")
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    """Applies one update to every variable.
+
+    Args:
+      grads_and_vars: list of (gradient, variable); gradients dense or IndexedSlices, not None.
+      global_step: optional int64 variable holding the number of updates *including* this one.
+        Read (never changed) by optimizers that need the update count.
+      name: name of the returned op.
+
+    Returns:
+      An op that applies the update.
+
+    Raises:
+      ValueError: for a None gradient.
+    """
+    grads_and_vars = list(grads_and_vars)
+    for grad, var in grads_and_vars:
+      if grad is None:
+        raise ValueError("no gradient for variable %s" % var.op.name)
+    var_list = [var for _, var in grads_and_vars]
+    self.create_slots(var_list)
+    update_count = self._update_count(global_step)
+    learning_rate = tf.cast(tf.convert_to_tensor(self.learning_rate), tf.float32)
+
+    assignments = []
+    for grad, var in grads_and_vars:
+      grad = tf.cast(tf.convert_to_tensor(grad), tf.float32)
+      m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
+      next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+      next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+      update = self._direction(next_m, next_v, update_count)
+      if self._uses_weight_decay(var.op.name):
+        update += self.weight_decay_rate * var
+      update *= self._update_scale(var, update)
+      assignments += [var.assign_sub(learning_rate * update), m.assign(next_m),
+                      v.assign(next_v)]
+    return tf.group(*assignments, name=name or self.get_name())
+
+  def _uses_weight_decay(self, param_name):
+    if not self.weight_decay_rate:
+      return False
+    return not any(re.search(pattern, param_name) for pattern in self.exclude_from_weight_decay)
+
+  def _update_count(self, global_step):
+    """The update count t the direction needs, or None."""
+    del global_step
+    return None
+
+  def _direction(self, next_m, next_v, update_count):
+    raise NotImplementedError
+
+  def _update_scale(self, var, update):
+    del var, update
+    return 1.0
+
+  # The base class's slot machinery is used for slot creation; these abstract hooks of
+  # tf.compat.v1.train.Optimizer are never called because apply_gradients is overridden.
+  def _apply_dense(self, grad, var):
+    raise NotImplementedError("use apply_gradients")
+
+  def _resource_apply_dense(self, grad, handle):
+    raise NotImplementedError("use apply_gradients")
+
+  def _apply_sparse(self, grad, var):
+    raise NotImplementedError("use apply_gradients")
+
+  def _resource_apply_sparse(self, grad, handle, indices):
+    raise NotImplementedError("use apply_gradients")
+
+
+class AdamWeightDecayOptimizer(_AdamFamilyOptimizer):
+  """Adam with decoupled weight decay and no bias correction, as in the original BERT."""
+
+  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999,
+               epsilon=1e-6, exclude_from_weight_decay=None, name="AdamWeightDecayOptimizer"):
+    """Args: learning rate, decoupled weight decay rate, Adam betas and epsilon, regexes of
+    variable names that get no weight decay, and the optimizer's name."""
+    super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2, epsilon,
+                     exclude_from_weight_decay, name)
+
+  def _direction(self, next_m, next_v, update_count):
+    return next_m / (tf.sqrt(next_v) + self.epsilon)
+
+
+class LAMBOptimizer(_AdamFamilyOptimizer):
+  """LAMB (You et al., 2019): bias-corrected Adam direction plus weight decay, scaled per tensor by
+  the trust ratio ||w|| / ||update|| (1.0 when either norm is 0).
+
+  The update count t for the bias correction is read from `global_step`, which the caller must
+  have incremented for this update (t >= 1; t = 0 would divide by 1 - beta^0 = 0).
+  """
+
+  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999,
+               epsilon=1e-6, exclude_from_weight_decay=None, name="LAMBOptimizer"):
+    """Args as `AdamWeightDecayOptimizer`; weight decay skips the excluded names but the trust
+    ratio applies to every variable."""
+    super().__init__(learning_rate, weight_decay_rate, beta_1, beta_2, epsilon,
+                     exclude_from_weight_decay, name)
+
+  def _update_count(self, global_step):
+    if global_step is None:
+      raise ValueError("LAMBOptimizer.apply_gradients needs global_step: it reads the update "
+                       "count for its bias correction")
+    t = tf.cast(tf.convert_to_tensor(global_step), tf.float32)
+    check = tf.debugging.assert_greater_equal(
+        t, 1.0, message="LAMB read global_step < 1: increment the step before applying")
+    with tf.control_dependencies([check]):
+      return tf.identity(t)
+
+  def _direction(self, next_m, next_v, update_count):
+    m_hat = next_m / (1.0 - tf.pow(self.beta_1, update_count))
+    v_hat = next_v / (1.0 - tf.pow(self.beta_2, update_count))
+    return m_hat / (tf.sqrt(v_hat) + self.epsilon)
+
+  def _update_scale(self, var, update):
+    w_norm = tf.norm(var)
+    u_norm = tf.norm(update)
+    both_positive = tf.logical_and(w_norm > 0.0, u_norm > 0.0)
+    safe_u_norm = tf.where(both_positive, u_norm, 1.0)
+    return tf.where(both_positive, w_norm / safe_u_norm, 1.0)
+
+
+def make_optimizer(optimizer_type, learning_rate):
+  """The BERT recipe's optimizer of `optimizer_type` ("adam" or "lamb") at `learning_rate`."""
+  cls = {"adam": AdamWeightDecayOptimizer, "lamb": LAMBOptimizer}.get(optimizer_type)
+  if cls is None:
+    raise ValueError("optimizer_type must be one of %s, got %r" % (OPTIMIZER_TYPES, optimizer_type))
+  return cls(learning_rate=learning_rate, weight_decay_rate=WEIGHT_DECAY_RATE, beta_1=BETA_1,
+             beta_2=BETA_2, epsilon=EPSILON,
+             exclude_from_weight_decay=list(EXCLUDE_FROM_WEIGHT_DECAY))
+
+
+def drop_none_gradients(grads_and_vars):
+  """Removes variables without a gradient, warning with their names.
+
+  Args:
+    grads_and_vars: list of (gradient or None, variable).
+
+  Returns:
+    The list without the None entries.
+
+  Raises:
+    ValueError: naming the variables, when no gradient is left.
+  """
+  kept = [(g, v) for g, v in grads_and_vars if g is not None]
+  dropped = [v.op.name for g, v in grads_and_vars if g is None]
+  if not kept:
+    raise ValueError("the loss has no gradient with respect to any trainable variable: %s"
+                     % ", ".join(dropped))
+  if dropped:
+    logging.warning("no gradient for %d variable(s), they will not be trained: %s",
+                    len(dropped), ", ".join(dropped))
+  return kept
+
+
+def _allreduce_average(hvd, tensors, dtype):
+  """Horovod allreduce (Average) of every tensor, communicated in `dtype`, returned as fp32."""
+  reduced = []
+  for tensor in tensors:
+    out = hvd.allreduce(tf.cast(tensor, dtype), op=hvd.Average)
+    reduced.append(tf.cast(out, tf.float32))
+  return reduced
+
+
+def _accumulate(grads, tvars, num_accumulation_steps):
+  """Adds this micro-step's gradients to fp32 accumulators.
+
+  Args:
+    grads: list of dense fp32 gradients.
+    tvars: the variables, for the accumulator names `<var>/accum`.
+    num_accumulation_steps: micro-steps per update N.
+
+  Returns:
+    (is_update, accumulated, accumulate_op): a bool scalar, True on the micro-step that completes
+    a cycle; the accumulated values after this micro-step (the tensors written to `<var>/accum`,
+    so readers depend on them by data, not by a control edge); and the op writing them and the
+    counter. The counter `local_step` runs 1, 2, ..., N - 1, 0: it is 0 after the micro-step that
+    completes a cycle.
+  """
+  with tf.init_scope():
+    local_step = _tf1.get_variable("local_step", shape=[], dtype=tf.int32, trainable=False,
+                                   initializer=_tf1.zeros_initializer())
+    accumulators = [
+        _tf1.get_variable(var.op.name + "/accum", shape=var.shape, dtype=tf.float32,
+                          trainable=False, initializer=_tf1.zeros_initializer())
+        for var in tvars]
+  current = local_step.read_value()
+  # The first micro-step of a cycle overwrites, so no separate zeroing pass (and no NaN left
+  # over from a skipped non-finite update can leak into the next cycle).
+  starts_cycle = tf.equal(current, 0)
+  accumulated = [tf.where(starts_cycle, grad, acc.read_value() + grad)
+                 for acc, grad in zip(accumulators, grads)]
+  next_step = tf.math.floormod(current + 1, num_accumulation_steps)
+  writes = [acc.assign(value, read_value=False) for acc, value in zip(accumulators, accumulated)]
+  writes.append(local_step.assign(next_step, read_value=False))
+  return tf.equal(next_step, 0), accumulated, tf.group(*writes)
+
+
+def _validate_create_optimizer(num_accumulation_steps, init_loss_scale, use_tpu, hvd):
+  if not isinstance(num_accumulation_steps, int) or num_accumulation_steps < 1:
+    raise ValueError("num_accumulation_steps must be an integer >= 1, got %r"
+                     % (num_accumulation_steps,))
+  if not init_loss_scale > 0:
+    raise ValueError("init_loss_scale must be positive, got %r" % (init_loss_scale,))
+  if use_tpu and num_accumulation_steps > 1:
+    raise ValueError("use_tpu with num_accumulation_steps > 1 is not supported: TPU runs "
+                     "accumulate through a larger per-core batch instead")
+  if use_tpu and hvd is not None:
+    raise ValueError("use_tpu and Horovod cannot be combined: the TPU optimizer reduces "
+                     "gradients across cores itself")
+
+
+def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
+                     manual_fp16=False, use_fp16=False, num_accumulation_steps=1,
+                     optimizer_type="adam", allreduce_post_accumulation=False,
+                     init_loss_scale=2**32, use_tpu=False,
+                     loss_scale_increment_period=LOSS_SCALE_INCREMENT_PERIOD):
+  """Builds the training op: one micro-step, and an optimizer update every N micro-steps.
+
+  Args:
+    loss: float scalar Tensor, the mean loss of this worker's micro-batch.
+    init_lr: effective peak learning rate (per-worker rate x number of workers).
+    num_train_steps: total optimizer updates (the LR schedule counts updates).
+    num_warmup_steps: warmup updates.
+    hvd: the `horovod.tensorflow` module when running under Horovod, else None.
+    manual_fp16: the model computes in fp16: dynamic loss scaling, fp16 allreduce.
+    use_fp16: automatic mixed precision (a session-config rewrite): as manual_fp16 on a GPU; on a
+      machine without a GPU the rewrite does nothing, so training stays fp32.
+    num_accumulation_steps: micro-steps per update N.
+    optimizer_type: "adam" (AdamWeightDecay) or "lamb".
+    allreduce_post_accumulation: allreduce once per update instead of once per micro-step.
+    init_loss_scale: initial dynamic loss scale.
+    use_tpu: wrap the optimizer in CrossShardOptimizer (no Horovod, no accumulation).
+    loss_scale_increment_period: finite updates after which the loss scale doubles.
+
+  Returns:
+    The train op. Named tensors: `learning_rate` (the rate of this step's update),
+    `step_update` (global step after this step), `update_step` (bool, with N > 1: this micro-step
+    completed a cycle) and `loss_scale` (with loss scaling: the scale this step's loss used).
+
+  Raises:
+    ValueError: for invalid arguments or a loss without gradients.
+  """
+  _validate_create_optimizer(num_accumulation_steps, init_loss_scale, use_tpu, hvd)
+  global_step = _tf1.train.get_or_create_global_step()
+  # The one read of the step before this update: the LR and the increment are both computed from
+  # it, so the increment cannot be reordered before the LR read (a data edge, which graph
+  # rewrites preserve; a bare control edge into a functional cond was seen to be dropped).
+  step_before = global_step.read_value()
+  learning_rate = tf.identity(
+      learning_rate_schedule(step_before, init_lr, num_train_steps, num_warmup_steps,
+                             optimizer_type),
+      name="learning_rate")
+  optimizer = make_optimizer(optimizer_type, learning_rate)
+  compute_gradients = optimizer.compute_gradients
+  if use_tpu:
+    # The wrapper's compute_gradients scales by 1 / num_shards (MEAN). Its apply_gradients would
+    # sum across cores inside our finiteness cond, where cores could disagree and deadlock, so
+    # the cross-core sum runs here, before the check, like every other reduction.
+    cross_shard = _tf1.tpu.CrossShardOptimizer(optimizer, reduction=_tf1.losses.Reduction.MEAN)
+    compute_gradients = cross_shard.compute_gradients
+
+  amp_active = False
+  if use_fp16:
+    amp_active = gpu_environment.local_gpu_count() > 0
+    if not amp_active:
+      logging.warning("automatic mixed precision has no effect without a GPU: training in fp32")
+  reduced_precision = manual_fp16 or amp_active
+  loss_scaler = None
+  loss_scale = tf.constant(1.0)
+  if reduced_precision:
+    loss_scaler = _tf1.mixed_precision.DynamicLossScale(
+        initial_loss_scale=init_loss_scale, increment_period=loss_scale_increment_period,
+        multiplier=LOSS_SCALE_MULTIPLIER)
+    loss_scale = tf.identity(loss_scaler(), name="loss_scale")
+  allreduce_dtype = tf.float16 if reduced_precision else tf.float32
+
+  reduce_gradients = None
+  if use_tpu:
+    reduce_gradients = lambda grads: [_tf1.tpu.cross_replica_sum(g) for g in grads]
+  elif hvd is not None:
+    reduce_gradients = lambda grads: _allreduce_average(hvd, grads, allreduce_dtype)
+
+  tvars = _tf1.trainable_variables()
+  scaled_loss = tf.cast(loss, tf.float32) * (loss_scale / float(num_accumulation_steps))
+  grads_and_vars = compute_gradients(scaled_loss, var_list=tvars,
+                                     gate_gradients=_tf1.train.Optimizer.GATE_NONE)
+  grads_and_vars = drop_none_gradients(grads_and_vars)
+  tvars = [var for _, var in grads_and_vars]
+  grads = [tf.cast(tf.convert_to_tensor(grad), tf.float32) for grad, _ in grads_and_vars]
+  optimizer.create_slots(tvars)
+
+  if reduce_gradients is not None and not allreduce_post_accumulation:
+    grads = reduce_gradients(grads)
+
+  def finish_update(update_grads):
+    """Post-accumulation allreduce, unscale, check, clip, increment, apply.
+
+    Returns the global step after this update (unchanged when the update was skipped)."""
+    if reduce_gradients is not None and allreduce_post_accumulation:
+      update_grads = reduce_gradients(update_grads)
+    update_grads = [grad / loss_scale for grad in update_grads]
+    all_finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in update_grads])
+    side_effects = []
+    if loss_scaler is not None:
+      scale_update, _ = loss_scaler.update(update_grads)
+      side_effects.append(scale_update)
+
+    def apply_update():
+      clipped, _ = tf.clip_by_global_norm(update_grads, clip_norm=CLIP_NORM)
+      # Update k used the LR of step k - 1 (computed from step_before); the optimizer reads the
+      # step after the increment (t = k).
+      step_after = step_before + 1
+      increment = global_step.assign(step_after, read_value=False)
+      with tf.control_dependencies([increment]):
+        apply_op = optimizer.apply_gradients(list(zip(clipped, tvars)), global_step=global_step)
+      with tf.control_dependencies([apply_op]):
+        return tf.identity(step_after)
+
+    step_after = tf.cond(all_finite, apply_update, lambda: tf.identity(step_before))
+    with tf.control_dependencies(side_effects):
+      return tf.identity(step_after)
+
+  if num_accumulation_steps == 1:
+    step_after = finish_update(grads)
+  else:
+    is_update, accumulated, accumulate_op = _accumulate(grads, tvars, num_accumulation_steps)
+    is_update = tf.identity(is_update, name="update_step")
+    with tf.control_dependencies([accumulate_op]):
+      step_after = tf.cond(is_update, lambda: finish_update(accumulated),
+                           lambda: tf.identity(step_before))
+  step_update = tf.identity(step_after, name="step_update")
+  return tf.group(step_update, name="train_op")

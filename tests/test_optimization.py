@@ -1,0 +1,448 @@
+"""optimization.py: optimizers, LR schedule, step ordering, accumulation, loss scaling, TPU wrap.
+
+Expected numbers come from numpy code written here (or from the issue's hand-computed values),
+never from the code under test. Horovod runs are in test_optimization_horovod.py.
+"""
+
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import optimization
+from tests import helpers
+
+_tf1 = tf.compat.v1
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy references
+
+def np_lamb_step(w, g, m, v, t, lr, wd, decay=True, b1=0.9, b2=0.999, eps=1e-6):
+  m = b1 * m + (1 - b1) * g
+  v = b2 * v + (1 - b2) * g * g
+  update = (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+  if decay:
+    update = update + wd * w
+  w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
+  ratio = w_norm / u_norm if (w_norm > 0 and u_norm > 0) else 1.0
+  return w - lr * ratio * update, m, v
+
+
+def np_adam_wd_step(w, g, m, v, lr, wd, decay=True, b1=0.9, b2=0.999, eps=1e-6):
+  m = b1 * m + (1 - b1) * g
+  v = b2 * v + (1 - b2) * g * g
+  update = m / (np.sqrt(v) + eps)
+  if decay:
+    update = update + wd * w
+  return w - lr * update, m, v
+
+
+def np_schedule(step, init_lr, train_steps, warmup, optimizer_type):
+  if warmup and step < warmup:
+    return init_lr * step / warmup
+  if optimizer_type == "adam":
+    start, power = init_lr / (1 - warmup / train_steps), 1.0
+  else:
+    start, power = init_lr, 0.5
+  return start * (1 - min(step, train_steps) / train_steps) ** power
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizers on their own
+
+def _run_updates(optimizer, name, w0, grad, num_updates):
+  """Applies `grad` `num_updates` times, incrementing global_step before each apply."""
+  with tf.Graph().as_default():
+    var = _tf1.get_variable(name, initializer=tf.constant(w0, tf.float32))
+    step = _tf1.train.get_or_create_global_step()
+    increment = step.assign_add(1)
+    with tf.control_dependencies([increment]):
+      train = optimizer().apply_gradients([(tf.constant(grad, tf.float32), var)],
+                                          global_step=step)
+    history = []
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      for _ in range(num_updates):
+        sess.run(train)
+        history.append(sess.run(var))
+  return history
+
+
+def _lamb(lr=1e-3, wd=0.01):
+  return lambda: optimization.LAMBOptimizer(
+      learning_rate=lr, weight_decay_rate=wd,
+      exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
+
+
+@pytest.mark.parametrize("name,w0,grad,decay", [
+    ("dense/kernel", [1.0, 2.0], [0.1, 0.1], True),
+    ("dense/bias", [1.0, 2.0], [0.1, 0.1], False),           # excluded from weight decay
+    ("dense/kernel", [1.0, 2.0], [0.0, 0.0], True),          # zero gradient: decay only
+    ("output/LayerNorm/gamma", [1.0, 2.0], [0.0, 0.0], False),  # zero update: ratio 1
+    ("dense/kernel", [0.0, 0.0], [0.1, -0.3], True),         # zero weight: ratio 1
+])
+def test_lamb_three_updates_match_numpy(name, w0, grad, decay):
+  history = _run_updates(_lamb(), name, w0, grad, 3)
+  w, m, v = np.array(w0, np.float64), np.zeros(2), np.zeros(2)
+  for t in (1, 2, 3):
+    w, m, v = np_lamb_step(w, np.array(grad, np.float64), m, v, t, 1e-3, 0.01, decay)
+    np.testing.assert_allclose(history[t - 1], w, rtol=1e-6, atol=1e-7)
+
+
+def test_lamb_first_update_hand_computed_value():
+  history = _run_updates(_lamb(), "dense/kernel", [1.0, 2.0], [0.1, 0.1], 1)
+  np.testing.assert_allclose(history[0], [0.99842667, 1.99841109], rtol=1e-7)
+
+
+def test_lamb_needs_the_step_and_refuses_step_zero():
+  with tf.Graph().as_default():
+    var = _tf1.get_variable("w", initializer=tf.constant([1.0]))
+    with pytest.raises(ValueError, match="global_step"):
+      _lamb()().apply_gradients([(tf.constant([0.1]), var)])
+    step = _tf1.train.get_or_create_global_step()
+    train = _lamb()().apply_gradients([(tf.constant([0.1]), var)], global_step=step)
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      # Reading the step before incrementing it is the NVIDIA bug (1 - beta^0 = 0 -> NaN).
+      with pytest.raises(tf.errors.InvalidArgumentError, match="increment the step"):
+        sess.run(train)
+
+
+def test_optimizer_slots_are_named_adam_m_and_adam_v():
+  with tf.Graph().as_default():
+    var = _tf1.get_variable("layer/dense/kernel", shape=[3, 2])
+    opt = optimization.LAMBOptimizer(learning_rate=0.1)
+    opt.apply_gradients([(tf.ones([3, 2]), var)],
+                        global_step=_tf1.train.get_or_create_global_step())
+    names = sorted(v.op.name for v in _tf1.global_variables())
+    assert names == ["global_step", "layer/dense/kernel", "layer/dense/kernel/adam_m",
+                     "layer/dense/kernel/adam_v"]
+    assert opt.get_slot(var, "m").op.name == "layer/dense/kernel/adam_m"
+
+
+def test_adam_weight_decay_solves_the_quadratic():
+  # The original release's test: minimise mean((x - w)^2) from w = [0.1, -0.2, -0.1].
+  with tf.Graph().as_default():
+    w = _tf1.get_variable("w", initializer=tf.constant([0.1, -0.2, -0.1]))
+    x = tf.constant([0.4, 0.2, -0.5])
+    loss = tf.reduce_mean(tf.square(x - w))
+    grads = tf.gradients(loss, [w])
+    opt = optimization.AdamWeightDecayOptimizer(learning_rate=0.2)
+    train = opt.apply_gradients(list(zip(grads, [w])))
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      for _ in range(100):
+        sess.run(train)
+      np.testing.assert_allclose(sess.run(w), [0.4, 0.2, -0.5], atol=1e-2)
+
+
+def test_adam_weight_decay_matches_numpy_without_bias_correction():
+  history = _run_updates(
+      lambda: optimization.AdamWeightDecayOptimizer(
+          learning_rate=0.01, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
+      "dense/kernel", [0.5, -1.0], [0.2, 0.05], 3)
+  w, m, v = np.array([0.5, -1.0]), np.zeros(2), np.zeros(2)
+  for t in range(3):
+    w, m, v = np_adam_wd_step(w, np.array([0.2, 0.05]), m, v, 0.01, 0.01)
+    np.testing.assert_allclose(history[t], w, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning-rate schedule
+
+@pytest.mark.parametrize("optimizer_type", ["adam", "lamb"])
+def test_learning_rate_schedule(optimizer_type):
+  init_lr, train_steps, warmup = 4e-3, 100, 10
+  steps = [0, 5, 9, 10, 11, 55, 99, 100, 150]
+  with tf.Graph().as_default():
+    step = _tf1.placeholder(tf.int64, [])
+    lr = optimization.learning_rate_schedule(step, init_lr, train_steps, warmup, optimizer_type)
+    with _tf1.Session() as sess:
+      got = [sess.run(lr, {step: s}) for s in steps]
+  expected = [np_schedule(s, init_lr, train_steps, warmup, optimizer_type) for s in steps]
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-9)
+  # Spot values by hand: warmup midpoint, end of warmup, the end.
+  assert got[1] == pytest.approx(2e-3)
+  if optimizer_type == "adam":
+    assert got[3] == pytest.approx(init_lr)              # continuous at the crossover
+    assert got[5] == pytest.approx(4e-3 / 0.9 * 0.45)    # linear decay from the adjusted start
+  else:
+    assert got[3] == pytest.approx(4e-3 * np.sqrt(0.9))  # sqrt decay from init_lr
+    assert got[5] == pytest.approx(4e-3 * np.sqrt(0.45))
+  assert got[7] == 0.0 and got[8] == 0.0
+
+
+def test_schedule_rejects_bad_values():
+  with pytest.raises(ValueError, match="num_warmup_steps"):
+    optimization.learning_rate_schedule(tf.constant(0), 1e-3, 10, 10, "adam")
+  with pytest.raises(ValueError, match="optimizer_type"):
+    optimization.learning_rate_schedule(tf.constant(0), 1e-3, 10, 1, "sgd")
+  with pytest.raises(ValueError, match="num_train_steps"):
+    optimization.learning_rate_schedule(tf.constant(0), 1e-3, 0, 0, "lamb")
+
+
+# ---------------------------------------------------------------------------------------------
+# create_optimizer on a small model
+
+def _train(batches, micro_batch, num_accumulation_steps, optimizer_type, lr=0.05,
+           loss_multiplier=1.0, **kwargs):
+  """Runs create_optimizer over `batches` (list of dicts), feeding `micro_batch` rows at a time.
+
+  Returns (weights dict, per-run records of step_update / update_step / local_step / lr).
+  """
+  with tf.Graph().as_default():
+    ids = _tf1.placeholder(tf.int32, [None])
+    x = _tf1.placeholder(tf.float32, [None, 5])
+    y = _tf1.placeholder(tf.int32, [None])
+    loss = helpers.softmax_regression_loss({"ids": ids, "x": x}, y) * loss_multiplier
+    train_op = optimization.create_optimizer(
+        loss, lr, num_train_steps=50, num_warmup_steps=0, optimizer_type=optimizer_type,
+        num_accumulation_steps=num_accumulation_steps, **kwargs)
+    graph = _tf1.get_default_graph()
+    fetch = {"step": graph.get_tensor_by_name("step_update:0"),
+             "lr": graph.get_tensor_by_name("learning_rate:0")}
+    if num_accumulation_steps > 1:
+      fetch["update"] = graph.get_tensor_by_name("update_step:0")
+      fetch["local_step"] = helpers.variable("local_step")
+    records = []
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      for batch in batches:
+        for start in range(0, len(batch["y"]), micro_batch):
+          rows = slice(start, start + micro_batch)
+          _, record = sess.run([train_op, fetch], {ids: batch["ids"][rows], x: batch["x"][rows],
+                                                   y: batch["y"][rows]})
+          record["local_step_after"] = (sess.run(fetch["local_step"])
+                                        if "local_step" in fetch else None)
+          records.append(record)
+      weights = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  return weights, records
+
+
+def _np_model_grads(weights, batch):
+  """Gradients of the mean softmax cross-entropy of helpers.softmax_regression_loss, in numpy (float64)."""
+  table, kernel, bias = (weights["emb/table"].astype(np.float64),
+                         weights["dense/kernel"].astype(np.float64),
+                         weights["dense/bias"].astype(np.float64))
+  n = len(batch["y"])
+  x = np.concatenate([table[batch["ids"]], batch["x"].astype(np.float64)], axis=1)
+  logits = x @ kernel + bias
+  p = np.exp(logits - logits.max(1, keepdims=True))
+  p /= p.sum(1, keepdims=True)
+  dlogits = p.copy()
+  dlogits[np.arange(n), batch["y"]] -= 1.0
+  dlogits /= n
+  g_kernel = x.T @ dlogits
+  g_bias = dlogits.sum(0)
+  g_x = dlogits @ kernel.T
+  g_table = np.zeros_like(table)
+  np.add.at(g_table, batch["ids"], g_x[:, :4])
+  return {"emb/table": g_table, "dense/kernel": g_kernel, "dense/bias": g_bias}
+
+
+def test_first_lamb_update_uses_step_one_and_the_lr_of_step_zero():
+  rng = np.random.RandomState(2)
+  batch = helpers.softmax_regression_data(rng, 8)
+  with tf.Graph().as_default():
+    ids = tf.constant(batch["ids"])
+    loss = helpers.softmax_regression_loss({"ids": ids, "x": tf.constant(batch["x"])}, tf.constant(batch["y"]))
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  weights, records = _train([batch], 8, 1, "lamb", lr=0.05)
+
+  # numpy: clip by global norm 1.0, then LAMB with t = 1 and the LR of step 0 (= 0.05, no warmup).
+  grads = _np_model_grads(initial, batch)
+  norm = np.sqrt(sum(np.sum(g * g) for g in grads.values()))
+  assert norm > 1.0  # the clip is active
+  for name, g in grads.items():
+    expected, _, _ = np_lamb_step(initial[name].astype(np.float64), g / norm, 0, 0, 1, 0.05,
+                                  0.01, decay=(name != "dense/bias"))
+    # The first Adam-type step divides each element by its own magnitude, so elements whose
+    # gradient is near epsilon amplify fp32 rounding; a wrong LR or step would be off by ~1e-2.
+    np.testing.assert_allclose(weights[name], expected, rtol=2e-5, atol=5e-5, err_msg=name)
+  assert records[0]["step"] == 1 and weights["global_step"] == 1
+  np.testing.assert_allclose(records[0]["lr"], 0.05)
+  assert all(np.all(np.isfinite(v)) for v in weights.values())
+
+
+def _find_if_ops(graph):
+  return [op for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+
+
+def _ancestors(op):
+  seen, stack = set(), [op]
+  while stack:
+    current = stack.pop()
+    for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+      if parent not in seen:
+        seen.add(parent)
+        stack.append(parent)
+  return seen
+
+
+def test_structure_optimizer_reads_step_after_increment():
+  with tf.Graph().as_default() as graph:
+    w = _tf1.get_variable("dense/kernel", initializer=tf.constant([1.0, 2.0]))
+    optimization.create_optimizer(tf.reduce_sum(w * w), 0.1, 10, 0, optimizer_type="lamb")
+    step_var = helpers.variable("global_step")
+    # The LR is computed from exactly one read of the step.
+    learning_rate = graph.get_tensor_by_name("learning_rate:0")
+    lr_reads = [op for op in _ancestors(learning_rate.op) if op.type == "ReadVariableOp"
+                and op.inputs[0] is step_var.handle]
+    assert len(lr_reads) == 1
+
+    (update_cond,) = _find_if_ops(graph)
+    branch = update_cond._true_graph  # pylint: disable=protected-access
+    outer_inputs = list(update_cond.inputs)[1:]  # input 0 is the predicate
+    inner_handle = branch.inputs[[i for i, t in enumerate(outer_inputs)
+                                  if t is step_var.handle][0]]
+    assigns = [op for op in branch.get_operations()
+               if op.type == "AssignVariableOp" and op.inputs[0] is inner_handle]
+    reads = [op for op in branch.get_operations()
+             if op.type == "ReadVariableOp" and op.inputs[0] is inner_handle]
+    assert len(assigns) == 1 and reads
+    for read in reads:
+      assert assigns[0] in _ancestors(read), read.name
+    # The increment writes a value computed from the same read as the LR (a data edge).
+    feeding = [outer_inputs[i] for i, t in enumerate(branch.inputs)
+               if t.op in _ancestors(assigns[0])]
+    assert any(t.op is lr_reads[0] or lr_reads[0] in _ancestors(t.op) for t in feeding)
+
+
+# Adam-type directions ignore the gradient's scale while |g| >> epsilon; a loss multiplied by 1e-7
+# puts |g| below epsilon (updates ~ g / epsilon), where a missing 1/N would show.
+@pytest.mark.parametrize("optimizer_type,loss_multiplier", [
+    ("lamb", 1.0), ("adam", 1.0), ("lamb", 1e-7), ("adam", 1e-7)])
+def test_accumulation_equals_one_big_batch_with_clipping(optimizer_type, loss_multiplier):
+  rng = np.random.RandomState(3)
+  batches = [helpers.softmax_regression_data(rng, 8) for _ in range(3)]
+  big, _ = _train(batches, 8, 1, optimizer_type, loss_multiplier=loss_multiplier)
+  accumulated, records = _train(batches, 2, 4, optimizer_type, loss_multiplier=loss_multiplier)
+  for name in ("emb/table", "dense/kernel", "dense/bias"):
+    np.testing.assert_allclose(accumulated[name], big[name], rtol=1e-5, atol=1e-6, err_msg=name)
+  assert big["global_step"] == 3 and accumulated["global_step"] == 3
+  assert [r["local_step_after"] for r in records] == [1, 2, 3, 0] * 3
+  assert [bool(r["update"]) for r in records] == [False, False, False, True] * 3
+  assert [int(r["step"]) for r in records] == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
+  # The clip was active on the first update (numpy gradient norm of the first batch > 1).
+  with tf.Graph().as_default():
+    helpers.softmax_regression_loss({"ids": tf.constant(batches[0]["ids"]), "x": tf.constant(batches[0]["x"])},
+           tf.constant(batches[0]["y"]))
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  grads = _np_model_grads(initial, batches[0])
+  if loss_multiplier == 1.0:
+    assert np.sqrt(sum(np.sum(g * g) for g in grads.values())) > 1.0
+  # The embedding (tf.gather, IndexedSlices gradient) was trained through the accumulators.
+  assert not np.allclose(accumulated["emb/table"], initial["emb/table"])
+  assert accumulated["emb/table/accum"].shape == (7, 4)
+
+
+def test_accumulators_hold_the_big_batch_gradient():
+  rng = np.random.RandomState(4)
+  batch = helpers.softmax_regression_data(rng, 8)
+  with tf.Graph().as_default():
+    helpers.softmax_regression_loss({"ids": tf.constant(batch["ids"]),
+                                     "x": tf.constant(batch["x"])}, tf.constant(batch["y"]))
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  weights, _ = _train([batch], 2, 4, "lamb")
+  # After one cycle of 4 micro-batches of 2, each accumulator holds the gradient of the mean loss
+  # over all 8 rows (each micro-step contributes its mean gradient / 4).
+  for name, grad in _np_model_grads(initial, batch).items():
+    np.testing.assert_allclose(weights[name + "/accum"], grad, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_dynamic_loss_scale_sequence_and_skipped_updates():
+  # increment period 2, start 4: finite, finite, finite, inf, finite, nan, finite, finite.
+  feeds = [1.0, 1.0, 1.0, np.inf, 1.0, np.nan, 1.0, 1.0]
+  with tf.Graph().as_default():
+    w = _tf1.get_variable("dense/kernel", initializer=tf.constant([0.5, -0.5]))
+    x = _tf1.placeholder(tf.float32, [])
+    loss = tf.reduce_sum(w * x) + tf.reduce_sum(w * w)
+    train_op = optimization.create_optimizer(
+        loss, 0.1, 100, 0, manual_fp16=True, init_loss_scale=4, optimizer_type="lamb",
+        loss_scale_increment_period=2)
+    scale_used = _tf1.get_default_graph().get_tensor_by_name("loss_scale:0")
+    step = helpers.variable("global_step")
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      scales, used, changed, steps = [], [], [], []
+      for value in feeds:
+        before = sess.run(w)
+        _, s_used = sess.run([train_op, scale_used], {x: value})
+        after = sess.run(w)
+        used.append(s_used)
+        scales.append(sess.run(helpers.variable("current_loss_scale")))
+        changed.append(not np.array_equal(before, after))
+        steps.append(sess.run(step))
+        assert np.all(np.isfinite(after))
+  assert scales == [4, 8, 8, 4, 4, 2, 2, 4]
+  assert used == [4, 4, 8, 8, 4, 4, 2, 2]
+  assert changed == [True, True, True, False, True, False, True, True]
+  assert steps == [1, 2, 3, 3, 4, 4, 5, 6]
+
+
+def test_none_gradients_are_warned_by_name(caplog):
+  with tf.Graph().as_default():
+    used = _tf1.get_variable("used/kernel", initializer=tf.constant([1.0]))
+    _tf1.get_variable("unused/kernel", initializer=tf.constant([1.0]))
+    _tf1.get_variable("also_unused/bias", initializer=tf.constant([1.0]))
+    with caplog.at_level(logging.WARNING):
+      optimization.create_optimizer(tf.reduce_sum(used * used), 0.1, 10, 1)
+  messages = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+  named = set(messages.split(": ")[-1].split(", "))
+  assert named == {"unused/kernel", "also_unused/bias"}
+
+
+def test_all_none_gradients_raise_naming_variables():
+  with tf.Graph().as_default():
+    _tf1.get_variable("a/kernel", initializer=tf.constant([1.0]))
+    _tf1.get_variable("b/kernel", initializer=tf.constant([1.0]))
+    with pytest.raises(ValueError, match="a/kernel.*b/kernel"):
+      optimization.create_optimizer(tf.constant(1.0) * 2.0, 0.1, 10, 1)
+
+
+def test_invalid_arguments():
+  with tf.Graph().as_default():
+    w = _tf1.get_variable("w", initializer=tf.constant([1.0]))
+    loss = tf.reduce_sum(w)
+    with pytest.raises(ValueError, match="num_accumulation_steps"):
+      optimization.create_optimizer(loss, 0.1, 10, 1, num_accumulation_steps=0)
+    with pytest.raises(ValueError, match="optimizer_type"):
+      optimization.create_optimizer(loss, 0.1, 10, 1, optimizer_type="sgd")
+    with pytest.raises(ValueError, match="use_tpu.*num_accumulation_steps"):
+      optimization.create_optimizer(loss, 0.1, 10, 1, use_tpu=True, num_accumulation_steps=2)
+
+
+def test_amp_without_gpu_trains_in_fp32(caplog):
+  with tf.Graph().as_default() as graph:
+    w = _tf1.get_variable("w", initializer=tf.constant([1.0]))
+    with caplog.at_level(logging.WARNING):
+      optimization.create_optimizer(tf.reduce_sum(w * w), 0.1, 10, 1, use_fp16=True)
+    # No loss scaling and no fp16 anywhere in the graph.
+    assert "loss_scale" not in [op.name for op in graph.get_operations()]
+    assert not any(t.dtype == tf.float16 for op in graph.get_operations() for t in op.outputs)
+  assert any("no effect without a GPU" in r.getMessage() for r in caplog.records)
+
+
+def test_use_tpu_wraps_in_cross_shard_optimizer():
+  with tf.Graph().as_default() as graph:
+    w = _tf1.get_variable("dense/kernel", initializer=tf.constant([1.0, 2.0]))
+    train_op = optimization.create_optimizer(tf.reduce_sum(w * w), 0.1, 10, 1,
+                                             optimizer_type="lamb", use_tpu=True)
+    sums = [op for op in graph.get_operations() if op.type == "CrossReplicaSum"]
+    # One cross-core sum per gradient, before the finiteness check (outside the update cond).
+    assert len(sums) == 1
+    (update_cond,) = _find_if_ops(graph)
+    assert sums[0] in _ancestors(update_cond)
+    # The op has no CPU kernel, so the graph cannot even be placed here: it needs a TPU.
+    with _tf1.Session() as sess:
+      with pytest.raises(tf.errors.OpError, match="CrossReplicaSum"):
+        sess.run(_tf1.global_variables_initializer())
+        sess.run(train_op)

@@ -1,0 +1,71 @@
+"""The training step under Horovod, with real processes (horovodrun --gloo, 2 workers).
+
+2 workers x batch B must give the same weights as 1 process x batch 2B for both allreduce modes
+and with accumulation; an inf gradient on one worker must leave both workers unchanged and halve
+both loss scales; the fp16 allreduce path must run.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(REPO_ROOT, "tests", "workers", "optimizer_worker.py")
+HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+CONFIGS = ["n1_per_step", "n1_post", "n2_per_step", "n2_post", "n2_per_step_tiny",
+           "n2_post_tiny"]
+VARIABLES = ["emb/table", "dense/kernel", "dense/bias"]
+
+
+def _run(args, timeout):
+  proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+  return proc
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+  out = tmp_path_factory.mktemp("optimizer_horovod")
+  _run([sys.executable, WORKER, "--out", str(out), "--global_workers", "2"], timeout=300)
+  _run([HOROVODRUN, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, WORKER,
+        "--out", str(out), "--horovod"], timeout=300)
+  return {name: dict(np.load(out / (name + ".npz")))
+          for name in ("single", "rank0", "rank1")}
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_two_workers_equal_one_process_with_double_batch(results, config):
+  single, rank0, rank1 = results["single"], results["rank0"], results["rank1"]
+  assert int(rank0["size"]) == 2
+  for var in VARIABLES:
+    key = "%s/%s" % (config, var)
+    np.testing.assert_array_equal(rank0[key], rank1[key], err_msg=key)
+    np.testing.assert_allclose(rank0[key], single[key], rtol=1e-5, atol=1e-6, err_msg=key)
+  assert rank0[config + "/global_step"] == single[config + "/global_step"] == 3
+
+
+def test_training_moved_the_weights(results):
+  # Guards the equivalence test against a run where nothing was applied anywhere.
+  initial_bias = np.zeros(3)
+  for config in CONFIGS:
+    assert not np.allclose(results["single"][config + "/dense/bias"], initial_bias)
+
+
+@pytest.mark.parametrize("tag", ["inf_per_step", "inf_post"])
+def test_inf_on_one_worker_skips_the_update_everywhere(results, tag):
+  for rank in ("rank0", "rank1"):
+    changed, steps, scales = results[rank][tag + "/history"].T
+    assert list(changed) == [1.0, 0.0, 1.0], rank
+    assert list(steps) == [1.0, 1.0, 2.0], rank
+    assert list(scales) == [1024.0, 512.0, 512.0], rank
+  for var in VARIABLES:
+    key = "%s/%s" % (tag, var)
+    np.testing.assert_array_equal(results["rank0"][key], results["rank1"][key])
+
+
+def test_fp16_training_allreduces_in_fp16(results):
+  for tag in ("inf_per_step", "inf_post"):
+    assert list(results["rank0"][tag + "/allreduce_dtypes"]) == ["float16"]
