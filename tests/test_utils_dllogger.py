@@ -1,0 +1,198 @@
+"""utils/dllogger_setup.py: `DLLL {json}` lines, stdout lines, rank 0 only, the real package."""
+
+import datetime
+import json
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from utils import dllogger_setup
+
+
+def scripted_now(*seconds):
+  """A `now` function returning start + each of `seconds` in turn (first call: the start)."""
+  start = datetime.datetime(2024, 3, 1, 12, 0, 0, 250000)
+  values = [start] + [start + datetime.timedelta(seconds=s) for s in seconds]
+  return lambda: values.pop(0), values[1:]
+
+
+def test_builtin_lines_are_dllogger_json(tmp_path):
+  log_path = tmp_path / "sub" / "dllogger.json"
+  now, stamps = scripted_now(1.5, 2.25, 10.0)
+  logger = dllogger_setup.RunLogger(str(log_path), backend="builtin", stdout=False, now=now)
+  assert logger.enabled and logger.backend_name == "builtin"
+  logger.log(step=1, data={"total_loss": np.float32(7.5), "throughput_train": 99.25})
+  logger.log(step=np.int64(20), data={"learning_rate": 1e-4, "loss_scaler": np.float32(32768)})
+  logger.log(step=dllogger_setup.SUMMARY_STEP, data={"throughput_train": 101.5,
+                                                     "update_steps": np.int32(20),
+                                                     "fp16": np.bool_(True), "note": None})
+  logger.close()
+
+  lines = log_path.read_text().splitlines()
+  assert len(lines) == 3
+  records = []
+  for line in lines:
+    assert line.startswith("DLLL {")
+    records.append(json.loads(line[len("DLLL "):]))
+  for record, stamp, elapsed in zip(records, stamps, (1.5, 2.25, 10.0)):
+    assert list(record) == ["timestamp", "datetime", "elapsedtime", "type", "step", "data"]
+    assert record["type"] == "LOG"
+    assert float(record["timestamp"]) == pytest.approx(stamp.timestamp())
+    assert record["datetime"] == "2024-03-01 12:00:%09.6f" % (0.25 + elapsed)
+    assert float(record["elapsedtime"]) == pytest.approx(elapsed)
+  assert [r["step"] for r in records] == [1, 20, []]
+  assert records[0]["data"] == {"total_loss": 7.5, "throughput_train": 99.25}
+  assert records[1]["data"] == {"learning_rate": 1e-4, "loss_scaler": 32768.0}
+  assert records[2]["data"] == {"throughput_train": 101.5, "update_steps": 20, "fp16": True,
+                                "note": None}
+  assert records[2]["data"]["fp16"] is True
+
+
+def test_stdout_line_is_readable(capsys):
+  logger = dllogger_setup.RunLogger(None, backend="builtin")
+  logger.log(step=3, data={"total_loss": 7.123456789, "learning_rate": 0.0001})
+  logger.log(step=(), data={"throughput_train": 12.5})
+  out = capsys.readouterr().out.splitlines()
+  assert len(out) == 2
+  assert out[0].startswith("DLL 2")
+  assert out[0].endswith(" - 3 total_loss : 7.12346 learning_rate : 0.0001")
+  assert out[1].endswith(" - summary throughput_train : 12.5")
+
+
+def test_other_ranks_never_open_the_file(tmp_path, capsys):
+  log_path = tmp_path / "never" / "dllogger.json"
+  logger = dllogger_setup.RunLogger(str(log_path), rank=1, backend="builtin")
+  assert not logger.enabled and logger.backend_name is None
+  logger.log(step=1, data={"total_loss": 1.0})
+  logger.flush()
+  logger.close()
+  assert not log_path.parent.exists()
+  assert capsys.readouterr().out == ""
+
+
+def test_append_keeps_earlier_lines(tmp_path):
+  log_path = str(tmp_path / "dllogger.json")
+  with dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False) as logger:
+    logger.log(step=1, data={"a": 1})
+  with dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False, append=True) as logger:
+    logger.log(step=2, data={"a": 2})
+  steps = [dllogger_setup.parse_log_line(line)["step"] for line in open(log_path)]
+  assert steps == [1, 2]
+
+
+def test_bad_input_is_rejected_with_a_clear_error(tmp_path):
+  logger = dllogger_setup.RunLogger(str(tmp_path / "log.json"), backend="builtin", stdout=False)
+  with pytest.raises(ValueError, match="step"):
+    logger.log(step=1.5, data={"a": 1})
+  with pytest.raises(ValueError, match="'weights'"):
+    logger.log(step=1, data={"weights": np.zeros(3)})
+  with pytest.raises(ValueError, match="dict"):
+    logger.log(step=1, data=[("a", 1)])
+  logger.close()
+  with pytest.raises(ValueError, match="closed"):
+    logger.log(step=1, data={"a": 1})
+  with pytest.raises(ValueError, match="is a directory"):
+    dllogger_setup.RunLogger(str(tmp_path), backend="builtin")
+  with pytest.raises(ValueError, match="backend"):
+    dllogger_setup.RunLogger(None, backend="tensorboard")
+  with pytest.raises(ValueError, match="rank"):
+    dllogger_setup.RunLogger(None, rank=-1)
+
+
+def test_parse_log_line():
+  assert dllogger_setup.parse_log_line('DLLL {"step": 1}\n') == {"step": 1}
+  assert dllogger_setup.parse_log_line("DLL 2024 - 1 a : 1") is None
+  assert dllogger_setup.parse_log_line("DLLL {broken") is None
+
+
+FAKE_DLLOGGER = textwrap.dedent('''
+    """Stand-in with the public API of NVIDIA's dllogger package, recording how it is driven."""
+    import json
+    calls = []
+
+    class Verbosity:
+      OFF = -1
+      DEFAULT = 0
+      VERBOSE = 1
+
+    class JSONStreamBackend:
+      def __init__(self, verbosity, filename, append=False):
+        calls.append(("json", verbosity, filename, append))
+        self.verbosity = verbosity
+        self.file = open(filename, "a" if append else "w")
+      def log(self, timestamp, elapsedtime, step, data):
+        self.file.write("DLLL " + json.dumps({"type": "LOG", "step": step, "data": data}) + "\\n")
+      def flush(self):
+        self.file.flush()
+
+    class StdOutBackend:
+      def __init__(self, verbosity, step_format=str, metric_format=None):
+        calls.append(("stdout", verbosity))
+        self.verbosity = verbosity
+        self.step_format = step_format
+        self.metric_format = metric_format
+      def log(self, timestamp, elapsedtime, step, data):
+        print("FAKE " + self.step_format(step) + " " +
+              " ".join(self.metric_format(k, {}, v) for k, v in data.items()))
+      def flush(self):
+        pass
+
+    class Logger:
+      def __init__(self, backends):
+        self.backends = backends
+      def log(self, step, data, verbosity=1):
+        calls.append(("log", step, dict(data), verbosity))
+        for backend in self.backends:
+          if backend.verbosity >= verbosity:
+            backend.log(None, 0.0, step, data)
+      def flush(self):
+        calls.append(("flush",))
+        for backend in self.backends:
+          backend.flush()
+''')
+
+
+@pytest.fixture
+def fake_dllogger(tmp_path, monkeypatch):
+  package = tmp_path / "fake_site" / "dllogger"
+  package.mkdir(parents=True)
+  (package / "__init__.py").write_text(FAKE_DLLOGGER)
+  monkeypatch.syspath_prepend(str(package.parent))
+  sys.modules.pop("dllogger", None)
+  import dllogger  # pylint: disable=import-outside-toplevel
+  yield dllogger
+  sys.modules.pop("dllogger", None)
+
+
+def test_uses_the_dllogger_package_when_importable(tmp_path, fake_dllogger, capsys):
+  log_path = str(tmp_path / "dllogger.json")
+  logger = dllogger_setup.RunLogger(log_path)
+  assert logger.backend_name == "dllogger"
+  logger.log(step=5, data={"total_loss": np.float32(2.5)})
+  logger.log(step=(), data={"throughput_train": 10.0})
+  logger.close()
+  calls = fake_dllogger.calls
+  assert calls[0] == ("json", 1, log_path, False)
+  assert calls[1] == ("stdout", 0)
+  assert calls[2] == ("log", 5, {"total_loss": 2.5}, 0)
+  assert calls[3] == ("log", (), {"throughput_train": 10.0}, 0)
+  assert type(calls[2][2]["total_loss"]) is float  # numpy scalars converted before json
+  records = [dllogger_setup.parse_log_line(line) for line in open(log_path)]
+  assert [r["step"] for r in records] == [5, []]
+  out = capsys.readouterr().out.splitlines()
+  assert out == ["FAKE 5 total_loss : 2.5", "FAKE summary throughput_train : 10"]
+
+
+def test_builtin_backend_is_used_when_asked_even_with_the_package(tmp_path, fake_dllogger):
+  logger = dllogger_setup.RunLogger(str(tmp_path / "log.json"), backend="builtin")
+  assert logger.backend_name == "builtin"
+  assert fake_dllogger.calls == []
+
+
+def test_dllogger_backend_required_but_missing(monkeypatch):
+  monkeypatch.setitem(sys.modules, "dllogger", None)  # makes `import dllogger` fail
+  with pytest.raises(ImportError, match="dllogger package is not installed"):
+    dllogger_setup.RunLogger(None, backend="dllogger")
+  assert dllogger_setup.RunLogger(None, backend="auto").backend_name == "builtin"

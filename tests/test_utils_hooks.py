@@ -1,0 +1,383 @@
+"""utils/hooks.py: the training log hook, the eval timing hook and the weight-sync switch.
+
+The training log hook runs inside a real `MonitoredSession` on a small graph that has the named
+tensors of SPEC section 5: the losses, learning rate and loss scale are fed per micro-step, the
+global step and `update_step` come from real accumulation-counter variables. A scripted clock gives
+every micro-step a known duration; the expected log lines are computed here from those numbers.
+"""
+
+import ast
+import inspect
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from utils import dllogger_setup
+from utils import hooks
+
+_tf1 = tf.compat.v1
+FED_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "loss_scale")
+
+
+class ScriptedClock(object):
+  """A clock that returns pre-computed times, one per call."""
+
+  def __init__(self, times):
+    self._times = list(times)
+    self.calls = 0
+
+  def __call__(self):
+    value = self._times[self.calls]
+    self.calls += 1
+    return value
+
+
+def clock_for(durations, gap=0.25):
+  """Times for before_run/after_run pairs so that micro-step i lasts durations[i]."""
+  times = []
+  now = 1000.0
+  for duration in durations:
+    times += [now, now + duration]
+    now += duration + gap  # time between runs is not part of any step
+  return ScriptedClock(times)
+
+
+def build_graph(num_accumulation_steps, initial_global_step=0, with_update_step=True,
+                omit=()):
+  """A train graph with the SPEC section 5 tensors; returns (train_op, placeholders)."""
+  placeholders = {}
+  for name in FED_TENSORS:
+    if name in omit:
+      continue
+    placeholders[name] = _tf1.placeholder(tf.float32, [], name=name + "_value")
+    tf.identity(placeholders[name], name=name)
+  global_step = _tf1.get_variable(
+      "global_step", [], tf.int64, initializer=_tf1.constant_initializer(initial_global_step),
+      trainable=False,
+      collections=[_tf1.GraphKeys.GLOBAL_VARIABLES, _tf1.GraphKeys.GLOBAL_STEP])
+  local_step = _tf1.get_variable("local_step", [], tf.int64, initializer=_tf1.zeros_initializer(),
+                                 trainable=False)
+  new_local_step = local_step.assign_add(1)
+  update = tf.equal(new_local_step % num_accumulation_steps, 0)
+  new_global_step = global_step.assign_add(tf.cast(update, tf.int64))
+  tf.identity(new_global_step, name="step_update")
+  if with_update_step:
+    tf.identity(update, name="update_step")
+  return tf.group(new_global_step), placeholders
+
+
+def run_micro_steps(hook, train_op, placeholders, feeds):
+  """Runs one MonitoredSession run per dict of `feeds` (name -> value); closes the session."""
+  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+    for feed in feeds:
+      session.run(train_op, feed_dict={placeholders[k]: v for k, v in feed.items()
+                                       if k in placeholders})
+
+
+def read_records(path):
+  """The decoded `DLLL` lines of a log file (every line must be one)."""
+  with open(path) as f:
+    lines = f.read().splitlines()
+  records = []
+  for line in lines:
+    assert line.startswith("DLLL "), line
+    records.append(json.loads(line[len("DLLL "):]))
+  return records
+
+
+def random_feeds(rng, count):
+  """Per-micro-step values of the fed tensors."""
+  return [{"total_loss": float(rng.uniform(5, 9)), "mlm_loss": float(rng.uniform(4, 8)),
+           "nsp_loss": float(rng.uniform(0.3, 0.9)),
+           "learning_rate": float(rng.uniform(1e-5, 1e-3)),
+           "loss_scale": float(2 ** rng.randint(10, 16))} for _ in range(count)]
+
+
+def expected_lines(feeds, durations, accumulation, global_batch, display, first_step=0,
+                   fp16=False):
+  """Expected per-update log data, computed from the fed values and the scripted durations."""
+  lines = []
+  updates = len(feeds) // accumulation
+  for k in range(1, updates + 1):
+    micro = range((k - 1) * accumulation, k * accumulation)
+    step = first_step + k
+    if not (k == 1 or step % display == 0):
+      continue
+    last = feeds[micro[-1]]
+    data = {
+        "throughput_train": global_batch / sum(durations[i] for i in micro),
+        "mlm_loss": last["mlm_loss"],
+        "nsp_loss": last["nsp_loss"],
+        "total_loss": last["total_loss"],
+        "avg_loss_step": float(np.mean([feeds[i]["total_loss"] for i in micro])),
+        "learning_rate": last["learning_rate"],
+    }
+    if fp16:
+      data["loss_scaler"] = last["loss_scale"]
+    lines.append((step, data))
+  return lines
+
+
+def assert_data_close(got, expected):
+  assert list(got) == list(expected), (list(got), list(expected))
+  for key, value in expected.items():
+    assert got[key] == pytest.approx(value, rel=1e-6), key
+
+
+def test_training_hook_without_accumulation_logs_each_update(graph, tmp_path):
+  rng = np.random.RandomState(0)
+  num_updates, global_batch = 9, 16
+  feeds = random_feeds(rng, num_updates)
+  durations = [3.0, 2.0, 1.5] + list(rng.uniform(0.2, 0.4, num_updates - 3))
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch, num_accumulation_steps=1,
+                               display_loss_steps=1, clock=clock_for(durations))
+  train_op, placeholders = build_graph(1, with_update_step=False, omit=("loss_scale",))
+  run_micro_steps(hook, train_op, placeholders, feeds)
+  logger.close()
+
+  records = read_records(log_path)
+  expected = expected_lines(feeds, durations, 1, global_batch, display=1)
+  assert [r["step"] for r in records] == [s for s, _ in expected] + [[]]
+  for record, (_, data) in zip(records, expected):
+    assert record["type"] == "LOG"
+    assert_data_close(record["data"], data)
+  summary = records[-1]["data"]
+  steady = durations[6:]  # the first 6 updates are warm-up
+  assert summary["throughput_train"] == pytest.approx(global_batch * len(steady) / sum(steady))
+  assert summary["update_steps"] == num_updates
+  assert summary["steady_update_steps"] == len(steady)
+  assert summary["total_time"] == pytest.approx(sum(durations))
+  assert summary["steady_time"] == pytest.approx(sum(steady))
+  assert hook.update_times == pytest.approx(durations)
+
+
+def test_training_hook_with_accumulation_and_fp16(graph, tmp_path):
+  rng = np.random.RandomState(1)
+  accumulation, num_updates, display = 3, 8, 2
+  global_batch = 4 * accumulation * 2
+  feeds = random_feeds(rng, accumulation * num_updates)
+  durations = list(rng.uniform(0.1, 0.5, len(feeds)))
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch,
+                               num_accumulation_steps=accumulation, display_loss_steps=display,
+                               use_fp16=True, clock=clock_for(durations))
+  train_op, placeholders = build_graph(accumulation)
+  run_micro_steps(hook, train_op, placeholders, feeds)
+
+  records = read_records(log_path)
+  expected = expected_lines(feeds, durations, accumulation, global_batch, display, fp16=True)
+  assert [s for s, _ in expected] == [1, 2, 4, 6, 8]
+  assert [r["step"] for r in records] == [1, 2, 4, 6, 8, []]
+  for record, (_, data) in zip(records, expected):
+    assert_data_close(record["data"], data)
+  update_times = [sum(durations[i:i + accumulation]) for i in range(0, len(feeds), accumulation)]
+  steady = update_times[6:]
+  assert records[-1]["data"]["throughput_train"] == pytest.approx(
+      global_batch * len(steady) / sum(steady))
+
+
+def test_training_hook_counts_updates_without_update_step_tensor(graph, tmp_path):
+  rng = np.random.RandomState(2)
+  feeds = random_feeds(rng, 8)
+  durations = list(rng.uniform(0.1, 0.5, 8))
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
+                               clock=clock_for(durations))
+  train_op, placeholders = build_graph(2, with_update_step=False, omit=("loss_scale",))
+  run_micro_steps(hook, train_op, placeholders, feeds)
+  records = read_records(log_path)
+  expected = expected_lines(feeds, durations, 2, 8, display=1)
+  assert [r["step"] for r in records] == [1, 2, 3, 4, []]
+  for record, (_, data) in zip(records, expected):
+    assert_data_close(record["data"], data)
+
+
+def test_training_hook_resumed_run_skips_checkpoint_steps_in_average(graph, tmp_path):
+  # The run resumes at global step 5 and saves a checkpoint every 3 steps (steps 8, 11, 14, 17):
+  # updates 3, 6, 9, 12 of the run carry the save and stay out of the average.
+  rng = np.random.RandomState(3)
+  num_updates, global_batch = 12, 8
+  feeds = random_feeds(rng, num_updates)
+  durations = list(rng.uniform(0.1, 0.5, num_updates))
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch, display_loss_steps=4,
+                               save_checkpoints_steps=3, clock=clock_for(durations))
+  train_op, placeholders = build_graph(1, initial_global_step=5, omit=("loss_scale",))
+  run_micro_steps(hook, train_op, placeholders, feeds)
+  records = read_records(log_path)
+  # First update of the run (step 6), then steps divisible by 4.
+  assert [r["step"] for r in records] == [6, 8, 12, 16, []]
+  expected = dict(expected_lines(feeds, durations, 1, global_batch, 4, first_step=5))
+  for record in records[:-1]:
+    assert_data_close(record["data"], expected[record["step"]])
+  steady = [durations[k - 1] for k in (7, 8, 10, 11)]
+  summary = records[-1]["data"]
+  assert summary["steady_update_steps"] == 4
+  assert summary["throughput_train"] == pytest.approx(global_batch * 4 / sum(steady))
+
+
+@pytest.mark.parametrize("use_fp16,graph_has_loss_scale,logged", [
+    (None, True, True),     # default: logged whenever the optimizer scales the loss
+    (None, False, False),
+    (False, True, False),
+    (True, False, False),   # expected but missing: a warning, no crash
+])
+def test_training_hook_loss_scale(graph, tmp_path, use_fp16, graph_has_loss_scale, logged):
+  feeds = random_feeds(np.random.RandomState(9), 2)
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, use_fp16=use_fp16,
+                               clock=clock_for([0.1, 0.2]))
+  omit = () if graph_has_loss_scale else ("loss_scale",)
+  train_op, placeholders = build_graph(1, omit=omit)
+  run_micro_steps(hook, train_op, placeholders, feeds)
+  records = read_records(log_path)[:-1]
+  assert [r["step"] for r in records] == [1, 2]
+  for record, feed in zip(records, feeds):
+    assert ("loss_scaler" in record["data"]) is logged
+    if logged:
+      assert record["data"]["loss_scaler"] == feed["loss_scale"]
+
+
+@pytest.mark.parametrize("num_updates", [0, 1, 3, 6])
+def test_training_hook_short_run_ends_cleanly(graph, tmp_path, num_updates):
+  rng = np.random.RandomState(4)
+  feeds = random_feeds(rng, 2 * num_updates)
+  durations = list(rng.uniform(0.1, 0.5, len(feeds)))
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
+                               clock=clock_for(durations))
+  train_op, placeholders = build_graph(2, omit=("loss_scale",))
+  run_micro_steps(hook, train_op, placeholders, feeds)
+  records = read_records(log_path)
+  assert [r["step"] for r in records] == list(range(1, num_updates + 1)) + [[]]
+  summary = records[-1]["data"]
+  assert summary["throughput_train"] is None
+  assert summary["update_steps"] == num_updates
+  assert summary["steady_update_steps"] == 0
+  assert summary["total_time"] == pytest.approx(sum(durations))
+
+
+def test_training_hook_on_rank1_writes_nothing(graph, tmp_path, capsys):
+  rng = np.random.RandomState(5)
+  feeds = random_feeds(rng, 3)
+  log_path = tmp_path / "rank1" / "log.json"
+  logger = dllogger_setup.RunLogger(str(log_path), rank=1, backend="builtin")
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, clock=clock_for([0.1, 0.2, 0.3]))
+  train_op, placeholders = build_graph(1, omit=("loss_scale",))
+  run_micro_steps(hook, train_op, placeholders, feeds)
+  assert not log_path.exists() and not log_path.parent.exists()
+  assert "DLL" not in capsys.readouterr().out
+  assert hook.update_times == pytest.approx([0.1, 0.2, 0.3])  # it still measured
+
+
+def test_training_hook_names_missing_tensors(graph, tmp_path):
+  logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8)
+  build_graph(1, omit=("nsp_loss", "learning_rate"))
+  with pytest.raises(ValueError, match="nsp_loss, learning_rate"):
+    hook.begin()
+
+
+def test_training_hook_rejects_bad_arguments():
+  logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
+  with pytest.raises(ValueError, match="global_batch_size"):
+    hooks.TrainingLogHook(logger, global_batch_size=0)
+  with pytest.raises(ValueError, match="num_accumulation_steps"):
+    hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=0)
+  with pytest.raises(ValueError, match="display_loss_steps"):
+    hooks.TrainingLogHook(logger, global_batch_size=8, display_loss_steps=1.5)
+  with pytest.raises(ValueError, match="logger"):
+    hooks.TrainingLogHook("log.json", global_batch_size=8)
+
+
+def _log_calls(cls):
+  """Calls `<something>.log(...)` in the source of class `cls`."""
+  tree = ast.parse(inspect.getsource(cls).lstrip())
+  return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+          and isinstance(node.func, ast.Attribute) and node.func.attr == "log"]
+
+
+@pytest.mark.parametrize("cls", [hooks.TrainingLogHook, hooks.EvalTimingHook])
+def test_hooks_have_a_single_logging_call(cls):
+  assert len(_log_calls(cls)) == 1
+
+
+def build_eval_graph():
+  """An eval graph whose runs take a batch-size feed; returns (op, batch size placeholder)."""
+  examples = _tf1.placeholder(tf.int32, [], name="examples_value")
+  tf.identity(examples, name="eval_examples")
+  return tf.identity(examples * 2), examples
+
+
+@pytest.mark.parametrize("use_tensor", [False, True])
+def test_eval_hook_throughput_skips_warmup_batches(graph, tmp_path, use_tensor):
+  rng = np.random.RandomState(6)
+  durations = [2.0, 1.0] + list(rng.uniform(0.05, 0.2, 5))
+  batch_sizes = [16] * 6 + [5]  # the last batch is partial
+  log_path = str(tmp_path / "eval.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.EvalTimingHook(logger, eval_batch_size=16, warmup_batches=2,
+                              batch_size_tensor_name="eval_examples" if use_tensor else None,
+                              clock=clock_for(durations))
+  op, examples = build_eval_graph()
+  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+    for size in batch_sizes:
+      session.run(op, feed_dict={examples: size})
+  records = read_records(log_path)
+  assert [r["step"] for r in records] == [[]]
+  data = records[0]["data"]
+  timed = np.array(durations[2:])
+  counted = batch_sizes[2:] if use_tensor else [16] * 5
+  assert data["throughput_val"] == pytest.approx(sum(counted) / timed.sum())
+  assert data["eval_batches"] == 7 and data["timed_eval_batches"] == 5
+  assert data["eval_time"] == pytest.approx(timed.sum())
+  assert data["latency_avg_ms"] == pytest.approx(timed.mean() * 1000)
+  assert data["latency_p90_ms"] == pytest.approx(np.percentile(timed, 90) * 1000)
+  assert hook.batch_times == pytest.approx(durations)
+
+
+def test_eval_hook_without_measured_batches_and_bad_tensor(graph, tmp_path):
+  log_path = str(tmp_path / "eval.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.EvalTimingHook(logger, eval_batch_size=4, clock=clock_for([0.3]))
+  op, examples = build_eval_graph()
+  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+    session.run(op, feed_dict={examples: 4})
+  data = read_records(log_path)[0]["data"]
+  assert data["throughput_val"] is None and data["latency_p99_ms"] is None
+  assert data["eval_batches"] == 1
+  bad = hooks.EvalTimingHook(logger, eval_batch_size=4, batch_size_tensor_name="no_such_tensor")
+  with pytest.raises(ValueError, match="no_such_tensor"):
+    bad.begin()
+
+
+@pytest.mark.parametrize("flag,env,expected", [
+    (False, {}, False),
+    (True, {}, True),
+    (False, {"FORCE_WEIGHT_SYNC": "true"}, True),
+    (False, {"FORCE_WEIGHT_SYNC": "1"}, True),
+    (False, {"FORCE_WEIGHT_SYNC": "False"}, False),
+    (True, {"FORCE_WEIGHT_SYNC": "0"}, True),
+])
+def test_weight_sync_enabled(flag, env, expected):
+  assert hooks.weight_sync_enabled(flag, environ=env) is expected
+
+
+def test_weight_sync_rejects_bad_env_and_missing_horovod(graph):
+  with pytest.raises(ValueError, match="FORCE_WEIGHT_SYNC"):
+    hooks.weight_sync_enabled(False, environ={"FORCE_WEIGHT_SYNC": "sometimes"})
+  with pytest.raises(ValueError, match="num_accumulation_steps"):
+    hooks.WeightSyncHook(num_accumulation_steps=0)
+  _tf1.get_variable("w", [2])
+  with pytest.raises(RuntimeError, match="hvd_init"):
+    hooks.WeightSyncHook(2).begin()

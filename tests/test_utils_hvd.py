@@ -1,0 +1,88 @@
+"""utils/hvd_utils.py without an initialised Horovod, output directories, and every utils module
+importing and working with Horovod absent."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from utils import hvd_utils
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_helpers_answer_as_a_single_process_before_init():
+  assert hvd_utils.horovod_enabled() is False
+  assert hvd_utils.hvd_size() == 1
+  assert hvd_utils.hvd_rank() == 0
+  assert hvd_utils.comm_local_rank() == 0
+  assert hvd_utils.is_rank0() is True
+  assert hvd_utils.broadcast_global_variables_hook(0) is None
+  with pytest.raises(RuntimeError, match="hvd_init"):
+    hvd_utils.average_variables_op([])
+
+
+def test_hvd_attribute_is_the_horovod_module_imported_lazily():
+  module = hvd_utils.hvd
+  assert module is not None and module.__name__ == "horovod.tensorflow"
+  assert hasattr(module, "allreduce")
+  # Importing does not initialise: the helpers still answer as a single process.
+  assert hvd_utils.horovod_enabled() is False and hvd_utils.hvd_size() == 1
+  with pytest.raises(AttributeError, match="no_such_name"):
+    getattr(hvd_utils, "no_such_name")
+
+
+@pytest.mark.parametrize("rank,local_rank,node_local,expected_dir,saves", [
+    (0, 0, False, "/out", True),
+    (1, 1, False, "/out/worker_1", False),
+    (2, 0, False, "/out/worker_2", False),   # first worker of the second node, shared disk
+    (2, 0, True, "/out", True),              # ... with node-local output dirs
+    (3, 1, True, "/out/worker_3", False),
+    (0, 0, True, "/out", True),
+])
+def test_worker_output_dir_and_checkpoint_saving(rank, local_rank, node_local, expected_dir,
+                                                 saves):
+  assert hvd_utils.worker_output_dir("/out", rank, local_rank, node_local) == expected_dir
+  assert hvd_utils.saves_checkpoints(rank, local_rank, node_local) is saves
+
+
+def test_output_dir_rejects_bad_input():
+  with pytest.raises(ValueError, match="output_dir"):
+    hvd_utils.worker_output_dir("", 0, 0, False)
+  with pytest.raises(ValueError, match="rank"):
+    hvd_utils.worker_output_dir("/out", -1, 0, False)
+  with pytest.raises(ValueError, match="local_rank"):
+    hvd_utils.saves_checkpoints(1, "0", False)
+
+
+WITHOUT_HOROVOD = r"""
+import sys
+sys.modules["horovod"] = None  # `import horovod...` now fails as if it were not installed
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+from utils import dllogger_setup, hooks, hvd_utils, plot_log, session_config
+assert hvd_utils.hvd is None
+assert (hvd_utils.hvd_size(), hvd_utils.hvd_rank(), hvd_utils.comm_local_rank()) == (1, 0, 0)
+assert hvd_utils.horovod_enabled() is False and hvd_utils.is_rank0()
+assert hvd_utils.broadcast_global_variables_hook() is None
+try:
+  hvd_utils.hvd_init()
+  raise AssertionError("hvd_init did not raise")
+except ImportError as e:
+  assert "Horovod is not installed" in str(e), e
+config = session_config.build_session_config(use_horovod=False, environ={})
+logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
+hooks.TrainingLogHook(logger, global_batch_size=8)
+assert hooks.weight_sync_enabled(False, environ={}) is False
+assert "horovod.tensorflow" not in sys.modules or sys.modules["horovod.tensorflow"] is None
+print("works without horovod")
+"""
+
+
+def test_every_utils_module_works_without_horovod():
+  proc = subprocess.run([sys.executable, "-c", WITHOUT_HOROVOD], cwd=REPO_ROOT,
+                        capture_output=True, text=True, timeout=180,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  assert "works without horovod" in proc.stdout

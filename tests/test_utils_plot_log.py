@@ -1,0 +1,94 @@
+"""utils/plot_log.py: PNG from a run log, as a function and as `python -m utils.plot_log`."""
+
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from utils import dllogger_setup
+from utils import plot_log
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path):
+  """(width, height) from the IHDR chunk of a PNG file."""
+  with open(path, "rb") as f:
+    header = f.read(24)
+  assert header[:8] == PNG_SIGNATURE, "%s is not a PNG" % path
+  assert header[12:16] == b"IHDR"
+  return struct.unpack(">II", header[16:24])
+
+
+def write_log(path, num_steps=30):
+  """A training log as the training hook writes it; returns the per-step values."""
+  rng = np.random.RandomState(8)
+  values = []
+  with dllogger_setup.RunLogger(str(path), backend="builtin", stdout=False) as logger:
+    for step in range(1, num_steps + 1):
+      loss = 10.0 * np.exp(-step / 10.0) + 1.0
+      data = {"throughput_train": float(rng.uniform(80, 100)), "mlm_loss": loss - 0.6,
+              "nsp_loss": 0.6, "total_loss": loss, "avg_loss_step": loss + 0.1,
+              "learning_rate": 1e-4 * step}
+      values.append((step, data))
+      logger.log(step=step, data=data)
+    logger.log(step=(), data={"throughput_train": 91.5, "update_steps": num_steps})
+  return values
+
+
+def test_read_log_returns_steps_and_summary(tmp_path):
+  log_path = tmp_path / "dllogger.json"
+  values = write_log(log_path)
+  with open(log_path, "a") as f:
+    f.write("a line from another program\n")
+  steps, summaries = plot_log.read_log(str(log_path))
+  assert [s for s, _ in steps] == [s for s, _ in values]
+  assert summaries == [{"throughput_train": 91.5, "update_steps": 30}]
+  xs, ys = plot_log.series(steps, "total_loss")
+  assert xs == list(range(1, 31))
+  np.testing.assert_allclose(ys, [d["total_loss"] for _, d in values])
+
+
+def test_learning_rate_logged_as_string_is_plotted():
+  # NVIDIA's script logs the learning rate as a string.
+  steps = [(1, {"learning_rate": "0.0001"}), (2, {"learning_rate": "n/a"}), (3, {})]
+  assert plot_log.series(steps, "learning_rate") == ([1], [1e-4])
+
+
+def test_plot_log_writes_a_png(tmp_path):
+  log_path = tmp_path / "dllogger.json"
+  write_log(log_path)
+  out = tmp_path / "plots" / "training.png"
+  assert plot_log.plot_log(str(log_path), str(out)) == str(out)
+  assert png_size(out) == (900, 1000)
+  assert os.path.getsize(out) > 20000  # three panels with curves, not a blank image
+
+
+def test_command_line(tmp_path):
+  log_path = tmp_path / "dllogger.json"
+  write_log(log_path, num_steps=5)
+  out = tmp_path / "cli.png"
+  proc = subprocess.run([sys.executable, "-m", "utils.plot_log", str(log_path), str(out)],
+                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.strip() == str(out)
+  assert png_size(out) == (900, 1000)
+
+
+def test_log_without_step_lines_is_an_error_naming_the_file(tmp_path):
+  bad = tmp_path / "not_a_log.txt"
+  bad.write_text("hello\nDLLL {broken json\nDLLL {\"type\": \"LOG\", \"step\": [], \"data\": {}}\n")
+  with pytest.raises(ValueError, match="not_a_log.txt: no per-step log line"):
+    plot_log.plot_log(str(bad), str(tmp_path / "out.png"))
+  assert not (tmp_path / "out.png").exists()
+  proc = subprocess.run([sys.executable, "-m", "utils.plot_log", str(bad),
+                         str(tmp_path / "out.png")],
+                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 1
+  assert str(bad) in proc.stderr and "no per-step log line" in proc.stderr
+  with pytest.raises(OSError):
+    plot_log.read_log(str(tmp_path / "missing.json"))

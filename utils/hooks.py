@@ -1,0 +1,448 @@
+"""SessionRunHooks of the pretraining job: training log, eval timing, weight sync.
+
+Each hook gets everything it needs in its constructor and reads the graph tensors of SPEC section 5
+by name. The hooks run on every worker (the graph is the same everywhere, so collectives never
+stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank 0 only.
+
+* `TrainingLogHook`: per optimizer update, throughput (global batch / time of the update), losses,
+  the average loss over the update's micro-steps, the learning rate and (fp16) the loss scale, every
+  `display_loss_steps` updates; at the end a summary with the throughput average.
+* `EvalTimingHook`: per-batch evaluation times and the evaluation throughput.
+* `WeightSyncHook`: averages the trainable variables over all workers every
+  `num_accumulation_steps` iterations, before the train op (SPEC section 7).
+"""
+
+import collections
+import numbers
+import time
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from utils import dllogger_setup
+from utils import env_flags
+from utils import hvd_utils
+
+_tf1 = tf.compat.v1
+
+# Graph tensors the training log needs (SPEC section 5); `update_step`, `loss_scale` are optional.
+REQUIRED_TRAIN_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "step_update")
+# Update steps left out of the throughput average at the start of a run (start-up, first-run graph
+# optimisation, XLA compilation), as NVIDIA's script does.
+DEFAULT_WARMUP_STEPS = 6
+# Evaluation batches left out of the evaluation throughput.
+DEFAULT_EVAL_WARMUP_BATCHES = 2
+# Environment variable that turns weight sync on (SPEC section 7).
+FORCE_WEIGHT_SYNC_ENV = "FORCE_WEIGHT_SYNC"
+
+
+def _graph_tensor(graph, name):
+  """The tensor `<name>:0` of `graph`, or None when the graph has no op of that name."""
+  try:
+    return graph.get_tensor_by_name(name + ":0")
+  except KeyError:
+    return None
+
+
+def _check_int(name, value, minimum):
+  """Raises ValueError naming `name` unless `value` is an integer >= `minimum`."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    raise ValueError("%s must be an integer >= %d, got %r" % (name, minimum, value))
+
+
+def _check_logger(logger):
+  """Raises ValueError unless `logger` has the `RunLogger` interface the hooks use."""
+  if not (hasattr(logger, "log") and hasattr(logger, "enabled")):
+    raise ValueError("logger must be a dllogger_setup.RunLogger (log() and enabled), got %r"
+                     % (logger,))
+
+
+class TrainingLogHook(tf.estimator.SessionRunHook):
+  """Training log per optimizer update (NVIDIA's `_LogSessionRunHook`).
+
+  A session run is one micro-step; with gradient accumulation an update spans
+  `num_accumulation_steps` micro-steps and ends on the run where the graph's `update_step` is True.
+  For each update the hook computes:
+
+    throughput_train = global_batch_size / (summed run time of the update's micro-steps)
+    avg_loss_step    = mean of total_loss over the update's micro-steps
+    mlm_loss, nsp_loss, total_loss, learning_rate (and loss_scaler in fp16): values of the last
+                       micro-step
+
+  and logs them with `step` = the global step after the update, for the first update of the run and
+  whenever that step is a multiple of `display_loss_steps`. At `end()` it logs a summary line
+  (step []) whose `throughput_train` is the throughput average: global batch x updates / time over
+  the updates after the first `warmup_steps` (and without the updates that wrote a checkpoint, when
+  `save_checkpoints_steps` is given). It is None (JSON null) when no update qualifies, e.g. a run
+  shorter than the warm-up.
+  """
+
+  def __init__(self, logger, global_batch_size, num_accumulation_steps=1, display_loss_steps=1,
+               use_fp16=None, warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
+               clock=time.perf_counter):
+    """Configures the hook.
+
+    Args:
+      logger: `dllogger_setup.RunLogger` (writes on rank 0 only).
+      global_batch_size: sequences per update over all workers: per-worker batch x
+        num_accumulation_steps x workers.
+      num_accumulation_steps: micro-steps per update.
+      display_loss_steps: log every this many global steps.
+      use_fp16: log the loss scale (`loss_scale` tensor) as `loss_scaler`: True expects the
+        tensor (a warning when the graph has none), False never logs it, None (default) logs it
+        when the graph has it (the optimizer creates it only when it scales the loss).
+      warmup_steps: update steps left out of the throughput average at the start of the run.
+      save_checkpoints_steps: when given, the updates on which the Estimator saves a checkpoint
+        (every this many global steps from the start of the run) are left out of the average.
+      clock: function returning seconds (injected by tests); `time.perf_counter` by default.
+
+    Raises:
+      ValueError: for a bad argument, naming it.
+    """
+    _check_logger(logger)
+    _check_int("global_batch_size", global_batch_size, 1)
+    _check_int("num_accumulation_steps", num_accumulation_steps, 1)
+    _check_int("display_loss_steps", display_loss_steps, 1)
+    _check_int("warmup_steps", warmup_steps, 0)
+    if save_checkpoints_steps is not None:
+      _check_int("save_checkpoints_steps", save_checkpoints_steps, 1)
+    self._logger = logger
+    self._global_batch_size = global_batch_size
+    self._num_accumulation_steps = num_accumulation_steps
+    self._display_loss_steps = display_loss_steps
+    self._use_fp16 = use_fp16
+    self._warmup_steps = warmup_steps
+    self._save_checkpoints_steps = save_checkpoints_steps
+    self._clock = clock
+    self._fetches = None
+    self._global_step_tensor = None
+    self._reset()
+
+  def _reset(self):
+    """Clears the per-run measurements."""
+    self._initial_step = 0
+    self._run_start = None
+    self._micro_steps = 0
+    self._micro_time = 0.0
+    self._micro_losses = []
+    # Seconds of every update of this run, in order (warm-up included).
+    self.update_times = []
+    self._steady_time = 0.0
+    self._steady_updates = 0
+
+  def begin(self):
+    """Looks the named tensors up in the graph being built.
+
+    Raises:
+      ValueError: naming the required tensors the graph does not have.
+    """
+    graph = _tf1.get_default_graph()
+    fetches = {}
+    missing = []
+    for name in REQUIRED_TRAIN_TENSORS:
+      tensor = _graph_tensor(graph, name)
+      if tensor is None:
+        missing.append(name)
+      else:
+        fetches[name] = tensor
+    if missing:
+      raise ValueError("training log hook: the graph has no tensor named %s (SPEC section 5 "
+                       "names: %s)" % (", ".join(missing), ", ".join(REQUIRED_TRAIN_TENSORS)))
+    if self._num_accumulation_steps > 1:
+      self._add_optional_fetch(
+          graph, fetches, "update_step",
+          "counting every %d-th run as an update" % self._num_accumulation_steps)
+    if self._use_fp16:
+      self._add_optional_fetch(graph, fetches, "loss_scale", "the loss scale is not logged")
+    elif self._use_fp16 is None and _graph_tensor(graph, "loss_scale") is not None:
+      fetches["loss_scale"] = _graph_tensor(graph, "loss_scale")
+    self._fetches = fetches
+    self._global_step_tensor = _tf1.train.get_global_step()
+    self._reset()
+
+  def _add_optional_fetch(self, graph, fetches, name, consequence):
+    """Adds tensor `name` to `fetches` when the graph has it; warns (rank 0) when it does not."""
+    tensor = _graph_tensor(graph, name)
+    if tensor is not None:
+      fetches[name] = tensor
+    elif self._logger.enabled:
+      logging.warning("training log hook: the graph has no tensor named %s: %s", name, consequence)
+
+  def after_create_session(self, session, coord):
+    """Reads the global step the run starts from (checkpoint saves count from it)."""
+    del coord  # unused
+    if self._global_step_tensor is not None:
+      self._initial_step = int(session.run(self._global_step_tensor))
+
+  def before_run(self, run_context):
+    self._run_start = self._clock()
+    return tf.estimator.SessionRunArgs(self._fetches)
+
+  def after_run(self, run_context, run_values):
+    elapsed = self._clock() - self._run_start
+    results = run_values.results
+    self._micro_steps += 1
+    self._micro_time += elapsed
+    self._micro_losses.append(float(results["total_loss"]))
+    if self._ended_update(results):
+      self._finish_update(results)
+
+  def _ended_update(self, results):
+    """True when this run applied the optimizer (the last micro-step of an update)."""
+    if "update_step" in results:
+      return bool(results["update_step"])
+    return self._micro_steps % self._num_accumulation_steps == 0
+
+  def _finish_update(self, results):
+    """Books the update's time, logs it when due and starts the next update."""
+    update_time = self._micro_time
+    avg_loss_step = float(np.mean(self._micro_losses))
+    self._micro_time = 0.0
+    self._micro_losses = []
+    self.update_times.append(update_time)
+    step = int(results["step_update"])
+    if self._counts_for_average(len(self.update_times), step):
+      self._steady_time += update_time
+      self._steady_updates += 1
+    if len(self.update_times) == 1 or step % self._display_loss_steps == 0:
+      self._emit(step, self._update_data(results, update_time, avg_loss_step))
+
+  def _counts_for_average(self, update_index, step):
+    """Whether update number `update_index` of the run (1-based) enters the throughput average."""
+    if update_index <= self._warmup_steps:
+      return False
+    if self._save_checkpoints_steps is not None and step > self._initial_step:
+      return (step - self._initial_step) % self._save_checkpoints_steps != 0
+    return True
+
+  def _update_data(self, results, update_time, avg_loss_step):
+    """The data of a per-update log line (SPEC section 5 keys)."""
+    data = collections.OrderedDict()
+    data["throughput_train"] = (self._global_batch_size / update_time if update_time > 0
+                                else None)
+    data["mlm_loss"] = float(results["mlm_loss"])
+    data["nsp_loss"] = float(results["nsp_loss"])
+    data["total_loss"] = float(results["total_loss"])
+    data["avg_loss_step"] = avg_loss_step
+    data["learning_rate"] = float(results["learning_rate"])
+    if "loss_scale" in results:
+      data["loss_scaler"] = float(results["loss_scale"])
+    return data
+
+  def summary(self):
+    """Throughput summary of the run so far.
+
+    Returns:
+      OrderedDict: throughput_train (the throughput average, sequences/s, or None when no update
+      qualifies), total_time (seconds of all updates), update_steps, steady_update_steps (updates
+      in the average), steady_time (their seconds).
+    """
+    if self._steady_updates > 0 and self._steady_time > 0:
+      throughput = self._global_batch_size * self._steady_updates / self._steady_time
+    else:
+      throughput = None
+    return collections.OrderedDict([
+        ("throughput_train", throughput),
+        ("total_time", float(sum(self.update_times))),
+        ("update_steps", len(self.update_times)),
+        ("steady_update_steps", self._steady_updates),
+        ("steady_time", self._steady_time),
+    ])
+
+  def end(self, session):
+    """Logs the summary line (step [])."""
+    del session  # unused
+    summary = self.summary()
+    self._emit(dllogger_setup.SUMMARY_STEP, summary)
+    if self._logger.enabled:
+      if summary["throughput_train"] is None:
+        logging.info("Throughput Average: not measured (%d update steps, the first %d are "
+                     "warm-up)", summary["update_steps"], self._warmup_steps)
+      else:
+        logging.info("Throughput Average (sequences/s) = %.2f (%d of %d update steps "
+                     "measured, %.2f s)", summary["throughput_train"],
+                     summary["steady_update_steps"], summary["update_steps"],
+                     summary["steady_time"])
+
+  def _emit(self, step, data):
+    """The hook's one logging call."""
+    self._logger.log(step=step, data=data)
+
+
+class EvalTimingHook(tf.estimator.SessionRunHook):
+  """Times every evaluation batch; logs the evaluation throughput at the end.
+
+  The first `warmup_batches` batches are left out. The summary line (step []) holds
+  `throughput_val` (sequences/s over the measured batches), the batch counts, the measured time and
+  the mean, median, 90th and 99th percentile batch latencies in milliseconds.
+  """
+
+  def __init__(self, logger, eval_batch_size, warmup_batches=DEFAULT_EVAL_WARMUP_BATCHES,
+               batch_size_tensor_name=None, clock=time.perf_counter):
+    """Configures the hook.
+
+    Args:
+      logger: `dllogger_setup.RunLogger`.
+      eval_batch_size: sequences per evaluation batch.
+      warmup_batches: batches left out of the throughput.
+      batch_size_tensor_name: optional name of a scalar graph tensor holding the number of sequences
+        in the current batch (a last, partial batch); without it every batch counts
+        `eval_batch_size`.
+      clock: function returning seconds; `time.perf_counter` by default.
+
+    Raises:
+      ValueError: for a bad argument, naming it.
+    """
+    _check_logger(logger)
+    _check_int("eval_batch_size", eval_batch_size, 1)
+    _check_int("warmup_batches", warmup_batches, 0)
+    self._logger = logger
+    self._eval_batch_size = eval_batch_size
+    self._warmup_batches = warmup_batches
+    self._batch_size_tensor_name = batch_size_tensor_name
+    self._clock = clock
+    self._fetches = None
+    self._reset()
+
+  def _reset(self):
+    """Clears the measurements."""
+    self._run_start = None
+    # Seconds of every batch, in order (warm-up included).
+    self.batch_times = []
+    self._timed_times = []
+    self._timed_examples = 0
+
+  def begin(self):
+    """Looks up the batch size tensor, if one was named.
+
+    Raises:
+      ValueError: when the graph has no tensor of that name.
+    """
+    self._fetches = None
+    if self._batch_size_tensor_name:
+      tensor = _graph_tensor(_tf1.get_default_graph(), self._batch_size_tensor_name)
+      if tensor is None:
+        raise ValueError("eval timing hook: the graph has no tensor named %s"
+                         % self._batch_size_tensor_name)
+      self._fetches = tensor
+    self._reset()
+
+  def before_run(self, run_context):
+    self._run_start = self._clock()
+    if self._fetches is None:
+      return None
+    return tf.estimator.SessionRunArgs(self._fetches)
+
+  def after_run(self, run_context, run_values):
+    elapsed = self._clock() - self._run_start
+    self.batch_times.append(elapsed)
+    if len(self.batch_times) <= self._warmup_batches:
+      return
+    self._timed_times.append(elapsed)
+    if self._fetches is None:
+      self._timed_examples += self._eval_batch_size
+    else:
+      self._timed_examples += int(run_values.results)
+
+  def summary(self):
+    """Evaluation timing so far.
+
+    Returns:
+      OrderedDict: throughput_val (sequences/s over the measured batches, or None), eval_batches,
+      timed_eval_batches, eval_time (seconds of the measured batches), latency_avg_ms,
+      latency_p50_ms, latency_p90_ms, latency_p99_ms (None without measured batches).
+    """
+    timed = np.asarray(self._timed_times, dtype=np.float64)
+    eval_time = float(timed.sum())
+    throughput = self._timed_examples / eval_time if timed.size and eval_time > 0 else None
+    summary = collections.OrderedDict([
+        ("throughput_val", throughput),
+        ("eval_batches", len(self.batch_times)),
+        ("timed_eval_batches", int(timed.size)),
+        ("eval_time", eval_time),
+    ])
+    summary["latency_avg_ms"] = float(timed.mean() * 1000.0) if timed.size else None
+    for percent in (50, 90, 99):
+      summary["latency_p%d_ms" % percent] = (float(np.percentile(timed, percent) * 1000.0)
+                                              if timed.size else None)
+    return summary
+
+  def end(self, session):
+    """Logs the summary line (step [])."""
+    del session  # unused
+    summary = self.summary()
+    self._emit(dllogger_setup.SUMMARY_STEP, summary)
+    if self._logger.enabled and summary["throughput_val"] is not None:
+      logging.info("Evaluation throughput (sequences/s) = %.2f over %d batches",
+                   summary["throughput_val"], summary["timed_eval_batches"])
+
+  def _emit(self, step, data):
+    """The hook's one logging call."""
+    self._logger.log(step=step, data=data)
+
+
+def weight_sync_enabled(force_weight_sync, environ=None):
+  """Whether the weight-sync hook is wanted (SPEC section 7).
+
+  Args:
+    force_weight_sync: value of the `--force_weight_sync` flag.
+    environ: environment mapping; `os.environ` when None.
+
+  Returns:
+    True when the flag is set or FORCE_WEIGHT_SYNC is true/1/yes/on.
+
+  Raises:
+    ValueError: for a FORCE_WEIGHT_SYNC value that is not a boolean.
+  """
+  return bool(force_weight_sync) or env_flags.env_flag(FORCE_WEIGHT_SYNC_ENV, environ)
+
+
+class WeightSyncHook(tf.estimator.SessionRunHook):
+  """Averages the trainable variables over all workers every `num_accumulation_steps` iterations.
+
+  Iterations are this hook's session runs, counted from 1; on iterations N, 2N, ... (N =
+  num_accumulation_steps: the micro-step that applies the update) the averaging runs in its own
+  `session.run` from `before_run`, so it completes before that iteration's train op. The averaging
+  ops (allreduce Average of each variable, assigned back) are built in `begin()`, inside the graph
+  being run. Every worker must run the hook (the allreduces are collectives).
+  """
+
+  def __init__(self, num_accumulation_steps=1):
+    """Configures the hook.
+
+    Args:
+      num_accumulation_steps: iterations between two syncs.
+
+    Raises:
+      ValueError: for num_accumulation_steps < 1.
+    """
+    _check_int("num_accumulation_steps", num_accumulation_steps, 1)
+    self._num_accumulation_steps = num_accumulation_steps
+    self._sync_op = None
+    self._iteration = 0
+    # Number of syncs run since `begin()`.
+    self.sync_count = 0
+
+  def begin(self):
+    """Builds the averaging ops for the trainable variables of the current graph.
+
+    Raises:
+      RuntimeError: without an initialised Horovod.
+      ValueError: when the graph has no trainable variables.
+    """
+    if not hvd_utils.horovod_enabled():
+      raise RuntimeError("weight sync needs Horovod: call hvd_utils.hvd_init() before training")
+    variables = _tf1.trainable_variables()
+    if not variables:
+      raise ValueError("weight sync: the graph has no trainable variables")
+    self._sync_op = hvd_utils.average_variables_op(variables)
+    self._iteration = 0
+    self.sync_count = 0
+
+  def before_run(self, run_context):
+    self._iteration += 1
+    if self._iteration % self._num_accumulation_steps == 0:
+      run_context.session.run(self._sync_op)
+      self.sync_count += 1
+    return None

@@ -1,0 +1,188 @@
+"""Horovod helpers: the only module of the project that imports Horovod.
+
+Horovod is optional. Until `hvd_init()` has run, every helper answers as a single process would
+(size 1, rank 0, local rank 0), and none of them imports Horovod, so single-process runs never load
+it. `hvd` is the `horovod.tensorflow` module, imported on first access, or None when Horovod is not
+installed:
+
+  from utils import hvd_utils
+  hvd_utils.hvd_init()                       # under mpirun / horovodrun
+  if hvd_utils.is_rank0(): ...
+  hooks = [hvd_utils.broadcast_global_variables_hook(0)]
+
+Output directories and checkpoint saving follow SPEC section 7: rank 0 writes to `output_dir`, every
+other rank to `output_dir/worker_<rank>`; with `node_local_output_dir`, each node's local rank 0
+also writes to `output_dir` (a node-local disk) and saves checkpoints there.
+"""
+
+import importlib
+import numbers
+import os
+import sys
+
+import tensorflow as tf
+
+_HOROVOD_MODULE = "horovod.tensorflow"
+_tf1 = tf.compat.v1
+
+
+def __getattr__(name):
+  """Module attribute `hvd`: `horovod.tensorflow` (imported now if needed) or None."""
+  if name == "hvd":
+    return _import_horovod()
+  raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def _import_horovod():
+  """Imports `horovod.tensorflow`; returns None when Horovod is not installed."""
+  try:
+    return importlib.import_module(_HOROVOD_MODULE)
+  except ImportError:
+    return None
+
+
+def _initialised_horovod():
+  """`horovod.tensorflow` when it is already imported and initialised, else None (never imports)."""
+  module = sys.modules.get(_HOROVOD_MODULE)
+  if module is None:
+    return None
+  return module if module.is_initialized() else None
+
+
+def hvd_init():
+  """Imports and initialises Horovod.
+
+  Returns:
+    The `horovod.tensorflow` module, initialised.
+
+  Raises:
+    ImportError: when Horovod is not installed (the message says how to run without it).
+  """
+  module = _import_horovod()
+  if module is None:
+    raise ImportError(
+        "Horovod is not installed (import of %s failed): install it (see README, `make env`) "
+        "or run a single process without --horovod" % _HOROVOD_MODULE)
+  module.init()
+  return module
+
+
+def horovod_enabled():
+  """True when Horovod is imported and initialised (after `hvd_init()`), False otherwise."""
+  return _initialised_horovod() is not None
+
+
+def hvd_size():
+  """Number of workers; 1 without an initialised Horovod."""
+  module = _initialised_horovod()
+  return module.size() if module is not None else 1
+
+
+def hvd_rank():
+  """Global rank of this worker; 0 without an initialised Horovod."""
+  module = _initialised_horovod()
+  return module.rank() if module is not None else 0
+
+
+def comm_local_rank():
+  """Rank of this worker among the workers of its node (Horovod's local rank); 0 without Horovod."""
+  module = _initialised_horovod()
+  return module.local_rank() if module is not None else 0
+
+
+def is_rank0():
+  """True on the worker that logs, evaluates and (by default) saves checkpoints."""
+  return hvd_rank() == 0
+
+
+def broadcast_global_variables_hook(root_rank=0):
+  """Hook that copies every global variable from `root_rank` to all workers after initialisation.
+
+  Args:
+    root_rank: rank whose values win (0: the chief).
+
+  Returns:
+    Horovod's `BroadcastGlobalVariablesHook(root_rank)`, or None without an initialised Horovod.
+  """
+  module = _initialised_horovod()
+  if module is None:
+    return None
+  return module.BroadcastGlobalVariablesHook(root_rank)
+
+
+def average_variables_op(variables, name="weight_sync"):
+  """Builds an op that replaces each variable by its average over all workers.
+
+  Must be built in the graph that will run it (e.g. in a hook's `begin()`), identically on every
+  worker: the allreduces are collectives.
+
+  Args:
+    variables: list of variables (usually the trainable ones).
+    name: name scope of the new ops.
+
+  Returns:
+    A grouped op: for every variable, allreduce (Average) of its value, assigned back.
+
+  Raises:
+    RuntimeError: without an initialised Horovod.
+    ValueError: for an empty list.
+  """
+  module = _initialised_horovod()
+  if module is None:
+    raise RuntimeError("averaging variables across workers needs Horovod: call hvd_init() first")
+  if not variables:
+    raise ValueError("average_variables_op: no variables to average")
+  with _tf1.name_scope(name):
+    assigns = [var.assign(module.allreduce(var.read_value(), op=module.Average))
+               for var in variables]
+    return tf.group(*assigns, name="average_variables")
+
+
+def worker_output_dir(output_dir, rank, local_rank, node_local_output_dir):
+  """The directory this worker writes to (SPEC section 7).
+
+  Args:
+    output_dir: the job's `--output_dir`.
+    rank: global rank of the worker.
+    local_rank: rank of the worker on its node.
+    node_local_output_dir: True when `output_dir` is on a node-local disk (one per node).
+
+  Returns:
+    `output_dir` for rank 0, and for each node's local rank 0 with `node_local_output_dir`;
+    `<output_dir>/worker_<rank>` for every other worker.
+
+  Raises:
+    ValueError: for an empty output_dir or negative ranks.
+  """
+  _check_ranks(rank, local_rank)
+  if not output_dir:
+    raise ValueError("output_dir must be a non-empty path")
+  if rank == 0 or (node_local_output_dir and local_rank == 0):
+    return output_dir
+  return os.path.join(output_dir, "worker_%d" % rank)
+
+
+def saves_checkpoints(rank, local_rank, node_local_output_dir):
+  """Whether this worker saves checkpoints (SPEC section 7).
+
+  Rank 0 always does. With `node_local_output_dir`, each node's local rank 0 does too, into its own
+  node-local `output_dir`, so the next phase finds a checkpoint on every node. Every other worker
+  saves none (its weights equal rank 0's).
+
+  Args:
+    rank: global rank of the worker.
+    local_rank: rank of the worker on its node.
+    node_local_output_dir: True when `output_dir` is on a node-local disk.
+
+  Returns:
+    bool.
+  """
+  _check_ranks(rank, local_rank)
+  return rank == 0 or bool(node_local_output_dir and local_rank == 0)
+
+
+def _check_ranks(rank, local_rank):
+  """Raises ValueError for ranks that are not non-negative integers."""
+  for key, value in (("rank", rank), ("local_rank", local_rank)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+      raise ValueError("%s must be a non-negative integer, got %r" % (key, value))

@@ -1,0 +1,184 @@
+"""Draws a run log (`DLLL {json}` lines) as a PNG: loss, learning rate and throughput against step.
+
+  python -m utils.plot_log OUTPUT_DIR/dllogger.json OUTPUT_DIR/training.png
+
+or from Python: `plot_log.plot_log(log_path, png_path)`. Per-step lines (an integer "step") give the
+curves; a summary line's `throughput_train` (the throughput average) is drawn as a dashed line.
+Lines that are not `DLLL` records (e.g. other output mixed into the file) are skipped.
+"""
+
+import argparse
+import math
+import numbers
+import os
+import sys
+
+from absl import logging
+from matplotlib import figure
+from matplotlib import ticker
+from matplotlib.backends import backend_agg
+
+from utils import dllogger_setup
+
+# Loss curves, in drawing order.
+LOSS_KEYS = ("total_loss", "mlm_loss", "nsp_loss", "avg_loss_step")
+
+
+def read_log(log_path):
+  """Reads the per-step and summary records of a log file.
+
+  Args:
+    log_path: a file of `DLLL {json}` lines.
+
+  Returns:
+    (steps, summaries): `steps` is a list of (step, data dict) for the lines whose step is an
+    integer, in file order; `summaries` the data dicts of the lines whose step is [].
+
+  Raises:
+    OSError: when the file cannot be read.
+    ValueError: naming the file, when it has no per-step log line.
+  """
+  steps = []
+  summaries = []
+  skipped = 0
+  with open(log_path, "r") as reader:
+    for line in reader:
+      record = dllogger_setup.parse_log_line(line)
+      if record is None or record.get("type") != "LOG" or not isinstance(record.get("data"), dict):
+        if line.strip():
+          skipped += 1
+        continue
+      step = record.get("step")
+      if isinstance(step, numbers.Integral) and not isinstance(step, bool):
+        steps.append((int(step), record["data"]))
+      elif step == []:
+        summaries.append(record["data"])
+  if not steps:
+    raise ValueError("%s: no per-step log line (expected lines 'DLLL {json}' with type LOG and an "
+                     "integer step)" % log_path)
+  if skipped:
+    logging.info("%s: skipped %d lines that are not DLLL log records", log_path, skipped)
+  return steps, summaries
+
+
+def _as_float(value):
+  """`value` as a float; None when missing or not numeric (learning rates may be strings)."""
+  if value is None or isinstance(value, bool):
+    return None
+  try:
+    return float(value)
+  except (TypeError, ValueError):
+    return None
+
+
+def series(steps, key):
+  """The points of one metric.
+
+  Args:
+    steps: list of (step, data dict) from `read_log`.
+    key: metric name.
+
+  Returns:
+    (xs, ys): steps and float values of the records that have a numeric `key`.
+  """
+  xs, ys = [], []
+  for step, data in steps:
+    value = _as_float(data.get(key))
+    if value is not None:
+      xs.append(step)
+      ys.append(value)
+  return xs, ys
+
+
+def _draw_or_say_empty(axes, points, label):
+  """Plots `points` (xs, ys) on `axes`; returns False when there are none."""
+  xs, ys = points
+  if not xs:
+    return False
+  axes.plot(xs, ys, marker="." if len(xs) < 50 else None, label=label)
+  return True
+
+
+def _no_data(axes, what):
+  """Writes "no <what> in the log" in the middle of empty axes."""
+  axes.text(0.5, 0.5, "no %s in the log" % what, transform=axes.transAxes, ha="center",
+            va="center", color="gray")
+
+
+def plot_log(log_path, out_path, title=None):
+  """Draws loss, learning rate and throughput against step into a PNG.
+
+  Args:
+    log_path: the run log (`DLLL {json}` lines).
+    out_path: PNG file to write; its directory is created.
+    title: figure title; the log file name by default.
+
+  Returns:
+    `out_path`.
+
+  Raises:
+    OSError: when the log cannot be read or the PNG not written.
+    ValueError: naming the file, when the log has no per-step line.
+  """
+  steps, summaries = read_log(log_path)
+  fig = figure.Figure(figsize=(9, 10), dpi=100)
+  backend_agg.FigureCanvasAgg(fig)
+  loss_axes, lr_axes, throughput_axes = fig.subplots(3, 1, sharex=True)
+
+  drawn = [_draw_or_say_empty(loss_axes, series(steps, key), key) for key in LOSS_KEYS]
+  if any(drawn):
+    loss_axes.legend(loc="best")
+  else:
+    _no_data(loss_axes, "loss")
+  loss_axes.set_ylabel("loss")
+
+  if not _draw_or_say_empty(lr_axes, series(steps, "learning_rate"), "learning_rate"):
+    _no_data(lr_axes, "learning_rate")
+  lr_axes.set_ylabel("learning rate")
+  lr_axes.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+
+  if _draw_or_say_empty(throughput_axes, series(steps, "throughput_train"), "per update"):
+    averages = [_as_float(s.get("throughput_train")) for s in summaries]
+    averages = [a for a in averages if a is not None and math.isfinite(a)]
+    if averages:
+      throughput_axes.axhline(averages[-1], linestyle="--", color="black",
+                              label="average, warm-up excluded: %.1f" % averages[-1])
+    throughput_axes.legend(loc="best")
+  else:
+    _no_data(throughput_axes, "throughput_train")
+  throughput_axes.set_ylabel("throughput (sequences/s)")
+  throughput_axes.set_xlabel("step")
+  throughput_axes.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+
+  for axes in (loss_axes, lr_axes, throughput_axes):
+    axes.grid(True, alpha=0.3)
+  fig.suptitle(title or os.path.basename(log_path))
+  fig.tight_layout()
+  parent = os.path.dirname(out_path)
+  if parent:
+    os.makedirs(parent, exist_ok=True)
+  fig.savefig(out_path, format="png")
+  return out_path
+
+
+def main(argv=None):
+  """Command line: `python -m utils.plot_log LOGFILE OUT.png`; returns the exit status."""
+  parser = argparse.ArgumentParser(
+      prog="python -m utils.plot_log",
+      description="Draw loss, learning rate and throughput against step from a run log "
+                  "(DLLL lines) into a PNG.")
+  parser.add_argument("log_file", help="run log written by the training job (DLLL lines)")
+  parser.add_argument("out_png", help="PNG file to write")
+  parser.add_argument("--title", default=None, help="figure title (default: the log file name)")
+  args = parser.parse_args(argv)
+  try:
+    plot_log(args.log_file, args.out_png, title=args.title)
+  except (OSError, ValueError) as e:
+    sys.stderr.write("plot_log: error: %s\n" % e)
+    return 1
+  print(args.out_png)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
