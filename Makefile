@@ -23,3 +23,10 @@ python-path:
 
 test:
 	@PY="$$($(ENV) | tail -n 1)" && "$$PY" -m pytest $(PYTEST_ARGS)
+
+# The demo corpus (standard-library docstrings), its vocabulary and TFRecords, under $(DEMO_DATA).
+# Cached: scripts/build_demo_data.py does nothing when data/demo/stats.json is up to date.
+DEMO_DATA := data/demo
+data:
+	@PY="$$($(MAKE) -s --no-print-directory python-path | tail -n 1)" && \
+	  "$$PY" scripts/build_demo_data.py --output_dir=$(DEMO_DATA)

@@ -1,10 +1,31 @@
-"""BERT pretraining: masked LM and next-sentence prediction heads, and the training job."""
+"""BERT pretraining: masked LM and next-sentence prediction heads, and the training job.
 
+  python run_pretraining.py --bert_config_file=... --input_files_dir=... --output_dir=... \
+      --do_train --do_eval [--horovod] ...
+
+Launched once per worker by `mpirun` / `horovodrun` with --horovod, or under a TPUEstimator with
+--use_tpu. The flags are those of NVIDIA's run_pretraining.py (plus the original release's
+--input_file and TPU flags); see README.md. Importing this module defines the flags and nothing else.
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
 import tensorflow as tf
 
 import modeling
+import optimization
+from utils import dllogger_setup
+from utils import hooks as hooks_lib
+from utils import hvd_utils
+from utils import session_config as session_config_lib
 
 _tf1 = tf.compat.v1
+FLAGS = flags.FLAGS
 
 
 def gather_indexes(sequence_tensor, positions):
@@ -145,3 +166,807 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
       "nsp_per_example_loss": nsp_per_example_loss,
       "nsp_log_probs": nsp_log_probs,
   }
+
+
+# -------------------------------------------------------------------------------------------------
+# Input pipeline: TFRecords of tf.train.Example (SPEC section 3), sharded per worker (section 7).
+# -------------------------------------------------------------------------------------------------
+
+# Shuffle seed of the deterministic mode when none is given.
+DEFAULT_INPUT_SEED = 12345
+
+
+def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
+  """The features of a pretraining record, as `tf.io.parse_example` takes them.
+
+  Returns:
+    dict name -> tf.io.FixedLenFeature: input_ids, input_mask, segment_ids int64
+    [max_seq_length]; masked_lm_positions, masked_lm_ids int64 [max_predictions_per_seq];
+    masked_lm_weights float32 [max_predictions_per_seq]; next_sentence_labels int64 [1].
+  """
+  return {
+      "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+      "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
+      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+  }
+
+
+def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_files_dir"):
+  """Turns the input flags into a list of files.
+
+  Args:
+    input_files: comma-separated file names or glob patterns (the original's --input_file).
+    input_files_dir: comma-separated directories whose files are all inputs (NVIDIA's
+      --input_files_dir); hidden files (".name") and subdirectories are left out.
+    dir_flag: the flag `input_files_dir` came from, for the message.
+
+  Returns:
+    list of paths: the files of each pattern or directory sorted, patterns first, then
+    directories, in the given order, each path once.
+
+  Raises:
+    ValueError: naming the patterns and directories when no file matches.
+  """
+  patterns = [p.strip() for p in (input_files or "").split(",") if p.strip()]
+  directories = [d.strip() for d in (input_files_dir or "").split(",") if d.strip()]
+  files = []
+  for pattern in patterns:
+    files += [path for path in sorted(tf.io.gfile.glob(pattern)) if not tf.io.gfile.isdir(path)]
+  for directory in directories:
+    if tf.io.gfile.isdir(directory):
+      paths = [os.path.join(directory, name) for name in sorted(tf.io.gfile.listdir(directory))
+               if not name.startswith(".")]
+      files += [path for path in paths if not tf.io.gfile.isdir(path)]
+  files = list(dict.fromkeys(files))  # each path once, first place kept
+  if not files:
+    asked = ["--input_file=%s" % p for p in patterns]
+    asked += ["--%s=%s" % (dir_flag, d) for d in directories]
+    raise ValueError("no input file matches %s" % (", ".join(asked) or "(no input flag given)"))
+  return files
+
+
+def shard_input_files(input_files, num_workers, worker_index):
+  """This worker's share of the input (SPEC section 7).
+
+  With at least as many files as workers, worker w takes files w, w + W, w + 2W, ...; with fewer
+  files, every worker reads all files and keeps every W-th record (a warning says so), so no worker
+  starves and no record is read by two workers.
+
+  Args:
+    input_files: list of paths.
+    num_workers: W >= 1.
+    worker_index: w in [0, W).
+
+  Returns:
+    (files, by_record): the files this worker reads and whether it must shard them by record.
+
+  Raises:
+    ValueError: for an invalid worker index or count.
+  """
+  if num_workers < 1 or not 0 <= worker_index < num_workers:
+    raise ValueError("worker_index must be in [0, num_workers), got worker_index=%r, "
+                     "num_workers=%r" % (worker_index, num_workers))
+  if num_workers == 1:
+    return list(input_files), False
+  if len(input_files) >= num_workers:
+    return list(input_files[worker_index::num_workers]), False
+  logging.warning("%d input files for %d workers: sharding by record (each worker reads every "
+                  "file and keeps 1 record in %d); give at least as many files as workers to "
+                  "shard by file", len(input_files), num_workers, num_workers)
+  return list(input_files), True
+
+
+def _decode_batch(records, name_to_features):
+  """Parses a batch of serialised examples; int64 features are cast to int32."""
+  features = tf.io.parse_example(records, name_to_features)
+  return {name: (tf.cast(value, tf.int32) if value.dtype == tf.int64 else value)
+          for name, value in features.items()}
+
+
+def _serialized_records(files, by_record, num_workers, worker_index, is_training, num_cpu_threads,
+                        deterministic, seed):
+  """The serialised records of this worker's shard, before shuffling and batching.
+
+  Args:
+    files, by_record: from `shard_input_files`.
+    num_workers, worker_index: the workers sharing the input.
+    is_training: training reads repeatedly, files shuffled and interleaved (when sharded by file);
+      evaluation reads the files once, in order.
+    num_cpu_threads: files read at a time (training).
+    deterministic: read the interleaved files in a fixed order.
+    seed: shuffle seed, or None.
+
+  Returns:
+    tf.data.Dataset of scalar tf.string.
+  """
+  if is_training and not by_record:
+    d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+    d = d.repeat()
+    d = d.shuffle(buffer_size=len(files), seed=seed)
+    cycle_length = max(1, min(num_cpu_threads, len(files)))
+    return d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
+                        num_parallel_calls=None if deterministic else cycle_length,
+                        deterministic=deterministic)
+  d = tf.data.TFRecordDataset(files)
+  if by_record:
+    d = d.shard(num_workers, worker_index)
+  return d.repeat() if is_training else d
+
+
+def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
+                     is_training, num_cpu_threads=4, num_workers=1, worker_index=0,
+                     deterministic=False, seed=None, shuffle_buffer_size=100):
+  """Builds the `input_fn` of the Estimator / TPUEstimator.
+
+  Training: this worker's shard (see `shard_input_files`), repeated forever; files shuffled and read
+  `num_cpu_threads` at a time (interleaved), records shuffled, parsed and batched with
+  drop_remainder=True (static batch shape), prefetched. Evaluation: the files in the given order,
+  no shuffle, no repeat, every record once (the last batch may be smaller).
+
+  Args:
+    input_files: list of TFRecord files.
+    batch_size: examples per batch; `params["batch_size"]` overrides it when present.
+    max_seq_length: length of input_ids / input_mask / segment_ids.
+    max_predictions_per_seq: length of the masked_lm_* features.
+    is_training: training (shuffle, repeat) or evaluation (in order, once).
+    num_cpu_threads: files read in parallel and parsing threads.
+    num_workers: number of workers sharing the input (Horovod size).
+    worker_index: this worker (Horovod rank).
+    deterministic: seeded shuffles, one thread, the same batches on every run.
+    seed: shuffle seed (offset by `worker_index`); None: unseeded, or `DEFAULT_INPUT_SEED` when
+      `deterministic`.
+    shuffle_buffer_size: records in the shuffle buffer (training).
+
+  Returns:
+    input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32
+    [batch, max_seq_length]; masked_lm_positions, masked_lm_ids int32 and masked_lm_weights
+    float32 [batch, max_predictions_per_seq]; next_sentence_labels int32 [batch, 1].
+  """
+  input_files = list(input_files)
+  if not input_files:
+    raise ValueError("input_fn_builder: no input files")
+  if deterministic and seed is None:
+    seed = DEFAULT_INPUT_SEED
+  shuffle_seed = None if seed is None else seed + worker_index
+
+  def input_fn(params):
+    """Returns the dataset; `params` may carry "batch_size" (TPUEstimator)."""
+    size = params.get("batch_size", batch_size) if params else batch_size
+    name_to_features = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
+    files, by_record = shard_input_files(input_files, num_workers, worker_index)
+    d = _serialized_records(files, by_record, num_workers, worker_index, is_training,
+                            num_cpu_threads, deterministic, shuffle_seed)
+    if is_training:
+      d = d.shuffle(buffer_size=shuffle_buffer_size, seed=shuffle_seed)
+    d = d.batch(size, drop_remainder=is_training)
+    d = d.map(lambda records: _decode_batch(records, name_to_features),
+              num_parallel_calls=None if deterministic else max(1, num_cpu_threads),
+              deterministic=deterministic or not is_training)
+    d = d.prefetch(2)
+    if deterministic:
+      options = tf.data.Options()
+      options.deterministic = True
+      options.threading.private_threadpool_size = 1
+      options.threading.max_intra_op_parallelism = 1
+      d = d.with_options(options)
+    return d
+
+  return input_fn
+
+
+def _first_record(path):
+  """The first serialised record of a TFRecord file, or None for a file without records."""
+  for record in tf.compat.v1.io.tf_record_iterator(path):
+    return record
+  return None
+
+
+def _feature_values(feature):
+  """(kind, values) of a tf.train.Feature: kind "int64", "float", "bytes" or None when empty."""
+  kind = feature.WhichOneof("kind")
+  if kind == "int64_list":
+    return "int64", list(feature.int64_list.value)
+  if kind == "float_list":
+    return "float", list(feature.float_list.value)
+  if kind == "bytes_list":
+    return "bytes", list(feature.bytes_list.value)
+  return None, []
+
+
+def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size=None,
+                  where="first record"):
+  """Raises ValueError naming `path` when a parsed example does not fit the model.
+
+  Args:
+    example: `tf.train.Example`.
+    path: file it came from (for the message).
+    max_seq_length, max_predictions_per_seq: the expected feature lengths.
+    vocab_size: when given, every input_ids / masked_lm_ids value must be in [0, vocab_size).
+    where: which record it is (for the message).
+  """
+  expected = {name: ("float" if spec.dtype == tf.float32 else "int64", spec.shape[0])
+              for name, spec in pretraining_feature_spec(
+                  max_seq_length, max_predictions_per_seq).items()}
+  values = {}
+  for name in sorted(expected):
+    kind, length = expected[name]
+    if name not in example.features.feature:
+      raise ValueError("%s: the %s has no feature %r (expected %s [%d]); features present: %s"
+                       % (path, where, name, kind, length,
+                          ", ".join(sorted(example.features.feature)) or "none"))
+    got_kind, got = _feature_values(example.features.feature[name])
+    if got_kind not in (kind, None):
+      raise ValueError("%s: feature %r of the %s is %s, expected %s"
+                       % (path, name, where, got_kind, kind))
+    if len(got) != length:
+      if name.startswith("masked_lm_"):
+        source = " (max_predictions_per_seq=%d)" % length
+      elif name != "next_sentence_labels":
+        source = " (max_seq_length=%d)" % length
+      else:
+        source = ""
+      raise ValueError("%s: feature %r of the %s has %d values, expected %d%s"
+                       % (path, name, where, len(got), length, source))
+    values[name] = got
+  positions = np.asarray(values["masked_lm_positions"])
+  outside = positions[(positions < 0) | (positions >= max_seq_length)]
+  if outside.size:
+    raise ValueError("%s: masked_lm_positions of the %s has %d, outside [0, max_seq_length=%d)"
+                     % (path, where, outside[0], max_seq_length))
+  if vocab_size is not None:
+    for name in ("input_ids", "masked_lm_ids"):
+      ids = np.asarray(values[name])
+      outside = ids[(ids < 0) | (ids >= vocab_size)]
+      if outside.size:
+        raise ValueError("%s: token id %d in %s of the %s is outside [0, vocab_size=%d) (records "
+                         "made with another vocabulary?)"
+                         % (path, outside[0], name, where, vocab_size))
+
+
+def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size=None):
+  """Pre-flight check: the first record of every input file fits the model.
+
+  Args:
+    input_files: list of TFRecord files.
+    max_seq_length, max_predictions_per_seq: the lengths the model is built for.
+    vocab_size: when given, token ids must be below it (the original trains to NaN otherwise).
+
+  Raises:
+    ValueError: naming the file, when it cannot be read, has no record, its first record is not a
+      tf.train.Example, lacks a feature, has a feature of the wrong type or length, a masked
+      position outside the sequence, or a token id outside the vocabulary.
+  """
+  for path in input_files:
+    try:
+      record = _first_record(path)
+    except (tf.errors.OpError, OSError) as e:
+      raise ValueError("%s: cannot read the first record: %s"
+                       % (path, getattr(e, "message", str(e)).strip()))
+    if record is None:
+      raise ValueError("%s: the file has no records" % path)
+    try:
+      example = tf.train.Example.FromString(record)
+    except Exception as e:  # protobuf's DecodeError
+      raise ValueError("%s: the first record is not a tf.train.Example: %s" % (path, e))
+    check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size)
+
+
+def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=None,
+                    vocab_size=None):
+  """Scans TFRecord files for the first record that cannot be read or parsed.
+
+  TF reports a corrupt record as "corrupted record at <byte offset>", without the file; call this
+  after a `tf.errors.DataLossError` (or a parse error) to name it. Every record's CRC is checked;
+  with `max_seq_length` and `max_predictions_per_seq`, every record is also parsed and checked as
+  in `check_input_files`.
+
+  Args:
+    input_files: list of TFRecord files, scanned in order.
+    max_seq_length, max_predictions_per_seq, vocab_size: see `check_example`.
+
+  Returns:
+    None when every record is good, else a message "<file>: record <k> (0-based): <problem>".
+  """
+  check = max_seq_length is not None and max_predictions_per_seq is not None
+  for path in input_files:
+    index = 0
+    try:
+      for record in tf.compat.v1.io.tf_record_iterator(path):
+        if check:
+          try:
+            example = tf.train.Example.FromString(record)
+            check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size,
+                          where="record %d" % index)
+          except ValueError as e:
+            return "%s: record %d: %s" % (path, index, e)
+          except Exception as e:  # protobuf's DecodeError
+            return "%s: record %d: not a tf.train.Example: %s" % (path, index, e)
+        index += 1
+    except (tf.errors.OpError, OSError) as e:
+      return "%s: record %d: %s" % (path, index, getattr(e, "message", str(e)).strip())
+  return None
+
+
+def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_seq=None,
+                   vocab_size=None):
+  """The error to stop a job with after reading its input failed, with the bad file named.
+
+  Args:
+    error: the exception the input pipeline raised (typically `tf.errors.DataLossError`).
+    input_files: the files the pipeline read.
+    max_seq_length, max_predictions_per_seq, vocab_size: see `find_bad_record`.
+
+  Returns:
+    an exception of the same type as `error` (for OpErrors, with its node and op) whose message
+    names the file and record; `error` itself when no bad record is found.
+  """
+  problem = find_bad_record(input_files, max_seq_length, max_predictions_per_seq, vocab_size)
+  if problem is None:
+    return error
+  message = "bad input record: %s\n(original error: %s)" % (
+      problem, getattr(error, "message", str(error)).strip())
+  if isinstance(error, tf.errors.OpError):
+    return type(error)(error.node_def, error.op, message)
+  return type(error)(message)
+
+
+# -------------------------------------------------------------------------------------------------
+# The Estimator: model_fn, flags, main.
+# -------------------------------------------------------------------------------------------------
+
+
+def _metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids, masked_lm_weights,
+               next_sentence_example_loss, next_sentence_log_probs, next_sentence_labels):
+  """Evaluation metrics: MLM accuracy and loss weighted by masked_lm_weights; NSP accuracy, loss.
+
+  Args:
+    masked_lm_example_loss: [batch * predictions]; masked_lm_log_probs: [batch * predictions, V];
+    masked_lm_ids, masked_lm_weights: [batch, predictions];
+    next_sentence_example_loss: [batch]; next_sentence_log_probs: [batch, 2];
+    next_sentence_labels: [batch, 1].
+
+  Returns:
+    dict of (value, update_op) streaming metrics.
+  """
+  masked_lm_predictions = tf.argmax(masked_lm_log_probs, axis=-1, output_type=tf.int32)
+  masked_lm_weights = tf.reshape(masked_lm_weights, [-1])
+  masked_lm_ids = tf.reshape(masked_lm_ids, [-1])
+  next_sentence_predictions = tf.argmax(next_sentence_log_probs, axis=-1, output_type=tf.int32)
+  next_sentence_labels = tf.reshape(next_sentence_labels, [-1])
+  return {
+      "masked_lm_accuracy": _tf1.metrics.accuracy(
+          labels=masked_lm_ids, predictions=masked_lm_predictions, weights=masked_lm_weights),
+      "masked_lm_loss": _tf1.metrics.mean(
+          values=tf.reshape(masked_lm_example_loss, [-1]), weights=masked_lm_weights),
+      "next_sentence_accuracy": _tf1.metrics.accuracy(
+          labels=next_sentence_labels, predictions=next_sentence_predictions),
+      "next_sentence_loss": _tf1.metrics.mean(values=next_sentence_example_loss),
+  }
+
+
+def _log_trainable_variables(tvars, initialized_variable_names, rank):
+  logging.info("**** Trainable Variables ****")
+  for var in tvars:
+    init_string = ", *INIT_FROM_CKPT*" if var.name in initialized_variable_names else ""
+    logging.info("  %d :: name = %s, shape = %s%s", rank, var.name, var.shape, init_string)
+
+
+def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_steps,
+                     num_warmup_steps, use_one_hot_embeddings=False, hvd=None, manual_fp16=False,
+                     amp=False, num_accumulation_steps=1, optimizer_type="lamb",
+                     allreduce_post_accumulation=False, init_loss_scale=2**32, use_tpu=False,
+                     tpu_estimator_spec=None, verbose_logging=False):
+  """Returns the `model_fn` of the pretraining Estimator (or TPUEstimator).
+
+  Args:
+    bert_config: `modeling.BertConfig`.
+    init_checkpoint: checkpoint to initialise matching variables from, or None.
+    learning_rate: effective peak learning rate (already multiplied by the number of workers).
+    num_train_steps, num_warmup_steps: optimizer updates (see `optimization.create_optimizer`).
+    use_one_hot_embeddings: one-hot word embedding lookup (TPU).
+    hvd: the `horovod.tensorflow` module under Horovod, else None.
+    manual_fp16: build the encoder in fp16 (fp32 master weights, loss scaling).
+    amp: automatic mixed precision (loss scaling on a GPU; the rewrite is a session option).
+    num_accumulation_steps, optimizer_type, allreduce_post_accumulation, init_loss_scale: see
+      `optimization.create_optimizer`.
+    use_tpu: wrap the optimizer for TPU cores.
+    tpu_estimator_spec: return `TPUEstimatorSpec` (for a TPUEstimator); defaults to `use_tpu`.
+    verbose_logging: list every trainable variable, marking those loaded from the checkpoint.
+
+  Returns:
+    model_fn(features, labels, mode, params).
+  """
+  if tpu_estimator_spec is None:
+    tpu_estimator_spec = use_tpu
+
+  def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
+    """Builds the graph of one mode (TRAIN or EVAL)."""
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    built = build_pretraining_model(
+        bert_config, features, is_training,
+        compute_type=tf.float16 if manual_fp16 else tf.float32,
+        use_one_hot_embeddings=use_one_hot_embeddings)
+    mlm_loss = tf.identity(built["mlm_loss"], name="mlm_loss")
+    nsp_loss = tf.identity(built["nsp_loss"], name="nsp_loss")
+    total_loss = tf.identity(mlm_loss + nsp_loss, name="total_loss")
+
+    tvars = _tf1.trainable_variables()
+    initialized_variable_names = {}
+    scaffold_fn = None
+    if init_checkpoint:
+      assignment_map, initialized_variable_names = modeling.get_assignment_map_from_checkpoint(
+          tvars, init_checkpoint)
+      if tpu_estimator_spec:
+        def scaffold_fn():
+          _tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+          return _tf1.train.Scaffold()
+      else:
+        _tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+    if verbose_logging:
+      _log_trainable_variables(tvars, initialized_variable_names,
+                               hvd.rank() if hvd is not None else 0)
+
+    if mode == tf.estimator.ModeKeys.TRAIN:
+      train_op = optimization.create_optimizer(
+          total_loss, learning_rate, num_train_steps, num_warmup_steps, hvd=hvd,
+          manual_fp16=manual_fp16, use_fp16=amp, num_accumulation_steps=num_accumulation_steps,
+          optimizer_type=optimizer_type, allreduce_post_accumulation=allreduce_post_accumulation,
+          init_loss_scale=init_loss_scale, use_tpu=use_tpu)
+      if tpu_estimator_spec:
+        return _tf1.estimator.tpu.TPUEstimatorSpec(mode=mode, loss=total_loss,
+                                                   train_op=train_op, scaffold_fn=scaffold_fn)
+      return tf.estimator.EstimatorSpec(mode=mode, loss=total_loss, train_op=train_op)
+
+    if mode == tf.estimator.ModeKeys.EVAL:
+      metric_args = [built["mlm_per_example_loss"], built["mlm_log_probs"],
+                     features["masked_lm_ids"], features["masked_lm_weights"],
+                     built["nsp_per_example_loss"], built["nsp_log_probs"],
+                     features["next_sentence_labels"]]
+      if tpu_estimator_spec:
+        return _tf1.estimator.tpu.TPUEstimatorSpec(
+            mode=mode, loss=total_loss, eval_metrics=(_metric_fn, metric_args),
+            scaffold_fn=scaffold_fn)
+      return tf.estimator.EstimatorSpec(mode=mode, loss=total_loss,
+                                        eval_metric_ops=_metric_fn(*metric_args))
+    raise ValueError("only TRAIN and EVAL modes are supported, got %s" % mode)
+
+  return model_fn
+
+
+# -------------------------------------------------------------------------------------------------
+# Flags: those of NVIDIA's run_pretraining.py (same names, defaults and meaning), the original
+# release's --input_file and TPU flags, and ours. Parsed once here; everything below main() takes
+# plain arguments.
+# -------------------------------------------------------------------------------------------------
+
+flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train.")
+flags.DEFINE_string("input_files_dir", None,
+                    "Directory (or comma-separated directories) whose files are the training "
+                    "TFRecords.")
+flags.DEFINE_string("input_file", None,
+                    "Training TFRecords: comma-separated files or glob patterns (the original "
+                    "release's flag; an alternative to --input_files_dir).")
+flags.DEFINE_string("eval_files_dir", None,
+                    "Directory (or comma-separated directories) of the evaluation TFRecords; "
+                    "default: the training input.")
+flags.DEFINE_string("output_dir", None, "Where checkpoints, summaries and logs are written.")
+flags.DEFINE_string("dllog_path", None,
+                    "dllogger JSON log file; default <output_dir>/bert_dllog.json.")
+flags.DEFINE_string("init_checkpoint", None,
+                    "Checkpoint to initialise from (e.g. a released bert_model.ckpt).")
+flags.DEFINE_enum("optimizer_type", "lamb", ["lamb", "adam"], "LAMB or AdamWeightDecay.")
+flags.DEFINE_integer("max_seq_length", 512, "Sequence length of the records (must match the data).")
+flags.DEFINE_integer("max_predictions_per_seq", 80,
+                     "Masked LM predictions per sequence (must match the data).")
+flags.DEFINE_bool("do_train", False, "Run training.")
+flags.DEFINE_bool("do_eval", False, "Run evaluation (rank 0) after training.")
+flags.DEFINE_integer("train_batch_size", 32, "Per-worker batch size of one micro-step.")
+flags.DEFINE_integer("eval_batch_size", 8, "Evaluation batch size.")
+flags.DEFINE_float("learning_rate", 5e-5,
+                   "Per-worker peak learning rate; multiplied by the number of workers.")
+flags.DEFINE_integer("num_train_steps", 100000, "Optimizer updates to train for.")
+flags.DEFINE_integer("num_warmup_steps", 10000, "Warmup updates.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save a checkpoint every this many updates.")
+flags.DEFINE_integer("display_loss_steps", 10, "Log the training losses every this many updates.")
+flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per TPU loop (TPUEstimator).")
+flags.DEFINE_integer("max_eval_steps", 100,
+                     "Maximum evaluation batches (evaluation also stops at the end of the data).")
+flags.DEFINE_integer("num_accumulation_steps", 1,
+                     "Micro-steps accumulated per optimizer update. Global batch = "
+                     "train_batch_size x num_accumulation_steps x workers.")
+flags.DEFINE_bool("allreduce_post_accumulation", False,
+                  "Allreduce once per update (after accumulating) instead of every micro-step.")
+flags.DEFINE_bool("verbose_logging", False, "List every trainable variable.")
+flags.DEFINE_bool("horovod", False, "Run under Horovod (mpirun / horovodrun).")
+flags.DEFINE_bool("report_loss", True, "Log the training losses.")
+flags.DEFINE_bool("manual_fp16", False,
+                  "fp16 encoder with fp32 master weights and dynamic loss scaling.")
+flags.DEFINE_bool("amp", False,
+                  "Automatic mixed precision graph rewrite (GPU only; no effect on a CPU).")
+flags.DEFINE_alias("use_fp16", "amp")
+flags.DEFINE_bool("use_xla", False, "XLA JIT compilation of the graph.")
+flags.DEFINE_integer("init_loss_scale", 2**32, "Initial dynamic loss scale (fp16).")
+# The original release's TPU flags.
+flags.DEFINE_bool("use_tpu", False, "Train on TPU cores with TPUEstimator.")
+flags.DEFINE_string("tpu_name", None, "Cloud TPU name or grpc address.")
+flags.DEFINE_string("tpu_zone", None, "GCE zone of the Cloud TPU.")
+flags.DEFINE_string("gcp_project", None, "GCP project of the Cloud TPU.")
+flags.DEFINE_string("master", None, "TensorFlow master URL.")
+flags.DEFINE_integer("num_tpu_cores", 8, "TPU cores (with --use_tpu).")
+# Ours.
+flags.DEFINE_bool("tpu_estimator", False,
+                  "Build a TPUEstimator even without --use_tpu (its CPU/GPU path); implied by "
+                  "--use_tpu.")
+flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
+flags.DEFINE_bool("deterministic_run", False,
+                  "Reproducible run: fixed seeds, single-threaded input, no dropout, "
+                  "deterministic ops.")
+flags.DEFINE_bool("enable_scoped_allocator", False,
+                  "Scoped allocator for HorovodAllreduce (see docs/DECISIONS.md: Horovod 0.28.1's "
+                  "kernel rejects it). TF_DISABLE_SCOPED_ALLOCATOR=1 always turns it off.")
+flags.DEFINE_bool("force_weight_sync", False,
+                  "Average the trainable variables across workers every num_accumulation_steps "
+                  "iterations (also env FORCE_WEIGHT_SYNC=true).")
+flags.DEFINE_bool("node_local_output_dir", False,
+                  "output_dir is on a node-local disk: each node's local rank 0 uses (and saves "
+                  "checkpoints to) output_dir.")
+flags.DEFINE_bool("checkpoint_all_workers", False,
+                  "Every worker saves checkpoints (ranks > 0 into output_dir/worker_<rank>).")
+flags.DEFINE_integer("intra_op_threads", 0, "Threads inside one op (0: TensorFlow decides).")
+flags.DEFINE_integer("inter_op_threads", 0, "Ops run in parallel (0: TensorFlow decides).")
+
+
+class UsageError(ValueError):
+  """A bad flag or input, found before any graph is built."""
+
+
+def _require(condition, message, *args):
+  if not condition:
+    raise UsageError(message % args)
+
+
+def validate_flags(f):
+  """Checks flag values and combinations that need no file access.
+
+  Args:
+    f: the parsed flags (or any object with the same attributes).
+
+  Raises:
+    UsageError: naming the flag.
+  """
+  _require(f.do_train or f.do_eval, "one of --do_train and --do_eval is required")
+  _require(f.bert_config_file, "--bert_config_file is required")
+  _require(f.output_dir, "--output_dir is required")
+  if f.do_train:
+    _require(f.input_file or f.input_files_dir,
+             "--do_train needs the training data: give --input_files_dir or --input_file")
+  if f.do_eval and not f.do_train:
+    _require(f.eval_files_dir or f.input_file or f.input_files_dir,
+             "--do_eval needs data: give --eval_files_dir (or --input_files_dir / --input_file)")
+  for name in ("train_batch_size", "eval_batch_size", "num_accumulation_steps", "num_train_steps",
+               "save_checkpoints_steps", "display_loss_steps", "iterations_per_loop",
+               "max_eval_steps", "max_seq_length", "max_predictions_per_seq", "num_tpu_cores",
+               "keep_checkpoint_max"):
+    value = getattr(f, name)
+    _require(value >= 1, "--%s must be >= 1, got %d", name, value)
+  _require(f.num_warmup_steps >= 0, "--num_warmup_steps must be >= 0, got %d",
+           f.num_warmup_steps)
+  _require(f.learning_rate > 0, "--learning_rate must be positive, got %g", f.learning_rate)
+  _require(f.init_loss_scale > 0, "--init_loss_scale must be positive, got %d", f.init_loss_scale)
+  _require(f.max_predictions_per_seq <= f.max_seq_length,
+           "--max_predictions_per_seq (%d) cannot exceed --max_seq_length (%d)",
+           f.max_predictions_per_seq, f.max_seq_length)
+  if f.optimizer_type == "adam":
+    _require(f.num_warmup_steps < f.num_train_steps,
+             "--num_warmup_steps (%d) must be smaller than --num_train_steps (%d) with "
+             "--optimizer_type=adam", f.num_warmup_steps, f.num_train_steps)
+  _require(not (f.amp and f.manual_fp16), "--amp and --manual_fp16 cannot be combined")
+  _require(not (f.use_tpu and f.horovod), "--use_tpu and --horovod cannot be combined")
+  _require(not (f.use_tpu and f.num_accumulation_steps > 1),
+           "--num_accumulation_steps > 1 is not supported with --use_tpu")
+  _require(f.intra_op_threads >= 0 and f.inter_op_threads >= 0,
+           "--intra_op_threads and --inter_op_threads must be >= 0")
+
+
+def _checkpoint_step(model_dir):
+  """Global step of the newest checkpoint in `model_dir`, 0 when there is none."""
+  checkpoint = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+  if not checkpoint:
+    return 0
+  return int(tf.train.load_variable(checkpoint, "global_step"))
+
+
+def _check_init_checkpoint(path):
+  try:
+    tf.train.list_variables(path)
+  except (tf.errors.OpError, ValueError) as e:
+    raise UsageError("--init_checkpoint=%s cannot be read: %s"
+                     % (path, getattr(e, "message", str(e)).strip().splitlines()[0]))
+
+
+def _resolve_inputs(f):
+  """(train_files, eval_files) from the flags; UsageError naming the flags when nothing matches."""
+  train_files, eval_files = [], []
+  try:
+    if f.do_train or not f.eval_files_dir:
+      train_files = resolve_input_files(f.input_file, f.input_files_dir)
+    eval_files = (resolve_input_files(input_files_dir=f.eval_files_dir, dir_flag="eval_files_dir")
+                  if f.eval_files_dir else train_files)
+  except ValueError as e:
+    raise UsageError(str(e))
+  return (train_files if f.do_train else []), (eval_files if f.do_eval else [])
+
+
+def _build_estimator(f, model_fn, output_dir, session_config, saves_checkpoints, rank):
+  """The Estimator (or TPUEstimator with --use_tpu / --tpu_estimator) writing to `output_dir`."""
+  save_steps = f.save_checkpoints_steps if saves_checkpoints else None
+  seed = 12345 if f.deterministic_run else None
+  # Ranks > 0 write no summaries (their step counter included) and no checkpoints.
+  log_step_count_steps = (10000 if f.report_loss else 100) if rank == 0 else None
+  common = dict(model_dir=output_dir, session_config=session_config,
+                save_checkpoints_steps=save_steps, save_checkpoints_secs=None,
+                save_summary_steps=save_steps if rank == 0 else None,
+                keep_checkpoint_max=f.keep_checkpoint_max,
+                log_step_count_steps=log_step_count_steps, tf_random_seed=seed)
+  if not (f.use_tpu or f.tpu_estimator):
+    return tf.estimator.Estimator(model_fn=model_fn,
+                                  config=tf.estimator.RunConfig(**common))
+  cluster = None
+  if f.use_tpu and f.tpu_name:
+    cluster = tf.distribute.cluster_resolver.TPUClusterResolver(
+        f.tpu_name, zone=f.tpu_zone, project=f.gcp_project)
+  tpu = _tf1.estimator.tpu
+  run_config = tpu.RunConfig(
+      cluster=cluster, master=f.master,
+      tpu_config=tpu.TPUConfig(iterations_per_loop=f.iterations_per_loop,
+                               num_shards=f.num_tpu_cores,
+                               per_host_input_for_training=tpu.InputPipelineConfig.PER_HOST_V2),
+      **common)
+  return tpu.TPUEstimator(use_tpu=f.use_tpu, model_fn=model_fn, config=run_config,
+                          train_batch_size=f.train_batch_size,
+                          eval_batch_size=f.eval_batch_size)
+
+
+def _write_eval_results(path, result):
+  with tf.io.gfile.GFile(path, "w") as writer:
+    for key in sorted(result):
+      writer.write("%s = %s\n" % (key, result[key]))
+
+
+def run(f):
+  """The pretraining job: validate, train (every worker), evaluate (rank 0).
+
+  Args:
+    f: parsed flags.
+
+  Returns:
+    0 on success.
+
+  Raises:
+    UsageError: for bad flags or data, before any graph is built.
+  """
+  validate_flags(f)
+  hvd = hvd_utils.hvd_init() if f.horovod else None
+  rank, size = hvd_utils.hvd_rank(), hvd_utils.hvd_size()
+  local_rank = hvd_utils.comm_local_rank()
+  if rank != 0:
+    logging.set_verbosity(logging.WARNING)
+
+  try:
+    bert_config = modeling.BertConfig.from_json_file(f.bert_config_file)
+  except ValueError as e:
+    raise UsageError("--bert_config_file: %s" % e)
+  _require(bert_config.max_position_embeddings >= f.max_seq_length,
+           "--max_seq_length=%d exceeds max_position_embeddings=%d of %s", f.max_seq_length,
+           bert_config.max_position_embeddings, f.bert_config_file)
+  if f.deterministic_run:
+    bert_config.hidden_dropout_prob = 0.0
+    bert_config.attention_probs_dropout_prob = 0.0
+    tf.config.experimental.enable_op_determinism()
+  train_files, eval_files = _resolve_inputs(f)
+  try:
+    check_input_files(sorted(set(train_files) | set(eval_files)), f.max_seq_length,
+                      f.max_predictions_per_seq, bert_config.vocab_size)
+  except ValueError as e:
+    raise UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
+                     "vocabulary of --bert_config_file)" % e)
+  if f.init_checkpoint:
+    _check_init_checkpoint(f.init_checkpoint)
+
+  output_dir = hvd_utils.worker_output_dir(f.output_dir, rank, local_rank, f.node_local_output_dir)
+  tf.io.gfile.makedirs(output_dir)
+  saves = f.checkpoint_all_workers or hvd_utils.saves_checkpoints(rank, local_rank,
+                                                                  f.node_local_output_dir)
+  dllog_path = f.dllog_path or os.path.join(f.output_dir, "bert_dllog.json")
+  run_logger = dllogger_setup.RunLogger(dllog_path, rank=rank)
+  learning_rate = f.learning_rate * size
+  global_batch_size = f.train_batch_size * f.num_accumulation_steps * size
+  logging.info("workers: %d; global batch: %d x %d accumulation x %d workers = %d; learning "
+               "rate: %g per worker x %d workers = %g", size, f.train_batch_size,
+               f.num_accumulation_steps, size, global_batch_size, f.learning_rate, size,
+               learning_rate)
+
+  session_config = session_config_lib.build_session_config(
+      use_horovod=hvd is not None, local_rank=local_rank,
+      enable_scoped_allocator=f.enable_scoped_allocator, use_xla=f.use_xla, amp=f.amp,
+      intra_op_threads=f.intra_op_threads, inter_op_threads=f.inter_op_threads)
+  model_fn = model_fn_builder(
+      bert_config=bert_config, init_checkpoint=f.init_checkpoint, learning_rate=learning_rate,
+      num_train_steps=f.num_train_steps, num_warmup_steps=f.num_warmup_steps,
+      use_one_hot_embeddings=f.use_tpu, hvd=hvd, manual_fp16=f.manual_fp16, amp=f.amp,
+      num_accumulation_steps=f.num_accumulation_steps, optimizer_type=f.optimizer_type,
+      allreduce_post_accumulation=f.allreduce_post_accumulation,
+      init_loss_scale=f.init_loss_scale, use_tpu=f.use_tpu,
+      tpu_estimator_spec=f.use_tpu or f.tpu_estimator, verbose_logging=f.verbose_logging)
+  estimator = _build_estimator(f, model_fn, output_dir, session_config, saves, rank)
+
+  if f.do_train:
+    # Every worker decides from the same (rank 0's) checkpoints, so none waits alone in a collective.
+    done_steps = _checkpoint_step(f.output_dir)
+    if done_steps >= f.num_train_steps:
+      logging.info("%s already holds step %d >= --num_train_steps=%d: nothing to train",
+                   f.output_dir, done_steps, f.num_train_steps)
+    else:
+      hooks = []
+      if f.report_loss:
+        hooks.append(hooks_lib.TrainingLogHook(
+            run_logger, global_batch_size, num_accumulation_steps=f.num_accumulation_steps,
+            display_loss_steps=f.display_loss_steps,
+            save_checkpoints_steps=f.save_checkpoints_steps if saves else None))
+      if hooks_lib.weight_sync_enabled(f.force_weight_sync):
+        hooks.append(hooks_lib.WeightSyncHook(f.num_accumulation_steps))
+      if size > 1:
+        hooks.append(hvd_utils.broadcast_global_variables_hook(0))
+      train_input_fn = input_fn_builder(
+          train_files, f.train_batch_size, f.max_seq_length, f.max_predictions_per_seq,
+          is_training=True, num_workers=size, worker_index=rank,
+          deterministic=f.deterministic_run)
+      logging.info("***** Running training from step %d to %d *****", done_steps,
+                   f.num_train_steps)
+      try:
+        estimator.train(input_fn=train_input_fn, hooks=hooks, max_steps=f.num_train_steps)
+      except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        raise name_bad_input(e, train_files, f.max_seq_length, f.max_predictions_per_seq,
+                             bert_config.vocab_size)
+
+  if f.do_eval and rank == 0:
+    eval_input_fn = input_fn_builder(
+        eval_files, f.eval_batch_size, f.max_seq_length, f.max_predictions_per_seq,
+        is_training=False, deterministic=f.deterministic_run)
+    logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
+                 len(eval_files), f.eval_batch_size, f.max_eval_steps)
+    try:
+      result = estimator.evaluate(input_fn=eval_input_fn, steps=f.max_eval_steps,
+                                  hooks=[hooks_lib.EvalTimingHook(run_logger, f.eval_batch_size)])
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+      raise name_bad_input(e, eval_files, f.max_seq_length, f.max_predictions_per_seq,
+                           bert_config.vocab_size)
+    eval_path = os.path.join(output_dir, "eval_results.txt")
+    _write_eval_results(eval_path, result)
+    logging.info("***** Eval results (%s) *****", eval_path)
+    for key in sorted(result):
+      logging.info("  %s = %s", key, result[key])
+
+  run_logger.close()
+  if rank == 0:
+    logging.info("outputs: checkpoints in %s, dllogger log %s", output_dir, dllog_path)
+  return 0
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
+  logging.set_verbosity(logging.INFO)
+  try:
+    return run(FLAGS)
+  except UsageError as e:
+    print("run_pretraining.py: error: %s" % e, file=sys.stderr, flush=True)
+    return 2
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -109,3 +109,24 @@ def softmax_regression_data(rng, n):
   return {"ids": rng.randint(0, 7, size=n).astype(np.int32),
           "x": (rng.normal(size=(n, 5)) * 4).astype(np.float32),
           "y": rng.randint(0, 3, size=n).astype(np.int32)}
+
+
+def example_from_arrays(values):
+  """A tf.train.Example from one record's numpy arrays (floats -> float_list, ints -> int64_list)."""
+  feature = {}
+  for name, value in values.items():
+    value = np.asarray(value).reshape(-1)
+    if value.dtype.kind == "f":
+      feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=value.tolist()))
+    else:
+      feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=value.tolist()))
+  return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def write_batch_records(path, batch):
+  """Writes every row of a `random_batch`-style dict as one TFRecord example to `path`."""
+  num_rows = len(batch["input_ids"])
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for row in range(num_rows):
+      values = {name: value[row] for name, value in batch.items()}
+      writer.write(example_from_arrays(values).SerializeToString())

@@ -72,9 +72,9 @@ def encoder(w, num_layers, num_heads, input_ids, input_mask, token_type_ids):
   return embedding_output, layers, pooled
 
 
-def pretraining_losses(w, sequence_output, pooled, positions, label_ids, label_weights,
-                       next_sentence_labels):
-  """Returns (mlm_loss, mlm_per_example [B*P], nsp_loss, nsp_per_example [B]) in float64."""
+def pretraining_outputs(w, sequence_output, pooled, positions, label_ids, label_weights,
+                        next_sentence_labels):
+  """MLM and NSP heads in float64: dict of log-probs, per-example losses and the two losses."""
   batch = sequence_output.shape[0]
   positions = np.asarray(positions)
   gathered = sequence_output[np.arange(batch)[:, None], positions].reshape(-1, pooled.shape[-1])
@@ -82,10 +82,10 @@ def pretraining_losses(w, sequence_output, pooled, positions, label_ids, label_w
   t = _ln(w, "cls/predictions/transform/LayerNorm", t)
   logits = t @ w["bert/embeddings/word_embeddings"].astype(np.float64).T
   logits = logits + w["cls/predictions/output_bias"].astype(np.float64)
-  log_probs = log_softmax(logits)
+  mlm_log_probs = log_softmax(logits)
   ids = np.asarray(label_ids).reshape(-1)
   weights = np.asarray(label_weights, np.float64).reshape(-1)
-  mlm_per_example = -log_probs[np.arange(ids.size), ids]
+  mlm_per_example = -mlm_log_probs[np.arange(ids.size), ids]
   mlm_loss = (weights * mlm_per_example).sum() / (weights.sum() + 1e-5)
 
   nsp_logits = pooled @ w["cls/seq_relationship/output_weights"].astype(np.float64).T
@@ -93,4 +93,14 @@ def pretraining_losses(w, sequence_output, pooled, positions, label_ids, label_w
   nsp_log_probs = log_softmax(nsp_logits)
   labels = np.asarray(next_sentence_labels).reshape(-1)
   nsp_per_example = -nsp_log_probs[np.arange(labels.size), labels]
-  return mlm_loss, mlm_per_example, nsp_per_example.mean(), nsp_per_example
+  return {"mlm_log_probs": mlm_log_probs, "mlm_per_example": mlm_per_example,
+          "mlm_loss": mlm_loss, "nsp_log_probs": nsp_log_probs,
+          "nsp_per_example": nsp_per_example, "nsp_loss": nsp_per_example.mean()}
+
+
+def pretraining_losses(w, sequence_output, pooled, positions, label_ids, label_weights,
+                       next_sentence_labels):
+  """Returns (mlm_loss, mlm_per_example [B*P], nsp_loss, nsp_per_example [B]) in float64."""
+  out = pretraining_outputs(w, sequence_output, pooled, positions, label_ids, label_weights,
+                            next_sentence_labels)
+  return out["mlm_loss"], out["mlm_per_example"], out["nsp_loss"], out["nsp_per_example"]

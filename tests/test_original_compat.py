@@ -79,3 +79,51 @@ def test_original_checkpoint_reproduces_outputs_losses_and_gradients(tmp_path):
   # The comparison is not vacuous: the losses are far from zero and the gradients are not.
   assert reference["total_loss"] > 1.0
   assert max(np.abs(reference["grad/" + v.op.name]).max() for v in tvars) > 1e-2
+
+
+def _read_eval_results(path):
+  result = {}
+  with open(path) as f:
+    for line in f:
+      key, value = line.strip().split(" = ")
+      result[key] = float(value)
+  return result
+
+
+def test_original_checkpoint_evaluates_to_the_originals_losses(tmp_path):
+  config = helpers.tiny_config(vocab_size=120, hidden_size=48, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64,
+                               max_position_embeddings=32, type_vocab_size=2)
+  config_path = tmp_path / "bert_config.json"
+  config_path.write_text(config.to_json_string())
+  rng = np.random.RandomState(21)
+  # The original's checkpoint: its own model code, random weights, saved as bert_model.ckpt.
+  np.savez(tmp_path / "batch.npz", **helpers.random_batch(rng, 2, 16, config.vocab_size, 4))
+  ckpt_dir = tmp_path / "released"
+  ckpt_dir.mkdir()
+  run_original(["model", "--config", str(config_path), "--batch", str(tmp_path / "batch.npz"),
+                "--out", str(ckpt_dir), "--seed", "22"])
+  data_dir = tmp_path / "eval"
+  data_dir.mkdir()
+  records = data_dir / "eval.tfrecord"
+  helpers.write_batch_records(records, helpers.random_batch(rng, 12, 16, config.vocab_size, 4))
+  checkpoint = str(ckpt_dir / "bert_model.ckpt")
+  common = ["--bert_config_file=%s" % config_path, "--init_checkpoint=%s" % checkpoint,
+            "--max_seq_length=16", "--max_predictions_per_seq=4", "--do_eval",
+            "--eval_batch_size=4", "--max_eval_steps=3"]
+
+  # The original run_pretraining.py (TPUEstimator on the CPU) evaluates every record once.
+  run_original(["run_pretraining", "--", "--input_file=%s" % records,
+                "--output_dir=%s" % (tmp_path / "original"), "--use_tpu=False"] + common)
+  proc = subprocess.run(
+      [sys.executable, os.path.join(REPO_ROOT, "run_pretraining.py"),
+       "--eval_files_dir=%s" % data_dir, "--output_dir=%s" % (tmp_path / "ours")] + common,
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-5000:]
+
+  original = _read_eval_results(tmp_path / "original" / "eval_results.txt")
+  ours = _read_eval_results(tmp_path / "ours" / "eval_results.txt")
+  for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+              "next_sentence_loss", "loss"):
+    np.testing.assert_allclose(ours[key], original[key], atol=1e-5, err_msg=key)
+  assert original["masked_lm_loss"] > 1.0  # random weights: a real, non-trivial loss

@@ -1,0 +1,327 @@
+"""run_pretraining's input pipeline: order, dtypes, shapes, worker shards, pre-flight checks,
+corrupt records, and records written by the original create_pretraining_data.py.
+
+Test records are written here with `tf.io.TFRecordWriter` and `tf.train.Example`; record r of a file
+carries r's global number in input_ids[0], so where every record went can be checked exactly.
+"""
+
+import logging as std_logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import create_pretraining_data as cpd
+import run_pretraining
+import tokenization
+from tests import test_create_pretraining_data as data_tests
+
+_tf1 = tf.compat.v1
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEQ = 8
+PRED = 3
+
+# The original release's parsing spec (its run_pretraining.input_fn_builder), written out here.
+ORIGINAL_SPEC = {
+    "input_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
+    "input_mask": tf.io.FixedLenFeature([SEQ], tf.int64),
+    "segment_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
+    "masked_lm_positions": tf.io.FixedLenFeature([PRED], tf.int64),
+    "masked_lm_ids": tf.io.FixedLenFeature([PRED], tf.int64),
+    "masked_lm_weights": tf.io.FixedLenFeature([PRED], tf.float32),
+    "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+}
+
+
+def record_values(number, seq=SEQ, pred=PRED):
+  """Feature values of test record `number` (numpy, SPEC dtypes)."""
+  return {
+      "input_ids": np.array([number] + [(number * 7 + i) % 50 for i in range(1, seq)]),
+      "input_mask": np.array([1] * (seq - 2) + [0, 0]),
+      "segment_ids": np.array([0] * (seq // 2) + [1] * (seq - seq // 2)),
+      "masked_lm_positions": np.arange(1, pred + 1),
+      "masked_lm_ids": np.array([(number + i) % 50 for i in range(pred)]),
+      "masked_lm_weights": np.array([1.0] * (pred - 1) + [0.25], np.float32),
+      "next_sentence_labels": np.array([number % 2]),
+  }
+
+
+def make_example(values):
+  feature = {}
+  for name, value in values.items():
+    if value.dtype.kind == "f":
+      feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=value.tolist()))
+    else:
+      feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=value.tolist()))
+  return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def write_records(path, numbers, **kwargs):
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for number in numbers:
+      writer.write(make_example(record_values(number, **kwargs)).SerializeToString())
+  return str(path)
+
+
+def write_files(directory, records_per_file):
+  """Files holding records 0, 1, 2, ... in order; returns the paths."""
+  paths, start = [], 0
+  for index, count in enumerate(records_per_file):
+    paths.append(write_records(directory / ("part-%d.tfrecord" % index),
+                               range(start, start + count)))
+    start += count
+  return paths
+
+
+def run_dataset(input_fn, params=None, max_batches=None):
+  """Every batch of the dataset (or the first `max_batches`), in a fresh graph."""
+  with tf.Graph().as_default():
+    dataset = input_fn(params or {})
+    batch = _tf1.data.make_one_shot_iterator(dataset).get_next()
+    structure = {name: (t.dtype, t.shape.as_list()) for name, t in batch.items()}
+    batches = []
+    with _tf1.Session() as sess:
+      try:
+        while max_batches is None or len(batches) < max_batches:
+          batches.append(sess.run(batch))
+      except tf.errors.OutOfRangeError:
+        pass
+  return batches, structure
+
+
+def record_numbers(batches):
+  return [int(n) for b in batches for n in b["input_ids"][:, 0]]
+
+
+def test_eval_reads_every_record_in_order_with_spec_dtypes(tmp_path):
+  files = write_files(tmp_path, [5, 7, 3])
+  input_fn = run_pretraining.input_fn_builder(files, batch_size=4, max_seq_length=SEQ,
+                                              max_predictions_per_seq=PRED, is_training=False)
+  batches, structure = run_dataset(input_fn)
+  assert record_numbers(batches) == list(range(15))
+  assert [len(b["input_ids"]) for b in batches] == [4, 4, 4, 3]  # nothing dropped
+  for name in ORIGINAL_SPEC:
+    expected_dtype = tf.float32 if name == "masked_lm_weights" else tf.int32
+    width = {"next_sentence_labels": 1}.get(name, SEQ if name in ("input_ids", "input_mask",
+                                                                   "segment_ids") else PRED)
+    assert structure[name] == (expected_dtype, [None, width]), name
+  for b in batches:
+    for row, number in enumerate(b["input_ids"][:, 0]):
+      for name, value in record_values(int(number)).items():
+        np.testing.assert_array_equal(b[name][row], value, err_msg=name)
+  # params["batch_size"] (TPUEstimator) overrides batch_size.
+  batches, _ = run_dataset(input_fn, params={"batch_size": 6})
+  assert [len(b["input_ids"]) for b in batches] == [6, 6, 3]
+
+
+def test_training_batches_have_static_shapes_and_repeat(tmp_path):
+  files = write_files(tmp_path, [5, 7, 3])
+  input_fn = run_pretraining.input_fn_builder(files, batch_size=4, max_seq_length=SEQ,
+                                              max_predictions_per_seq=PRED, is_training=True,
+                                              num_cpu_threads=2)
+  batches, structure = run_dataset(input_fn, max_batches=12)
+  assert structure["input_ids"] == (tf.int32, [4, SEQ])
+  assert structure["masked_lm_weights"] == (tf.float32, [4, PRED])
+  assert structure["next_sentence_labels"] == (tf.int32, [4, 1])
+  seen = record_numbers(batches)
+  # 48 records from 15: the data repeats; records are whole and shuffled. (Which records a random
+  # sample covers is checked in the deterministic tests below.)
+  assert len(seen) == 48 and set(seen) <= set(range(15))
+  assert seen[:15] != list(range(15))
+  for b in batches:
+    for row, number in enumerate(b["input_ids"][:, 0]):
+      np.testing.assert_array_equal(b["masked_lm_ids"][row], record_values(int(number))[
+          "masked_lm_ids"])
+
+
+def test_deterministic_mode_is_reproducible(tmp_path):
+  files = write_files(tmp_path, [9, 9, 9, 9])
+  build = lambda seed: run_pretraining.input_fn_builder(  # noqa: E731
+      files, batch_size=5, max_seq_length=SEQ, max_predictions_per_seq=PRED, is_training=True,
+      deterministic=True, seed=seed)
+  first = record_numbers(run_dataset(build(3), max_batches=10)[0])
+  again = record_numbers(run_dataset(build(3), max_batches=10)[0])
+  other = record_numbers(run_dataset(build(4), max_batches=10)[0])
+  assert first == again
+  assert first != other
+
+
+def _shards(files, num_workers, is_training, batches_per_worker=None):
+  """Record numbers read by each worker."""
+  out = []
+  for worker in range(num_workers):
+    input_fn = run_pretraining.input_fn_builder(
+        files, batch_size=2, max_seq_length=SEQ, max_predictions_per_seq=PRED,
+        is_training=is_training, num_workers=num_workers, worker_index=worker,
+        deterministic=is_training, seed=1)
+    out.append(record_numbers(run_dataset(input_fn, max_batches=batches_per_worker)[0]))
+  return out
+
+
+def test_worker_shards_by_file_are_disjoint_and_cover_everything(tmp_path):
+  files = write_files(tmp_path, [4, 6, 5, 3, 2])  # 5 files, 2 workers: by file
+  evaluation = _shards(files, 2, is_training=False)
+  assert sorted(evaluation[0] + evaluation[1]) == list(range(20))
+  # Worker 0 reads files 0, 2, 4 and worker 1 files 1, 3, in order.
+  assert evaluation[0] == list(range(0, 4)) + list(range(10, 15)) + list(range(18, 20))
+  assert evaluation[1] == list(range(4, 10)) + list(range(15, 18))
+  training = _shards(files, 2, is_training=True, batches_per_worker=40)
+  assert set(training[0]) == set(evaluation[0]) and set(training[1]) == set(evaluation[1])
+
+
+def test_worker_shards_by_record_when_files_are_fewer(tmp_path, caplog):
+  files = write_files(tmp_path, [7, 6])  # 2 files, 3 workers: by record, with a warning
+  with caplog.at_level(std_logging.WARNING):
+    evaluation = _shards(files, 3, is_training=False)
+  assert "sharding by record" in caplog.text
+  assert sorted(sum(evaluation, [])) == list(range(13))  # each record exactly once
+  assert all(len(shard) in (4, 5) for shard in evaluation)  # nobody starves
+  training = _shards(files, 3, is_training=True, batches_per_worker=30)
+  for worker in range(3):
+    assert set(training[worker]) == set(evaluation[worker])
+
+
+def test_resolve_input_files_globs_and_directories(tmp_path):
+  (tmp_path / "a").mkdir()
+  (tmp_path / "b").mkdir()
+  for name in ("a/x-2.tfrecord", "a/x-1.tfrecord", "b/y.tfrecord", "b/.hidden"):
+    (tmp_path / name).write_bytes(b"")
+  (tmp_path / "b" / "sub").mkdir()
+  files = run_pretraining.resolve_input_files(str(tmp_path / "a" / "x-*.tfrecord"),
+                                              input_files_dir=str(tmp_path / "b"))
+  assert files == [str(tmp_path / "a" / "x-1.tfrecord"), str(tmp_path / "a" / "x-2.tfrecord"),
+                   str(tmp_path / "b" / "y.tfrecord")]
+  with pytest.raises(ValueError, match=r"--input_file=.*none-\*.tfrecord, "
+                                       r"--input_files_dir=.*empty"):
+    run_pretraining.resolve_input_files(str(tmp_path / "none-*.tfrecord"),
+                                        input_files_dir=str(tmp_path / "empty"))
+
+
+def test_preflight_accepts_good_files(tmp_path):
+  files = write_files(tmp_path, [2, 3])
+  run_pretraining.check_input_files(files, SEQ, PRED, vocab_size=50)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing_feature", r"no feature 'masked_lm_weights'"),
+    ("seq_length", r"'input_ids' .* has 10 values, expected 8 \(max_seq_length=8\)"),
+    ("predictions", r"'masked_lm_ids' .* has 4 values, expected 3 \(max_predictions_per_seq=3\)"),
+    ("vocab", r"token id 50 in input_ids .* outside \[0, vocab_size=50\)"),
+    ("masked_vocab", r"token id 77 in masked_lm_ids"),
+    ("float_ids", r"feature 'segment_ids' .* is float, expected int64"),
+    ("position", r"masked_lm_positions .* has 8, outside \[0, max_seq_length=8\)"),
+    ("empty", r"the file has no records"),
+    ("not_example", r"not a tf.train.Example"),
+])
+def test_preflight_errors_name_the_file(tmp_path, case, message):
+  good = write_files(tmp_path, [2])[0]
+  bad = tmp_path / ("bad-%s.tfrecord" % case)
+  values = record_values(3)
+  if case == "missing_feature":
+    del values["masked_lm_weights"]
+  elif case == "seq_length":
+    values = record_values(3, seq=10)
+  elif case == "predictions":
+    values = record_values(3, pred=4)
+  elif case == "vocab":
+    values["input_ids"][4] = 50
+  elif case == "masked_vocab":
+    values["masked_lm_ids"][0] = 77
+  elif case == "float_ids":
+    values["segment_ids"] = values["segment_ids"].astype(np.float32)
+  elif case == "position":
+    values["masked_lm_positions"][2] = SEQ
+  with tf.io.TFRecordWriter(str(bad)) as writer:
+    if case == "not_example":
+      writer.write(b"\xff\xff\xff garbage")
+    elif case != "empty":
+      writer.write(make_example(values).SerializeToString())
+  with pytest.raises(ValueError, match=message) as raised:
+    run_pretraining.check_input_files([good, str(bad)], SEQ, PRED, vocab_size=50)
+  assert str(bad) in str(raised.value)
+
+
+def test_corrupt_record_is_named(tmp_path):
+  files = write_files(tmp_path, [4, 6, 3])
+  data = bytearray(open(files[1], "rb").read())
+  record_length = len(data) // 6
+  data[2 * record_length + 20] ^= 0xFF  # inside record 2 of the second file
+  open(files[1], "wb").write(bytes(data))
+  input_fn = run_pretraining.input_fn_builder(files, batch_size=2, max_seq_length=SEQ,
+                                              max_predictions_per_seq=PRED, is_training=False)
+  with pytest.raises(tf.errors.DataLossError) as raised:
+    run_dataset(input_fn)
+  # TF names the byte offset only; name_bad_input finds the file and the record.
+  assert files[1] not in raised.value.message
+  named = run_pretraining.name_bad_input(raised.value, files)
+  assert isinstance(named, tf.errors.DataLossError)
+  assert "%s: record 2" % files[1] in named.message and "corrupted record" in named.message
+  assert run_pretraining.find_bad_record([files[0], files[2]]) is None
+  # A truncated file is found too.
+  truncated = tmp_path / "truncated.tfrecord"
+  truncated.write_bytes(open(files[0], "rb").read()[:-7])
+  assert run_pretraining.find_bad_record([files[0], str(truncated)]).startswith(
+      "%s: record 3" % truncated)
+  # With the lengths given, records that do not fit the model are found as well.
+  wrong = write_records(tmp_path / "wrong.tfrecord", [0, 1], seq=SEQ + 1)
+  assert "record 0" in run_pretraining.find_bad_record([wrong], SEQ, PRED)
+
+
+def _read_with_protobuf(path):
+  """{name: np.array [records, width]} by protobuf parsing (independent of tf.data)."""
+  rows = data_tests.read_examples([path])
+  return {name: np.array([row[name] for row in rows]) for name in cpd.FEATURE_NAMES}
+
+
+def test_records_of_the_original_generator_read_identically(tmp_path):
+  inputs = data_tests.make_corpus(tmp_path, num_files=1, documents_per_file=30, seed=5)
+  vocab_file = str(tmp_path / "vocab.txt")
+  tokenization.build_vocab(inputs, 300, vocab_file)
+  output = str(tmp_path / "original.tfrecord")
+  proc = subprocess.run(
+      [sys.executable, "-m", "tests.reference.original_bert", "create_pretraining_data", "--",
+       "--input_file=%s" % inputs[0], "--output_file=%s" % output, "--vocab_file=%s" % vocab_file,
+       "--max_seq_length=%d" % data_tests.MAX_SEQ_LENGTH,
+       "--max_predictions_per_seq=%d" % data_tests.MAX_PREDICTIONS, "--dupe_factor=2"],
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  expected = _read_with_protobuf(output)
+  assert len(expected["input_ids"]) > 50
+  run_pretraining.check_input_files([output], data_tests.MAX_SEQ_LENGTH,
+                                    data_tests.MAX_PREDICTIONS, vocab_size=300)
+  input_fn = run_pretraining.input_fn_builder(
+      [output], batch_size=16, max_seq_length=data_tests.MAX_SEQ_LENGTH,
+      max_predictions_per_seq=data_tests.MAX_PREDICTIONS, is_training=False)
+  batches, _ = run_dataset(input_fn)
+  for name in cpd.FEATURE_NAMES:
+    got = np.concatenate([b[name] for b in batches])
+    np.testing.assert_array_equal(got, expected[name], err_msg=name)
+  # Both label values occur, so the comparison covers them.
+  assert set(expected["next_sentence_labels"].ravel().tolist()) == {0, 1}
+
+
+def test_our_records_parse_with_the_original_spec(tmp_path):
+  inputs = data_tests.make_corpus(tmp_path, num_files=1, documents_per_file=10, seed=9)
+  vocab_file = str(tmp_path / "vocab.txt")
+  tokenization.build_vocab(inputs, 200, vocab_file)
+  output = str(tmp_path / "ours.tfrecord")
+  cpd.create_pretraining_data(inputs, [output], vocab_file, cpd.GeneratorOptions(
+      max_seq_length=SEQ * 4, max_predictions_per_seq=PRED, masked_lm_prob=0.15,
+      short_seq_prob=0.1, dupe_factor=1, do_whole_word_mask=False, random_seed=1))
+  spec = dict(ORIGINAL_SPEC, input_ids=tf.io.FixedLenFeature([SEQ * 4], tf.int64),
+              input_mask=tf.io.FixedLenFeature([SEQ * 4], tf.int64),
+              segment_ids=tf.io.FixedLenFeature([SEQ * 4], tf.int64))
+  expected = _read_with_protobuf(output)
+  with tf.Graph().as_default():
+    record = _tf1.placeholder(tf.string, [])
+    parsed = tf.io.parse_single_example(record, spec)
+    with _tf1.Session() as sess:
+      rows = [sess.run(parsed, {record: r}) for r in _tf1.io.tf_record_iterator(output)]
+  assert len(rows) == len(expected["input_ids"]) > 10
+  for name in spec:
+    np.testing.assert_array_equal(np.array([row[name] for row in rows]), expected[name],
+                                  err_msg=name)
+    assert rows[0][name].dtype == (np.float32 if name == "masked_lm_weights" else np.int64)

@@ -1,0 +1,386 @@
+"""run_pretraining.py end to end: real processes, small models, outer timeouts.
+
+Single process (train, resume, init_checkpoint, eval metrics against numpy, the TPUEstimator path),
+Horovod launches (horovodrun --gloo and mpirun), a killed worker, and bad flags / bad data.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import modeling
+import run_pretraining
+from tests import helpers
+from tests import numpy_bert
+
+_tf1 = tf.compat.v1
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")
+BIN_DIR = os.path.dirname(sys.executable)
+SEQ, PRED = 32, 5
+CONFIG = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+              intermediate_size=64, max_position_embeddings=64, type_vocab_size=2)
+
+
+def run_job(args, timeout=240, launcher=(), env=None, check=True):
+  """Runs run_pretraining.py (optionally under a launcher); returns the CompletedProcess."""
+  cmd = list(launcher) + [sys.executable, SCRIPT] + list(args)
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
+                        env=env)
+  if check and proc.returncode != 0:
+    raise AssertionError("exit %d\n%s\n%s" % (proc.returncode, proc.stdout[-4000:],
+                                              proc.stderr[-6000:]))
+  return proc
+
+
+def common_flags(data, out, **overrides):
+  values = {"bert_config_file": data["config"], "input_files_dir": data["train_dir"],
+            "output_dir": out, "max_seq_length": SEQ, "max_predictions_per_seq": PRED,
+            "train_batch_size": 4, "eval_batch_size": 4, "learning_rate": 1e-3,
+            "num_warmup_steps": 1, "save_checkpoints_steps": 2, "display_loss_steps": 1}
+  values.update(overrides)
+  return ["--%s=%s" % (k, v) for k, v in values.items() if v is not None]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+  root = tmp_path_factory.mktemp("pipeline")
+  config_path = root / "bert_config.json"
+  config_path.write_text(json.dumps(dict(CONFIG, hidden_act="gelu", hidden_dropout_prob=0.1,
+                                         attention_probs_dropout_prob=0.1,
+                                         initializer_range=0.02)))
+  rng = np.random.RandomState(0)
+  train_dir = root / "train"
+  train_dir.mkdir()
+  for index in range(2):
+    helpers.write_batch_records(train_dir / ("part-%d.tfrecord" % index),
+                                helpers.random_batch(rng, 24, SEQ, CONFIG["vocab_size"], PRED))
+  eval_batch = helpers.random_batch(rng, 12, SEQ, CONFIG["vocab_size"], PRED)
+  eval_dir = root / "eval"
+  eval_dir.mkdir()
+  helpers.write_batch_records(eval_dir / "eval.tfrecord", eval_batch)
+  # One record repeated: every batch is the same whatever the order or restart point.
+  same_dir = root / "same"
+  same_dir.mkdir()
+  one = helpers.random_batch(rng, 1, SEQ, CONFIG["vocab_size"], PRED)
+  helpers.write_batch_records(same_dir / "same.tfrecord",
+                              {k: np.repeat(v, 16, axis=0) for k, v in one.items()})
+  single_dir = root / "single"
+  single_dir.mkdir()
+  helpers.write_batch_records(single_dir / "only.tfrecord",
+                              helpers.random_batch(rng, 16, SEQ, CONFIG["vocab_size"], PRED))
+  return {"root": root, "config": str(config_path), "train_dir": str(train_dir),
+          "eval_dir": str(eval_dir), "eval_batch": eval_batch, "same_dir": str(same_dir),
+          "single_dir": str(single_dir)}
+
+
+def checkpoint_values(directory):
+  checkpoint = tf.train.latest_checkpoint(str(directory))
+  assert checkpoint, "no checkpoint in %s" % directory
+  reader = tf.train.load_checkpoint(checkpoint)
+  return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(checkpoint)}
+
+
+def read_dllog(path):
+  lines = []
+  with open(path) as f:
+    for line in f:
+      assert line.startswith("DLLL "), line
+      lines.append(json.loads(line[len("DLLL "):]))
+  return lines
+
+
+def read_eval_results(path):
+  result = {}
+  with open(path) as f:
+    for line in f:
+      key, value = line.strip().split(" = ")
+      result[key] = float(value)
+  return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Single process
+
+def test_train_logs_and_checkpoints(data, tmp_path):
+  out = tmp_path / "out"
+  run_job(common_flags(data, out, do_train=True, num_train_steps=4))
+  values = checkpoint_values(out)
+  assert values["global_step"] == 4
+  assert tf.io.gfile.exists(str(out / "model.ckpt-2.index"))
+  lines = read_dllog(out / "bert_dllog.json")
+  steps = [l for l in lines if l["step"] != []]
+  assert [l["step"] for l in steps] == [1, 2, 3, 4]
+  for line in steps:
+    assert set(line["data"]) >= {"throughput_train", "mlm_loss", "nsp_loss", "total_loss",
+                                 "avg_loss_step", "learning_rate"}
+    assert "loss_scaler" not in line["data"]
+    assert line["type"] == "LOG"
+    assert {"timestamp", "datetime", "elapsedtime"} <= set(line)
+  # fp32: lr of update k is the schedule at step k - 1 (warmup 1: 0, then decay from 1e-3).
+  assert steps[0]["data"]["learning_rate"] == 0.0
+  np.testing.assert_allclose(steps[1]["data"]["learning_rate"], 1e-3 * np.sqrt(1 - 1 / 4),
+                             rtol=1e-5)
+  summary = [l for l in lines if l["step"] == []]
+  assert summary and "throughput_train" in summary[-1]["data"]
+  # The loss starts near ln(vocab) for a freshly initialised model.
+  assert abs(steps[0]["data"]["mlm_loss"] - np.log(CONFIG["vocab_size"])) < 1.0
+
+
+def _continue_in_process(checkpoint, record_dir, num_train_steps, updates):
+  """Restores every variable of `checkpoint` into a graph built without the Estimator and runs
+  `updates` LAMB updates on a batch of 4 copies of the (single, repeated) record of `record_dir`.
+
+  Returns:
+    dict variable name -> value after the updates.
+  """
+  path = os.path.join(record_dir, os.listdir(record_dir)[0])
+  example = tf.train.Example.FromString(next(iter(_tf1.io.tf_record_iterator(path))))
+  features = {}
+  for name, feature in example.features.feature.items():
+    values = (feature.float_list.value if feature.WhichOneof("kind") == "float_list"
+              else feature.int64_list.value)
+    array = np.asarray(values, np.float32 if name == "masked_lm_weights" else np.int32)
+    features[name] = np.repeat(array[None], 4, axis=0)
+  config = modeling.BertConfig.from_dict(dict(CONFIG, hidden_dropout_prob=0.0,
+                                              attention_probs_dropout_prob=0.0))
+  with tf.Graph().as_default():
+    built = run_pretraining.build_pretraining_model(
+        config, helpers.constant_features(features), is_training=True)
+    train_op = run_pretraining.optimization.create_optimizer(
+        built["total_loss"], 1e-3, num_train_steps, 1, optimizer_type="lamb")
+    with _tf1.Session() as sess:
+      _tf1.train.Saver().restore(sess, checkpoint)
+      for _ in range(updates):
+        sess.run(train_op)
+      return {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+
+
+def test_resume_restores_weights_slots_and_step(data, tmp_path):
+  # One record repeated, no dropout: the run is a pure function of the restored state, so the
+  # resumed CLI run must equal two updates computed in-process from the same checkpoint.
+  flags = dict(input_files_dir=data["same_dir"], deterministic_run=True)
+  out = tmp_path / "out"
+  run_job(common_flags(data, out, do_train=True, num_train_steps=4, **flags))
+  step4 = str(out / "model.ckpt-4")
+  proc = run_job(common_flags(data, out, do_train=True, num_train_steps=6, **flags))
+  assert "from step 4 to 6" in proc.stderr
+  resumed = checkpoint_values(out)
+  expected = _continue_in_process(step4, data["same_dir"], num_train_steps=6, updates=2)
+  assert resumed["global_step"] == expected["global_step"] == 6
+  slots = [name for name in expected if name.endswith("/adam_m")]
+  assert slots and set(expected) <= set(resumed)
+  for name, value in expected.items():
+    np.testing.assert_allclose(resumed[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+  # A finished run is not trained again.
+  proc = run_job(common_flags(data, out, do_train=True, num_train_steps=6, **flags))
+  assert "nothing to train" in proc.stderr
+  assert checkpoint_values(out)["global_step"] == 6
+
+
+def _released_style_checkpoint(directory, seed):
+  """Writes `bert_model.ckpt` holding only bert/ and cls/ variables with random values."""
+  config = modeling.BertConfig.from_dict(CONFIG)
+  batch = helpers.random_batch(np.random.RandomState(seed), 2, SEQ, CONFIG["vocab_size"], PRED)
+  with tf.Graph().as_default():
+    run_pretraining.build_pretraining_model(config, helpers.constant_features(batch),
+                                            is_training=False)
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      weights = helpers.randomize_variables(sess, _tf1.trainable_variables(),
+                                            np.random.RandomState(seed), scale=0.2)
+      _tf1.train.Saver(_tf1.trainable_variables()).save(
+          sess, os.path.join(str(directory), "bert_model.ckpt"))
+  return weights
+
+
+def test_eval_from_released_style_checkpoint_matches_numpy(data, tmp_path):
+  weights = _released_style_checkpoint(tmp_path, seed=3)
+  out = tmp_path / "out"
+  proc = run_job(common_flags(data, out, do_eval=True, input_files_dir=None,
+                              eval_files_dir=data["eval_dir"], max_eval_steps=100,
+                              init_checkpoint=tmp_path / "bert_model.ckpt",
+                              verbose_logging=True))
+  assert proc.stderr.count("*INIT_FROM_CKPT*") == len(weights)
+  result = read_eval_results(out / "eval_results.txt")
+
+  batch = data["eval_batch"]
+  _, layers, pooled = numpy_bert.encoder(weights, CONFIG["num_hidden_layers"],
+                                         CONFIG["num_attention_heads"], batch["input_ids"],
+                                         batch["input_mask"], batch["segment_ids"])
+  heads = numpy_bert.pretraining_outputs(
+      weights, layers[-1], pooled, batch["masked_lm_positions"], batch["masked_lm_ids"],
+      batch["masked_lm_weights"], batch["next_sentence_labels"])
+  w = batch["masked_lm_weights"].reshape(-1).astype(np.float64)
+  ids = batch["masked_lm_ids"].reshape(-1)
+  labels = batch["next_sentence_labels"].reshape(-1)
+  expected = {
+      "masked_lm_accuracy": np.sum(w * (heads["mlm_log_probs"].argmax(-1) == ids)) / w.sum(),
+      "masked_lm_loss": np.sum(w * heads["mlm_per_example"]) / w.sum(),
+      "next_sentence_accuracy": np.mean(heads["nsp_log_probs"].argmax(-1) == labels),
+      "next_sentence_loss": heads["nsp_per_example"].mean(),
+  }
+  for key, value in expected.items():
+    np.testing.assert_allclose(result[key], value, atol=1e-5, err_msg=key)
+  assert result["global_step"] == 0
+  # The throughput of the evaluation is logged too.
+  lines = read_dllog(out / "bert_dllog.json")
+  assert any("throughput_val" in l["data"] for l in lines if l["step"] == [])
+
+
+def test_init_checkpoint_then_train(data, tmp_path):
+  weights = _released_style_checkpoint(tmp_path, seed=4)
+  out = tmp_path / "out"
+  run_job(common_flags(data, out, do_train=True, num_train_steps=1, learning_rate=1e-9,
+                       init_checkpoint=tmp_path / "bert_model.ckpt"))
+  trained = checkpoint_values(out)
+  # One update with a tiny learning rate: every variable still equals the checkpoint's value.
+  for name, value in weights.items():
+    np.testing.assert_allclose(trained[name], value, atol=1e-6, err_msg=name)
+
+
+def test_tpu_estimator_path_trains_and_evaluates_on_cpu(data, tmp_path):
+  out = tmp_path / "out"
+  run_job(common_flags(data, out, do_train=True, do_eval=True, tpu_estimator=True,
+                       num_train_steps=3, eval_files_dir=data["eval_dir"]))
+  result = read_eval_results(out / "eval_results.txt")
+  assert result["global_step"] == 3
+  assert 0.0 <= result["masked_lm_accuracy"] <= 1.0 and result["masked_lm_loss"] > 0
+  assert checkpoint_values(out)["global_step"] == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Horovod
+
+def _horovodrun(n=2):
+  return [os.path.join(BIN_DIR, "horovodrun"), "-np", str(n), "-H", "localhost:%d" % n, "--gloo"]
+
+
+def _mpirun(n=2):
+  args = ["mpirun", "-np", str(n)]
+  if os.geteuid() == 0:
+    args.append("--allow-run-as-root")
+  return args + ["--oversubscribe"]
+
+
+def test_horovodrun_two_workers_identical_weights(data, tmp_path):
+  out = tmp_path / "out"
+  run_job(common_flags(data, out, do_train=True, horovod=True, num_train_steps=4,
+                       num_accumulation_steps=2, allreduce_post_accumulation=True,
+                       checkpoint_all_workers=True),
+          launcher=_horovodrun(), timeout=300)
+  rank0, rank1 = checkpoint_values(out), checkpoint_values(out / "worker_1")
+  assert rank0["global_step"] == rank1["global_step"] == 4
+  # Weights and optimizer slots are identical; the accumulators hold each worker's own
+  # (not yet allreduced) sums with post-accumulation allreduce, so they legitimately differ.
+  shared = [n for n in rank0 if not n.endswith("/accum") and n != "local_step"]
+  assert any(n.endswith("/adam_v") for n in shared)
+  for name in shared:
+    np.testing.assert_array_equal(rank1[name], rank0[name], err_msg=name)
+  # Global batch 4 x 2 accumulation x 2 workers; learning rate 1e-3 x 2 workers.
+  steps = [l for l in read_dllog(out / "bert_dllog.json") if l["step"] != []]
+  np.testing.assert_allclose(steps[1]["data"]["learning_rate"], 2e-3 * np.sqrt(1 - 1 / 4),
+                             rtol=1e-5)
+
+
+def test_mpirun_only_rank0_writes_and_few_files_shard_by_record(data, tmp_path):
+  out = tmp_path / "out"
+  proc = run_job(common_flags(data, out, do_train=True, horovod=True, num_train_steps=3,
+                              input_files_dir=data["single_dir"]),
+                 launcher=_mpirun(), timeout=300)
+  assert "sharding by record" in proc.stderr + proc.stdout
+  assert checkpoint_values(out)["global_step"] == 3
+  worker_dir = out / "worker_1"
+  assert worker_dir.is_dir()
+  written = [p.name for p in worker_dir.rglob("*") if p.is_file()]
+  assert not [n for n in written if n.startswith(("model.ckpt", "checkpoint", "events."))], written
+  assert not (worker_dir / "bert_dllog.json").exists()
+  assert (out / "bert_dllog.json").exists()
+  assert list(out.glob("events.out.tfevents.*"))
+
+
+def _python_children(pid):
+  """pids of the python processes below `pid` (the launched workers)."""
+  import psutil  # pylint: disable=g-import-not-at-top
+  return [p for p in psutil.Process(pid).children(recursive=True)
+          if p.cmdline()[:2] == [sys.executable, SCRIPT]]
+
+
+def test_killed_worker_stops_the_job_quickly(data, tmp_path):
+  out = tmp_path / "out"
+  cmd = _horovodrun() + [sys.executable, SCRIPT] + common_flags(
+      data, out, do_train=True, horovod=True, num_train_steps=100000, save_checkpoints_steps=1000)
+  launcher = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+  try:
+    log = out / "bert_dllog.json"
+    deadline = time.time() + 180
+    while time.time() < deadline and not (log.exists() and log.read_text().count("DLLL") >= 3):
+      assert launcher.poll() is None, "the job ended before the kill"
+      time.sleep(0.5)
+    assert log.exists(), "training never started"
+    workers = _python_children(launcher.pid)
+    assert len(workers) == 2, workers
+    victim = [p for p in workers if p.environ().get("HOROVOD_RANK") == "1"]
+    assert victim, "rank 1 not found"
+    victim[0].send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    code = launcher.wait(timeout=90)
+    assert time.time() - killed_at < 60
+    assert code != 0
+  finally:
+    if launcher.poll() is None:
+      os.killpg(launcher.pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad flags and bad data
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(), "one of --do_train and --do_eval"),
+    (dict(do_train=True, train_batch_size=0), "--train_batch_size must be >= 1"),
+    (dict(do_train=True, num_accumulation_steps=0), "--num_accumulation_steps must be >= 1"),
+    (dict(do_train=True, max_seq_length=128), "--max_seq_length=128 exceeds"),
+    (dict(do_train=True, max_seq_length=16), "input_ids"),
+    (dict(do_train=True, max_predictions_per_seq=7), "(max_predictions_per_seq=7)"),
+    (dict(do_train=True, input_files_dir="/nonexistent/dir"), "/nonexistent/dir"),
+    (dict(do_train=True, amp=True, manual_fp16=True), "--amp and --manual_fp16"),
+    (dict(do_train=True, init_checkpoint="/nonexistent/ckpt"), "--init_checkpoint"),
+])
+def test_bad_flags_fail_before_the_graph(data, tmp_path, overrides, message):
+  proc = run_job(common_flags(data, tmp_path / "out", **overrides), check=False, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert message in proc.stderr, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr
+
+
+def test_vocabulary_mismatch_is_refused(data, tmp_path):
+  small = dict(CONFIG, vocab_size=50)
+  config_path = tmp_path / "small_vocab.json"
+  config_path.write_text(json.dumps(small))
+  proc = run_job(common_flags(data, tmp_path / "out", do_train=True,
+                              bert_config_file=config_path), check=False, timeout=120)
+  assert proc.returncode == 2
+  assert "vocab_size=50" in proc.stderr and "part-0.tfrecord" in proc.stderr
+
+
+def test_corrupt_record_names_the_file(data, tmp_path):
+  bad_dir = tmp_path / "bad"
+  bad_dir.mkdir()
+  good = open(os.path.join(data["single_dir"], "only.tfrecord"), "rb").read()
+  # Flip a byte in the middle of the file: the first record is intact (pre-flight passes), a
+  # later record's CRC fails during training.
+  corrupt = bytearray(good)
+  corrupt[len(corrupt) // 2] ^= 0xFF
+  (bad_dir / "broken.tfrecord").write_bytes(bytes(corrupt))
+  proc = run_job(common_flags(data, tmp_path / "out", do_train=True, num_train_steps=50,
+                              input_files_dir=bad_dir), check=False, timeout=180)
+  assert proc.returncode != 0
+  assert "broken.tfrecord" in proc.stderr

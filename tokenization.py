@@ -1,0 +1,572 @@
+"""WordPiece tokenisation with the interface and output of the original BERT release.
+
+`FullTokenizer`, `BasicTokenizer` and `WordpieceTokenizer` keep the original classes, methods and
+results (lower-casing and accent stripping, CJK characters split, punctuation split, control
+characters dropped, greedy longest-match-first WordPiece, words over 200 characters -> `[UNK]`), but
+the work runs in the `tokenizers` library (Rust, parallel over a batch):
+
+  text -> str.lower() and NFD (Python's own Unicode tables, as the original)
+       -> normalizer: drop control characters (and, when lower-casing, non-spacing marks)
+       -> pre-tokenizer: isolate CJK characters and punctuation, split on whitespace
+       -> WordPiece model.
+
+The character classes are built from this Python's `unicodedata`, the tables the original uses, so
+both agree character for character. `python tokenization.py build_vocab ...` trains a vocabulary.
+"""
+
+import collections
+import functools
+import glob
+import itertools
+import os
+import re
+import unicodedata
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tokenizers
+from tokenizers import models as tk_models
+from tokenizers import normalizers as tk_normalizers
+from tokenizers import pre_tokenizers as tk_pre_tokenizers
+from tokenizers import trainers as tk_trainers
+
+# Tokens every BERT vocabulary starts with, in this order ([PAD] has id 0).
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# Words longer than this (in characters) become [UNK], as in the original.
+MAX_INPUT_CHARS_PER_WORD = 200
+
+# Code point ranges the original treats as CJK characters (each becomes its own token).
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+_GREEK_CAPITAL_SIGMA = "\u03a3"
+# Marks the start of a word while training a vocabulary: a control character, so the normalizer
+# has removed every occurrence from the text.
+_WORD_START = "\x01"
+# Control, format, space, non-spacing mark and punctuation characters are all in planes 0, 1 and
+# 14: planes 2 and 3 hold only ideographs, 4 to 13 are unassigned, 15 and 16 are private use.
+_PLANES_WITH_THESE_CATEGORIES = (range(0x0, 0x20000), range(0xE0000, 0xF0000))
+# Released checkpoints whose casing is known (validate_case_matches_checkpoint).
+_UNCASED_MODELS = ("uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12",
+                   "multilingual_L-12_H-768_A-12", "chinese_L-12_H-768_A-12")
+_CASED_MODELS = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16", "multi_cased_L-12_H-768_A-12")
+
+
+def convert_to_unicode(text):
+  """Returns `text` as str; bytes are decoded as UTF-8, invalid bytes dropped (as the original)."""
+  if isinstance(text, str):
+    return text
+  if isinstance(text, bytes):
+    return text.decode("utf-8", "ignore")
+  raise ValueError("unsupported string type: %s" % type(text))
+
+
+def printable_text(text):
+  """Returns `text` as a str suitable for printing or logging."""
+  return convert_to_unicode(text)
+
+
+def whitespace_tokenize(text):
+  """Splits `text` on whitespace (Python's definition); returns a list of str, [] for blank text."""
+  return text.split()
+
+
+def _open_text(path, mode="r"):
+  """Opens a local file, or a remote one (a "scheme://" path) through tf.io.gfile, as text."""
+  if "://" in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.io.gfile.GFile(path, mode)
+  # newline="\n": lines end at "\n" only, as with the original's readline().
+  return open(path, mode, encoding="utf-8", newline="\n")
+
+
+def load_vocab(vocab_file):
+  """Reads a vocabulary file, one token per line; the id of a token is its line number.
+
+  As in the original, each line is stripped of surrounding whitespace and a repeated token keeps
+  the id of its first occurrence (later lines shift up by one).
+
+  Args:
+    vocab_file: path of the vocabulary file.
+
+  Returns:
+    OrderedDict token (str) -> id (int), ids 0..len-1 in file order.
+
+  Raises:
+    ValueError: naming the file when it does not exist or is not UTF-8 text.
+  """
+  vocab = collections.OrderedDict()
+  try:
+    with _open_text(vocab_file) as reader:
+      for line in reader:
+        token = line.strip()
+        if token not in vocab:
+          vocab[token] = len(vocab)
+  except FileNotFoundError:
+    raise ValueError("vocabulary file not found: %s" % vocab_file)
+  except UnicodeDecodeError as e:
+    raise ValueError("vocabulary file %s is not UTF-8 text: %s" % (vocab_file, e))
+  return vocab
+
+
+def check_special_tokens(vocab, vocab_file, required=("[UNK]", "[CLS]", "[SEP]", "[MASK]")):
+  """Raises ValueError naming `vocab_file` and the missing tokens when `vocab` lacks any of them."""
+  missing = [token for token in required if token not in vocab]
+  if missing:
+    raise ValueError("vocabulary %s lacks the special token(s) %s (a BERT vocabulary starts "
+                     "with %s)" % (vocab_file, " ".join(missing), " ".join(SPECIAL_TOKENS)))
+
+
+def convert_by_vocab(vocab, items):
+  """Maps every item through `vocab` (tokens -> ids or ids -> tokens); returns a list."""
+  return [vocab[item] for item in items]
+
+
+def convert_tokens_to_ids(vocab, tokens):
+  """Tokens -> ids with `vocab` (token -> id)."""
+  return convert_by_vocab(vocab, tokens)
+
+
+def convert_ids_to_tokens(inv_vocab, ids):
+  """Ids -> tokens with `inv_vocab` (id -> token)."""
+  return convert_by_vocab(inv_vocab, ids)
+
+
+def validate_case_matches_checkpoint(do_lower_case, init_checkpoint):
+  """Raises ValueError when `do_lower_case` contradicts the casing of a released checkpoint.
+
+  Only the released Google checkpoints are recognised, from the directory that holds
+  `bert_model.ckpt`; any other path passes.
+
+  Args:
+    do_lower_case: the casing flag the job runs with.
+    init_checkpoint: checkpoint path, or None / "".
+  """
+  if not init_checkpoint:
+    return
+  match = re.match(r"^.*?([A-Za-z0-9_-]+)/bert_model.ckpt", init_checkpoint)
+  if match is None:
+    return
+  model_name = match.group(1)
+  if model_name in _UNCASED_MODELS and not do_lower_case:
+    wrong, kind, right = "False", "lower-cased", "True"
+  elif model_name in _CASED_MODELS and do_lower_case:
+    wrong, kind, right = "True", "cased", "False"
+  else:
+    return
+  raise ValueError("--do_lower_case=%s does not match --init_checkpoint=%s: %s is a %s model, "
+                   "pass --do_lower_case=%s" % (wrong, init_checkpoint, model_name, kind, right))
+
+
+def _ranges_to_class(codepoints):
+  """Sorted code points -> an Oniguruma character class such as "[\\x{41}-\\x{5A}\\x{5F}]"."""
+  body = "".join("\\x{%X}" % a if a == b else "\\x{%X}-\\x{%X}" % (a, b)
+                 for a, b in _runs(codepoints))
+  return "[" + body + "]"
+
+
+@functools.lru_cache(maxsize=None)
+def _codepoint_sets():
+  """The original's character categories, from this Python's unicodedata.
+
+  Returns:
+    dict of sorted code point lists: "removed" (NUL, U+FFFD, control and format characters other
+    than tab, newline and return), "space" (tab, newline, return, Zs and the other characters
+    str.split() splits on, unless removed), "mark" (non-spacing marks: the stripped accents),
+    "punctuation" (ASCII non-alphanumerics and Unicode P*) and "cjk".
+  """
+  removed, space, mark, punctuation = [], [], [], []
+  for cp in itertools.chain(*_PLANES_WITH_THESE_CATEGORIES):
+    char = chr(cp)
+    category = unicodedata.category(char)
+    if char in "\t\n\r":
+      space.append(cp)
+    elif cp == 0 or cp == 0xFFFD or category in ("Cc", "Cf"):
+      removed.append(cp)
+    elif category == "Zs" or char.isspace():
+      space.append(cp)
+    elif category == "Mn":
+      mark.append(cp)
+    if (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
+        or category.startswith("P")):
+      punctuation.append(cp)
+  cjk = sorted(cp for low, high in _CJK_RANGES for cp in range(low, high + 1))
+  return {"removed": removed, "space": space, "mark": mark, "punctuation": punctuation,
+          "cjk": cjk}
+
+
+@functools.lru_cache(maxsize=None)
+def _character_classes():
+  """`_codepoint_sets` as Oniguruma classes, plus "removed_python", a class for Python's `re`."""
+  sets = _codepoint_sets()
+  classes = {name: _ranges_to_class(codepoints) for name, codepoints in sets.items()}
+  classes["removed_python"] = "[" + "".join(
+      re.escape(chr(a)) if a == b else "%s-%s" % (re.escape(chr(a)), re.escape(chr(b)))
+      for a, b in _runs(sets["removed"])) + "]"
+  return classes
+
+
+def _runs(codepoints):
+  """Sorted code points -> list of (first, last) runs of consecutive values."""
+  runs = []
+  for cp in codepoints:
+    if runs and cp == runs[-1][1] + 1:
+      runs[-1][1] = cp
+    else:
+      runs.append([cp, cp])
+  return [tuple(run) for run in runs]
+
+
+@functools.lru_cache(maxsize=None)
+def _removed_python_re():
+  return re.compile(_character_classes()["removed_python"])
+
+
+def _prepare_text(text, do_lower_case):
+  """The steps that run in Python before the Rust pipeline: str.lower() and NFD.
+
+  The original lower-cases with Python's str.lower(), whose Greek final-sigma rule looks at the
+  neighbouring characters; when the text has a capital sigma, the characters the original removes
+  first are removed here too, so the rule sees the same neighbours.
+
+  Args:
+    text: str or bytes.
+    do_lower_case: lower-case and decompose (the accents are dropped later, in Rust).
+
+  Returns:
+    str.
+  """
+  text = convert_to_unicode(text)
+  if not do_lower_case:
+    return text
+  if _GREEK_CAPITAL_SIGMA in text:
+    text = _removed_python_re().sub("", text)
+  return unicodedata.normalize("NFD", text.lower())
+
+
+def _basic_pipeline(do_lower_case):
+  """The normalizer and pre-tokenizer of `BasicTokenizer` (after `_prepare_text`).
+
+  Characters are removed in one pass (control characters, and the non-spacing marks when
+  lower-casing); CJK characters and punctuation are isolated in one pass; whitespace splits last.
+  The whitespace characters of the original are exactly those `WhitespaceSplit` splits on (checked
+  here; should a future library disagree, they are mapped to " " first).
+
+  Returns:
+    (normalizer, pre_tokenizer) of the `tokenizers` library.
+  """
+  classes = _character_classes()
+  removed = classes["removed"]
+  if do_lower_case:
+    removed = removed[:-1] + classes["mark"][1:]
+  steps = [tk_normalizers.Replace(tokenizers.Regex(removed), "")]
+  if not _whitespace_split_matches():
+    steps.append(tk_normalizers.Replace(tokenizers.Regex(classes["space"]), " "))
+  normalizer = steps[0] if len(steps) == 1 else tk_normalizers.Sequence(steps)
+  isolated = classes["cjk"][:-1] + classes["punctuation"][1:]
+  pre_tokenizer = tk_pre_tokenizers.Sequence([
+      tk_pre_tokenizers.Split(tokenizers.Regex(isolated), "isolated"),
+      tk_pre_tokenizers.WhitespaceSplit(),
+  ])
+  return normalizer, pre_tokenizer
+
+
+@functools.lru_cache(maxsize=None)
+def _whitespace_split_matches():
+  """True when `WhitespaceSplit` splits on every whitespace character of the original."""
+  spaces = [chr(cp) for a, b in _runs(_codepoint_sets()["space"]) for cp in range(a, b + 1)]
+  text = "x" + "x".join(spaces) + "x"
+  pieces = tk_pre_tokenizers.WhitespaceSplit().pre_tokenize_str(text)
+  return [piece for piece, _ in pieces] == ["x"] * (len(spaces) + 1)
+
+
+def _wordpiece_model(vocab, unk_token, max_input_chars_per_word):
+  """A `tokenizers` WordPiece model over `vocab` (token -> id)."""
+  if unk_token not in vocab:
+    raise ValueError("the vocabulary has no unknown token %r" % unk_token)
+  return tk_models.WordPiece(vocab=dict(vocab), unk_token=unk_token,
+                             max_input_chars_per_word=max_input_chars_per_word,
+                             continuing_subword_prefix="##")
+
+
+class BasicTokenizer(object):
+  """Splits text into words and punctuation, lower-cases and strips accents (optional)."""
+
+  def __init__(self, do_lower_case=True):
+    """Builds the tokenizer.
+
+    Args:
+      do_lower_case: lower-case the text and strip accents.
+    """
+    self.do_lower_case = do_lower_case
+    self._normalizer, self._pre_tokenizer = _basic_pipeline(do_lower_case)
+
+  def tokenize(self, text):
+    """Text (str or UTF-8 bytes) -> list of str words and punctuation characters."""
+    normalized = self._normalizer.normalize_str(_prepare_text(text, self.do_lower_case))
+    return [piece for piece, _ in self._pre_tokenizer.pre_tokenize_str(normalized)]
+
+
+class WordpieceTokenizer(object):
+  """Greedy longest-match-first WordPiece over a fixed vocabulary."""
+
+  def __init__(self, vocab, unk_token="[UNK]", max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD):
+    """Builds the tokenizer.
+
+    Args:
+      vocab: dict token -> id; continuation pieces start with "##".
+      unk_token: token for words that cannot be split into vocabulary pieces; must be in `vocab`.
+      max_input_chars_per_word: longer words (in characters) become `unk_token`.
+
+    Raises:
+      ValueError: when `unk_token` is not in `vocab`.
+    """
+    self.vocab = vocab
+    self.unk_token = unk_token
+    self.max_input_chars_per_word = max_input_chars_per_word
+    self._backend = tokenizers.Tokenizer(
+        _wordpiece_model(vocab, unk_token, max_input_chars_per_word))
+
+  def tokenize(self, text):
+    """Whitespace-separated words (already basic-tokenized) -> list of WordPiece tokens.
+
+    For example "unaffable" -> ["un", "##aff", "##able"].
+    """
+    words = whitespace_tokenize(convert_to_unicode(text))
+    if not words:
+      return []
+    return self._backend.encode(words, is_pretokenized=True, add_special_tokens=False).tokens
+
+
+class FullTokenizer(object):
+  """Basic tokenisation followed by WordPiece: raw text -> WordPiece tokens and ids."""
+
+  def __init__(self, vocab_file, do_lower_case=True):
+    """Loads the vocabulary and builds the pipeline.
+
+    Args:
+      vocab_file: vocabulary file, one token per line.
+      do_lower_case: lower-case and strip accents (uncased models).
+
+    Raises:
+      ValueError: naming the file when it is missing, unreadable or has no "[UNK]".
+    """
+    self.vocab = load_vocab(vocab_file)
+    self.inv_vocab = {v: k for k, v in self.vocab.items()}
+    self.do_lower_case = do_lower_case
+    check_special_tokens(self.vocab, vocab_file, required=("[UNK]",))
+    self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+    self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+    self._backend = tokenizers.Tokenizer(
+        _wordpiece_model(self.vocab, "[UNK]", MAX_INPUT_CHARS_PER_WORD))
+    self._backend.normalizer, self._backend.pre_tokenizer = _basic_pipeline(do_lower_case)
+    self._lines = None  # (tokenizer, separator id) of tokenize_lines_to_ids, built on first use
+
+  def tokenize(self, text):
+    """Raw text (str or UTF-8 bytes) -> list of WordPiece tokens (str)."""
+    prepared = _prepare_text(text, self.do_lower_case)
+    return self._backend.encode(prepared, add_special_tokens=False).tokens
+
+  def tokenize_to_ids(self, texts):
+    """Tokenizes many texts at once, in parallel, straight to ids.
+
+    Args:
+      texts: list of str.
+
+    Returns:
+      list (one per text) of lists of int token ids; equal to
+      `[convert_tokens_to_ids(tokenize(t)) for t in texts]`.
+    """
+    prepared = [_prepare_text(text, self.do_lower_case) for text in texts]
+    encodings = self._backend.encode_batch_fast(prepared, add_special_tokens=False)
+    return [encoding.ids for encoding in encodings]
+
+  def tokenize_lines_to_ids(self, lines, lines_per_chunk=256):
+    """Tokenizes many lines at once, in parallel, into one flat array of ids.
+
+    Lines are joined with "\\n" into chunks, which the Rust side tokenizes in parallel with "\\n"
+    as a separator token; this avoids one Python object per line.
+
+    Args:
+      lines: list of str, none containing "\\n".
+      lines_per_chunk: lines per chunk.
+
+    Returns:
+      (ids, lengths): int32 [total tokens] and int64 [len(lines)]; the ids of line i are
+      `ids[offsets[i]:offsets[i + 1]]` with `offsets = [0] + cumsum(lengths)`, equal to
+      `convert_tokens_to_ids(tokenize(lines[i]))`.
+    """
+    backend, separator = self._lines_backend()
+    if not lines:
+      return np.zeros([0], np.int32), np.zeros([0], np.int64)
+    chunks = [_prepare_text("\n".join(lines[i:i + lines_per_chunk]), self.do_lower_case)
+              for i in range(0, len(lines), lines_per_chunk)]
+    encodings = backend.encode_batch_fast(chunks, add_special_tokens=False)
+    pieces = []
+    for encoding in encodings:
+      pieces.append(np.asarray(encoding.ids, dtype=np.int32))
+      pieces.append(np.array([separator], np.int32))
+    flat = np.concatenate(pieces)
+    is_separator = flat == separator
+    ends = np.flatnonzero(is_separator)
+    if len(ends) != len(lines):
+      raise ValueError("tokenize_lines_to_ids: a line contains a newline")
+    lengths = np.diff(ends, prepend=-1) - 1
+    return flat[~is_separator], lengths.astype(np.int64)
+
+  def _lines_backend(self):
+    """The pipeline of `tokenize` plus "\\n" as an extra token; returns (tokenizer, its id)."""
+    if self._lines is None:
+      backend = tokenizers.Tokenizer.from_str(self._backend.to_str())
+      backend.add_tokens([tokenizers.AddedToken("\n", normalized=False)])
+      self._lines = (backend, backend.token_to_id("\n"))
+    return self._lines
+
+  def convert_tokens_to_ids(self, tokens):
+    """Tokens -> ids (KeyError for a token outside the vocabulary)."""
+    return convert_by_vocab(self.vocab, tokens)
+
+  def convert_ids_to_tokens(self, ids):
+    """Ids -> tokens (KeyError for an id outside the vocabulary)."""
+    return convert_by_vocab(self.inv_vocab, ids)
+
+
+def _iter_prepared_lines(input_files, do_lower_case):
+  """Yields the non-blank lines of `input_files`, prepared as for tokenisation."""
+  for path in input_files:
+    with _open_text(path) as reader:
+      for line in reader:
+        line = line.strip()
+        if line:
+          yield _prepare_text(line, do_lower_case)
+
+
+def _training_alphabet(input_files, do_lower_case, limit_alphabet):
+  """The characters of the corpus that survive normalisation, most frequent first.
+
+  Returns:
+    list of at most `limit_alphabet` characters, by descending count, ties by code point.
+  """
+  counts = collections.Counter()
+  for line in _iter_prepared_lines(input_files, do_lower_case):
+    counts.update(line)
+  sets = _codepoint_sets()
+  dropped = set(sets["removed"]) | set(sets["space"])
+  if do_lower_case:
+    dropped |= set(sets["mark"])
+  ranked = sorted((-count, char) for char, count in counts.items() if ord(char) not in dropped)
+  return [char for _, char in ranked[:limit_alphabet]]
+
+
+def build_vocab(input_files, vocab_size, output_file, do_lower_case=True, min_frequency=2,
+                limit_alphabet=1000):
+  """Trains a WordPiece vocabulary on text files and writes it, one token per line.
+
+  Words are split exactly as `FullTokenizer` splits them. Pieces are learnt by byte-pair-encoding
+  merges (the `tokenizers` BPE trainer) on words that start with a marker character, so a piece
+  with the marker becomes a word-initial token and one without it a "##" token. (The library's own
+  WordPiece trainer numbers the "##" characters in hash-map order, so ties make its result change
+  from run to run; this one gives the same vocabulary every time.)
+
+  The file holds [PAD] [UNK] [CLS] [SEP] [MASK], every kept character as a word-initial and as a
+  "##" token (so no word of known characters is [UNK]), then the learnt pieces in the order they
+  were learnt, up to `vocab_size`; a corpus too small to fill it is padded with "[unused0]",
+  "[unused1]", ... (a warning says how many).
+
+  Args:
+    input_files: list of text files (one sentence per line; blank lines are ignored).
+    vocab_size: number of tokens in the written vocabulary, special tokens included.
+    output_file: path of the vocabulary file to write.
+    do_lower_case: train on lower-cased, accent-stripped text (uncased models).
+    min_frequency: least number of occurrences of a pair for it to be merged.
+    limit_alphabet: most distinct characters kept (the most frequent ones).
+
+  Returns:
+    list of the tokens written, in id order.
+
+  Raises:
+    ValueError: for a missing input file, input without any text, or a vocab_size too small for
+      the special tokens and the characters.
+  """
+  missing = [path for path in input_files if "://" not in path and not os.path.isfile(path)]
+  if not input_files or missing:
+    raise ValueError("build_vocab: input file(s) not found: %s" % (missing or "(none given)"))
+  alphabet = _training_alphabet(input_files, do_lower_case, limit_alphabet)
+  if not alphabet:
+    raise ValueError("build_vocab: no text to train on in %s" % ", ".join(input_files))
+  fixed = list(SPECIAL_TOKENS) + sorted(alphabet) + ["##" + char for char in sorted(alphabet)]
+  if vocab_size < len(fixed):
+    raise ValueError("build_vocab: vocab_size=%d is too small for the %d special tokens and the "
+                     "%d characters (x2: word-initial and ##) of the corpus; raise vocab_size or "
+                     "lower limit_alphabet" % (vocab_size, len(SPECIAL_TOKENS), len(alphabet)))
+
+  backend = tokenizers.Tokenizer(tk_models.BPE())
+  backend.normalizer, pre_tokenizer = _basic_pipeline(do_lower_case)
+  backend.pre_tokenizer = tk_pre_tokenizers.Sequence([
+      pre_tokenizer,
+      tk_pre_tokenizers.Metaspace(replacement=_WORD_START, prepend_scheme="always", split=True)])
+  # Enough merges to fill the vocabulary although some duplicate the characters already in it.
+  trainer = tk_trainers.BpeTrainer(
+      vocab_size=vocab_size + 3 * len(alphabet) + 16, min_frequency=min_frequency,
+      show_progress=False, special_tokens=[])
+  backend.train_from_iterator(_iter_prepared_lines(input_files, do_lower_case), trainer)
+
+  kept = set(alphabet)
+  tokens = list(fixed)
+  seen = set(tokens)
+  for piece, _ in sorted(backend.get_vocab().items(), key=lambda item: item[1]):
+    if piece.startswith(_WORD_START):
+      piece = piece[len(_WORD_START):]
+      token = piece
+    else:
+      token = "##" + piece
+    if not piece or token in seen or not set(piece) <= kept:
+      continue
+    tokens.append(token)
+    seen.add(token)
+    if len(tokens) == vocab_size:
+      break
+  if len(tokens) < vocab_size:
+    logging.warning("build_vocab: the corpus gives %d tokens; filling up to %d with [unusedN]",
+                    len(tokens), vocab_size)
+    tokens += ["[unused%d]" % i for i in range(vocab_size - len(tokens))]
+  with _open_text(output_file, "w") as writer:
+    writer.write("".join(token + "\n" for token in tokens))
+  return tokens
+
+
+def _define_build_vocab_flags():
+  """Defines the flags of `python tokenization.py build_vocab` (only when run as a script)."""
+  flags.DEFINE_string("input_file", None, "Text files: comma-separated globs.")
+  flags.DEFINE_string("output_file", None, "Vocabulary file to write.")
+  flags.DEFINE_integer("vocab_size", 8192, "Tokens in the vocabulary, special tokens included.")
+  flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
+  flags.DEFINE_integer("min_frequency", 2, "Least number of occurrences of a merged pair.")
+  flags.DEFINE_integer("limit_alphabet", 1000, "Most distinct single characters kept.")
+  flags.mark_flags_as_required(["input_file", "output_file"])
+
+
+def _main(argv):
+  """`build_vocab`: trains a vocabulary on the files of --input_file, writes --output_file."""
+  flag_values = flags.FLAGS
+  if len(argv) != 2 or argv[1] != "build_vocab":
+    raise SystemExit("usage: python tokenization.py build_vocab --input_file=GLOBS "
+                     "--output_file=vocab.txt [--vocab_size=8192] [--nodo_lower_case]")
+  patterns = [p for p in flag_values.input_file.split(",") if p]
+  files = sorted({path for pattern in patterns for path in glob.glob(pattern)})
+  if not files:
+    raise SystemExit("build_vocab: no file matches --input_file=%s" % flag_values.input_file)
+  try:
+    tokens = build_vocab(files, flag_values.vocab_size, flag_values.output_file,
+                         do_lower_case=flag_values.do_lower_case,
+                         min_frequency=flag_values.min_frequency,
+                         limit_alphabet=flag_values.limit_alphabet)
+  except ValueError as e:
+    raise SystemExit("build_vocab: error: %s" % e)
+  logging.info("build_vocab: wrote %d tokens to %s", len(tokens), flag_values.output_file)
+
+
+if __name__ == "__main__":
+  _define_build_vocab_flags()
+  app.run(_main)
