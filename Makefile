@@ -30,3 +30,7 @@ DEMO_DATA := data/demo
 data:
 	@PY="$$($(MAKE) -s --no-print-directory python-path | tail -n 1)" && \
 	  "$$PY" scripts/build_demo_data.py --output_dir=$(DEMO_DATA)
+
+# Pretrains BERT-tiny on the demo data with 2 Horovod workers, evaluates, plots (output/demo).
+demo: data
+	@PY="$$($(MAKE) -s --no-print-directory python-path | tail -n 1)" && scripts/demo.sh "$$PY"

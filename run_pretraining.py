@@ -201,7 +201,8 @@ def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_
   Args:
     input_files: comma-separated file names or glob patterns (the original's --input_file).
     input_files_dir: comma-separated directories whose files are all inputs (NVIDIA's
-      --input_files_dir); hidden files (".name") and subdirectories are left out.
+      --input_files_dir); hidden files (".name") and subdirectories are left out. An entry that
+      is not a directory is taken as a file name or glob pattern.
     dir_flag: the flag `input_files_dir` came from, for the message.
 
   Returns:
@@ -220,7 +221,10 @@ def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_
     if tf.io.gfile.isdir(directory):
       paths = [os.path.join(directory, name) for name in sorted(tf.io.gfile.listdir(directory))
                if not name.startswith(".")]
-      files += [path for path in paths if not tf.io.gfile.isdir(path)]
+    else:
+      # Not a directory: taken as a file name or glob pattern, like --input_file.
+      paths = sorted(tf.io.gfile.glob(directory))
+    files += [path for path in paths if not tf.io.gfile.isdir(path)]
   files = list(dict.fromkeys(files))  # each path once, first place kept
   if not files:
     asked = ["--input_file=%s" % p for p in patterns]

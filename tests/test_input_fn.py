@@ -325,3 +325,16 @@ def test_our_records_parse_with_the_original_spec(tmp_path):
     np.testing.assert_array_equal(np.array([row[name] for row in rows]), expected[name],
                                   err_msg=name)
     assert rows[0][name].dtype == (np.float32 if name == "masked_lm_weights" else np.int64)
+
+
+def test_directory_flags_also_take_file_patterns(tmp_path):
+  directory = tmp_path / "mixed"
+  directory.mkdir()
+  for name in ("train-0.tfrecord", "train-1.tfrecord", "eval-0.tfrecord"):
+    write_records(directory / name, [0])
+  files = run_pretraining.resolve_input_files(
+      input_files_dir=str(directory / "eval-*.tfrecord"), dir_flag="eval_files_dir")
+  assert files == [str(directory / "eval-0.tfrecord")]
+  with pytest.raises(ValueError, match=r"--eval_files_dir=.*nothing-\*"):
+    run_pretraining.resolve_input_files(input_files_dir=str(directory / "nothing-*"),
+                                        dir_flag="eval_files_dir")

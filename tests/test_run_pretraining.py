@@ -384,3 +384,55 @@ def test_corrupt_record_names_the_file(data, tmp_path):
                               input_files_dir=bad_dir), check=False, timeout=180)
   assert proc.returncode != 0
   assert "broken.tfrecord" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# The two-phase launcher
+
+LAUNCHER = os.path.join(REPO_ROOT, "scripts", "run_pretraining_lamb.sh")
+
+
+def test_launcher_dry_run_builds_the_nvidia_style_commands(tmp_path):
+  proc = subprocess.run(
+      ["bash", LAUNCHER, "--dry_run", "--launcher", "mpirun", "--np", "16",
+       "--hosts", "a:8,b:8", "--phase1_data", "/d/128", "--phase2_data=/d/512",
+       "--output_dir", "/r", "--precision", "fp16"],
+      capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  commands = [line[2:].split() for line in proc.stderr.splitlines() if line.startswith("+ ")]
+  assert len(commands) == 2
+  phase1, phase2 = commands
+  assert phase1[:3] == ["mpirun", "-np", "16"] and "-H" in phase1 and "a:8,b:8" in phase1
+  for flag in ("--horovod", "--manual_fp16", "--do_train", "--allreduce_post_accumulation",
+               "--input_files_dir=/d/128", "--output_dir=/r/phase_1", "--max_seq_length=128",
+               "--max_predictions_per_seq=20", "--optimizer_type=lamb"):
+    assert flag in phase1, flag
+  for flag in ("--input_files_dir=/d/512", "--output_dir=/r/phase_2", "--max_seq_length=512",
+               "--max_predictions_per_seq=80", "--init_checkpoint=/r/phase_1/model.ckpt-7038"):
+    assert flag in phase2, flag
+
+
+def test_launcher_rejects_unknown_options():
+  proc = subprocess.run(["bash", LAUNCHER, "--phase3_data", "x"], capture_output=True,
+                        text=True, timeout=60)
+  assert proc.returncode == 2 and "unknown option --phase3_data" in proc.stderr
+
+
+def test_launcher_runs_both_phases_and_phase2_starts_from_phase1(data, tmp_path):
+  out = tmp_path / "results"
+  common = ["--python", sys.executable, "--config", data["config"], "--launcher", "none",
+            "--output_dir", str(out), "--phase1_data", data["train_dir"],
+            "--phase2_data", data["train_dir"], "--save_checkpoints_steps", "2"]
+  phases = []
+  for n, lr in ((1, "1e-3"), (2, "1e-9")):
+    phases += ["--phase%d_seq" % n, str(SEQ), "--phase%d_pred" % n, str(PRED),
+               "--phase%d_batch" % n, "4", "--phase%d_accum" % n, "1",
+               "--phase%d_steps" % n, "2", "--phase%d_warmup" % n, "1", "--phase%d_lr" % n, lr]
+  proc = subprocess.run(["bash", LAUNCHER] + common + phases, capture_output=True, text=True,
+                        timeout=300, cwd=REPO_ROOT)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  phase1, phase2 = checkpoint_values(out / "phase_1"), checkpoint_values(out / "phase_2")
+  assert phase1["global_step"] == 2 and phase2["global_step"] == 2
+  # Phase 2 (learning rate ~0) starts from phase 1's weights, not from a fresh initialisation.
+  np.testing.assert_allclose(phase2["bert/pooler/dense/kernel"],
+                             phase1["bert/pooler/dense/kernel"], atol=1e-6)

@@ -1,0 +1,139 @@
+"""Horovod scaling on one machine: 1 process with 1 intra-op thread against `horovodrun -np 2`
+with 1 thread per worker, for several accumulation settings, per-micro-step and post-accumulation
+allreduce.
+
+  PY=$(make -s python-path | tail -n1)
+  $PY bench/scaling.py --config tiny --batch 8 --steps 30
+
+scaling efficiency = (2-worker sequences/s) / (2 x 1-worker sequences/s); 1.0 is perfect. Per update
+it also reports the allreduce calls and bytes, counted in the graph `create_optimizer` builds (a
+recording stand-in for Horovod collects every allreduce it issues; per-micro-step allreduces run
+`num_accumulation_steps` times per update).
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from bench import throughput  # noqa: E402
+
+
+class _RecordingHorovod(object):
+  """Just enough of `horovod.tensorflow` for create_optimizer: records each allreduce."""
+  Average = "average"
+
+  def __init__(self):
+    self.calls = []
+
+  def allreduce(self, tensor, op=None):
+    self.calls.append((tensor.shape.num_elements(), tensor.dtype.size, op))
+    return tensor
+
+
+def allreduce_traffic(config, seq, predictions, batch, accumulation, post):
+  """(calls, bytes) of gradient allreduce per optimizer update, counted in the built graph."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import optimization  # pylint: disable=g-import-not-at-top
+  import run_pretraining  # pylint: disable=g-import-not-at-top
+  tf.compat.v1.disable_eager_execution()
+  recorder = _RecordingHorovod()
+  with tf.Graph().as_default():
+    features = {
+        "input_ids": tf.zeros([batch, seq], tf.int32), "input_mask": tf.ones([batch, seq], tf.int32),
+        "segment_ids": tf.zeros([batch, seq], tf.int32),
+        "masked_lm_positions": tf.zeros([batch, predictions], tf.int32),
+        "masked_lm_ids": tf.zeros([batch, predictions], tf.int32),
+        "masked_lm_weights": tf.ones([batch, predictions], tf.float32),
+        "next_sentence_labels": tf.zeros([batch, 1], tf.int32),
+    }
+    built = run_pretraining.build_pretraining_model(config, features, is_training=True)
+    optimization.create_optimizer(built["total_loss"], 1e-4, 100, 10, hvd=recorder,
+                                  num_accumulation_steps=accumulation,
+                                  allreduce_post_accumulation=post)
+  times_per_update = 1 if post or accumulation == 1 else accumulation
+  calls = len(recorder.calls) * times_per_update
+  num_bytes = int(np.sum([n * size for n, size, _ in recorder.calls])) * times_per_update
+  assert all(op == _RecordingHorovod.Average for _, _, op in recorder.calls)
+  return calls, num_bytes
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--config", default="tiny")
+  parser.add_argument("--seq", type=int, default=128)
+  parser.add_argument("--predictions", type=int, default=20)
+  parser.add_argument("--batch", type=int, default=8, help="per-worker train_batch_size")
+  parser.add_argument("--steps", type=int, default=30, help="optimizer updates per run")
+  parser.add_argument("--warmup", type=int, default=5)
+  parser.add_argument("--accumulations", default="1,4,16")
+  parser.add_argument("--optimizer", default="lamb", choices=["lamb", "adam"])
+  return parser.parse_args(argv)
+
+
+def _throughput_args(args, accumulation):
+  return throughput.parse_args([
+      "--config", args.config, "--seq", str(args.seq), "--predictions", str(args.predictions),
+      "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
+      "--accumulation", str(accumulation), "--optimizer", args.optimizer,
+      "--intra_op_threads", "1", "--inter_op_threads", "1", "--peak_runs", "0"])
+
+
+def _median_seq_per_s(steps, warmup):
+  median, _, _ = throughput.summarise([s["data"]["throughput_train"] for s in steps[warmup:]])
+  return median
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  import modeling  # pylint: disable=g-import-not-at-top
+  config_path = throughput.config_file(args.config)
+  config = modeling.BertConfig.from_json_file(config_path)
+  data_dir = throughput.cached_records(config.vocab_size, args.seq, args.predictions)
+  horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "-np", "2",
+                "-H", "localhost:2", "--gloo"]
+  rows = []
+  for accumulation in [int(a) for a in args.accumulations.split(",")]:
+    run_args = _throughput_args(args, accumulation)
+    with tempfile.TemporaryDirectory(prefix="bench_scaling_") as work_dir:
+      steps, _, _ = throughput.run_training(run_args, config_path, data_dir, work_dir)
+    single = _median_seq_per_s(steps, args.warmup)
+    for post in (False, True):
+      with tempfile.TemporaryDirectory(prefix="bench_scaling_") as work_dir:
+        extra = ["--horovod"] + (["--allreduce_post_accumulation"] if post else [])
+        steps, _, _ = throughput.run_training(run_args, config_path, data_dir, work_dir,
+                                              launcher=horovodrun, extra_flags=extra)
+      double = _median_seq_per_s(steps, args.warmup)
+      calls, num_bytes = allreduce_traffic(config, args.seq, args.predictions, args.batch,
+                                           accumulation, post)
+      row = {"config": args.config, "batch": args.batch, "accumulation": accumulation,
+             "post_accumulation": post, "seq_per_s_1_worker": round(single, 2),
+             "seq_per_s_2_workers": round(double, 2),
+             "scaling_efficiency": round(double / (2 * single), 3),
+             "allreduce_calls_per_update": calls,
+             "allreduce_mb_per_update": round(num_bytes / 2**20, 2)}
+      print(json.dumps(row), flush=True)
+      rows.append(row)
+  print_table(rows)
+  return rows
+
+
+def print_table(rows):
+  header = ("accum", "post", "1 worker seq/s", "2 workers seq/s", "efficiency",
+            "allreduce calls/update", "MB/update")
+  print(" | ".join(header))
+  for r in rows:
+    print(" | ".join(str(v) for v in (
+        r["accumulation"], "yes" if r["post_accumulation"] else "no", r["seq_per_s_1_worker"],
+        r["seq_per_s_2_workers"], r["scaling_efficiency"], r["allreduce_calls_per_update"],
+        r["allreduce_mb_per_update"])))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Two-phase BERT pretraining with LAMB (phase 1: short sequences; phase 2: long sequences, started
+# from phase 1's last checkpoint), launched with horovodrun, mpirun or as one process.
+#
+#   scripts/run_pretraining_lamb.sh --config bert_configs/base.json \
+#       --phase1_data /data/seq128 --phase2_data /data/seq512 --output_dir /results \
+#       --np 8 --hosts node1:4,node2:4 [--launcher horovodrun|mpirun|none] [--dry_run]
+#
+# Every option has a default (NVIDIA's recipe, scaled per worker) and `--help` lists them. Batch
+# sizes and learning rates are PER WORKER: the global batch is batch x accumulation x workers and
+# run_pretraining.py multiplies the learning rate by the number of workers.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+declare -A opt=(
+  [python]=python3 [config]="$here/bert_configs/base.json" [output_dir]="$here/output/pretraining"
+  [phase1_data]="" [phase2_data]="" [eval_data]="" [launcher]=horovodrun [np]=1 [hosts]=""
+  [precision]=fp32 [xla]=false [phases]=1,2 [optimizer]=lamb
+  [phase1_seq]=128 [phase1_pred]=20 [phase1_batch]=64 [phase1_accum]=128 [phase1_lr]=7.5e-4
+  [phase1_steps]=7038 [phase1_warmup]=2000
+  [phase2_seq]=512 [phase2_pred]=80 [phase2_batch]=8 [phase2_accum]=512 [phase2_lr]=5e-4
+  [phase2_steps]=1563 [phase2_warmup]=200
+  [save_checkpoints_steps]=100 [display_loss_steps]=1 [dry_run]=false [extra]=""
+)
+
+usage() {
+  echo "usage: $0 [--name value ...]  (flags: --dry_run, --xla; 'true' for the others)"
+  echo "options and defaults:"
+  for key in $(printf '%s\n' "${!opt[@]}" | sort); do printf '  --%-24s %s\n' "$key" "${opt[$key]}"; done
+}
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --dry_run|--xla) opt[${1#--}]=true; shift ;;
+    --*=*) key="${1%%=*}"; key="${key#--}"; value="${1#*=}"; shift
+           [ -n "${opt[$key]+set}" ] || { echo "$0: unknown option --$key" >&2; usage >&2; exit 2; }
+           opt[$key]="$value" ;;
+    --*) key="${1#--}"
+         [ -n "${opt[$key]+set}" ] || { echo "$0: unknown option --$key" >&2; usage >&2; exit 2; }
+         [ $# -ge 2 ] || { echo "$0: --$key needs a value" >&2; exit 2; }
+         opt[$key]="$2"; shift 2 ;;
+    *) echo "$0: unexpected argument $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+case "${opt[precision]}" in
+  fp32) precision_flags=() ;;
+  fp16) precision_flags=(--manual_fp16) ;;
+  amp) precision_flags=(--amp) ;;
+  *) echo "$0: --precision must be fp32, fp16 or amp, got ${opt[precision]}" >&2; exit 2 ;;
+esac
+xla_flags=()
+[ "${opt[xla]}" = true ] && xla_flags=(--use_xla)
+
+launch=()
+case "${opt[launcher]}" in
+  horovodrun)
+    launch=(horovodrun -np "${opt[np]}")
+    [ -n "${opt[hosts]}" ] && launch+=(-H "${opt[hosts]}")
+    horovod=(--horovod) ;;
+  mpirun)
+    launch=(mpirun -np "${opt[np]}" --bind-to none --map-by slot -x PATH -x LD_LIBRARY_PATH)
+    [ -n "${opt[hosts]}" ] && launch+=(-H "${opt[hosts]}")
+    [ "$(id -u)" = 0 ] && launch+=(--allow-run-as-root)
+    horovod=(--horovod) ;;
+  none) horovod=() ;;
+  *) echo "$0: --launcher must be horovodrun, mpirun or none, got ${opt[launcher]}" >&2; exit 2 ;;
+esac
+
+run() {
+  echo "+ $*" >&2
+  [ "${opt[dry_run]}" = true ] || "$@"
+}
+
+phase() {  # phase N [init_checkpoint]
+  local n="$1" init="${2:-}"
+  local data="${opt[phase${n}_data]}"
+  [ -n "$data" ] || { echo "$0: --phase${n}_data is required for phase $n" >&2; exit 2; }
+  local args=(--bert_config_file="${opt[config]}" --input_files_dir="$data"
+              --output_dir="${opt[output_dir]}/phase_$n" --do_train
+              --optimizer_type="${opt[optimizer]}"
+              --max_seq_length="${opt[phase${n}_seq]}"
+              --max_predictions_per_seq="${opt[phase${n}_pred]}"
+              --train_batch_size="${opt[phase${n}_batch]}"
+              --num_accumulation_steps="${opt[phase${n}_accum]}" --allreduce_post_accumulation
+              --learning_rate="${opt[phase${n}_lr]}"
+              --num_train_steps="${opt[phase${n}_steps]}"
+              --num_warmup_steps="${opt[phase${n}_warmup]}"
+              --save_checkpoints_steps="${opt[save_checkpoints_steps]}"
+              --display_loss_steps="${opt[display_loss_steps]}")
+  [ -n "$init" ] && args+=(--init_checkpoint="$init")
+  [ -n "${opt[eval_data]}" ] && args+=(--do_eval --eval_files_dir="${opt[eval_data]}")
+  # shellcheck disable=SC2206
+  local extra=(${opt[extra]})
+  run "${launch[@]}" "${opt[python]}" "$here/run_pretraining.py" "${horovod[@]}" \
+      "${precision_flags[@]}" "${xla_flags[@]}" "${args[@]}" "${extra[@]}"
+}
+
+IFS=, read -r -a phases <<< "${opt[phases]}"
+for n in "${phases[@]}"; do
+  case "$n" in
+    1) phase 1 ;;
+    2) phase 2 "${opt[output_dir]}/phase_1/model.ckpt-${opt[phase1_steps]}" ;;
+    *) echo "$0: --phases takes 1, 2 or 1,2, got ${opt[phases]}" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,44 @@
+"""The benchmark helpers: the MFU FLOP formula and the allreduce traffic count.
+
+(Speed itself is measured by bench/, never asserted in tests.)
+"""
+
+import numpy as np
+
+import modeling
+from bench import flops
+from bench import scaling
+from bench import throughput
+
+
+def test_flops_formula_by_hand_for_bert_base():
+  # BERT-base: H 768, L 12, I 3072, V 30522, T 128, P 20.
+  h, l, i, v, t, p = 768, 12, 3072, 30522, 128, 20
+  per_layer = 4 * (h * h + h) + 2 * (2 * h) + (h * i + i) + (i * h + h)
+  assert per_layer == 7087872
+  expected = (6 * 12 * per_layer * t + 12 * l * h * t * t + 6 * p * h * v
+              + 6 * (p * h * h + h * h))
+  assert flops.model_flops_per_sequence(h, l, i, v, t, p) == expected
+  config = modeling.BertConfig.from_json_file("bert_configs/base.json")
+  assert flops.config_flops_per_sequence(config, t, p) == expected
+  assert abs(expected / 1e9 - 70.021) < 0.001
+  # 100% of a 226 GFLOP/s peak is 226e9 / expected sequences per second.
+  assert abs(flops.mfu(226e9 / expected, expected, 226e9) - 1.0) < 1e-12
+
+
+def test_allreduce_traffic_counts_every_gradient_per_update():
+  config = modeling.BertConfig.from_json_file("bert_configs/tiny.json")
+  num_tensors = 5 + 16 * config.num_hidden_layers + 2 + 4 + 1 + 2  # embeddings, layers, pooler, cls
+  params = sum(np.prod(shape) for shape in [
+      [30522, 128], [2, 128], [512, 128], [128], [128], [128, 128], [128],
+      [128, 128], [128], [128], [128], [30522], [2, 128], [2]])
+  params += config.num_hidden_layers * (4 * (128 * 128 + 128) + 4 * 128 + 2 * 128 * 512 + 512 + 128)
+  for accumulation, post, times in ((1, False, 1), (4, False, 4), (4, True, 1)):
+    calls, num_bytes = scaling.allreduce_traffic(config, 16, 4, 2, accumulation, post)
+    assert calls == num_tensors * times
+    assert num_bytes == params * 4 * times
+
+
+def test_summarise_median_min_max():
+  assert throughput.summarise([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
+  assert throughput.summarise([4.0, 1.0, 2.0, 3.0]) == (2.5, 1.0, 4.0)
