@@ -1,0 +1,70 @@
+"""Model FLOPs per sequence of BERT pretraining, the figure model-FLOP utilisation (MFU) divides.
+
+One formula, shared by every benchmark so their figures compare with each other and with the
+figures quoted for other BERT pipelines:
+
+  6 x encoder_params x T + 12 x L x H x T^2 + 6 x P x H x V + 6 x (P x H^2 + H^2)
+
+T = sequence length, L = layers, H = hidden size, P = max_predictions_per_seq, V = vocabulary size,
+encoder_params = every weight and bias of the encoder layers (layer norms included; embeddings and
+pooler excluded). The terms are, forward + backward (x3 of the forward's 2 FLOPs per
+multiply-add): the encoder's dense layers, the attention scores and context (QK^T and PV), the MLM
+output projection onto the vocabulary, and the MLM transform plus the pooler. Embedding lookups,
+element-wise work and the optimizer are not counted: MFU measures how much of the matmul peak the
+model's own matmuls turn into progress.
+"""
+
+
+def encoder_params(hidden_size, num_hidden_layers, intermediate_size):
+  """Weights and biases of the encoder layers (layer norms included).
+
+  Per layer: Q, K, V and attention-output dense layers (4 H^2 + 4 H), two layer norms (4 H), the
+  intermediate (H I + I) and output (I H + H) dense layers.
+
+  Args:
+    hidden_size: H.
+    num_hidden_layers: L.
+    intermediate_size: I.
+
+  Returns:
+    int, the parameter count of all L layers.
+  """
+  h, i = hidden_size, intermediate_size
+  per_layer = (4 * h * h + 4 * h) + 4 * h + (h * i + i) + (i * h + h)
+  return num_hidden_layers * per_layer
+
+
+def model_flops_per_sequence(hidden_size, num_hidden_layers, intermediate_size, vocab_size,
+                             seq_length, max_predictions_per_seq, num_encoder_params=None):
+  """Training FLOPs of one sequence (forward and backward), by the formula of the module doc.
+
+  Args:
+    hidden_size: H.
+    num_hidden_layers: L.
+    intermediate_size: I (only used when `num_encoder_params` is None).
+    vocab_size: V.
+    seq_length: T.
+    max_predictions_per_seq: P.
+    num_encoder_params: the encoder's parameter count when already known (e.g. counted in a
+      graph); computed from the config when None.
+
+  Returns:
+    int, FLOPs per sequence.
+  """
+  if num_encoder_params is None:
+    num_encoder_params = encoder_params(hidden_size, num_hidden_layers, intermediate_size)
+  h, l, t, p, v = hidden_size, num_hidden_layers, seq_length, max_predictions_per_seq, vocab_size
+  return (6 * num_encoder_params * t + 12 * l * h * t * t + 6 * p * h * v
+          + 6 * (p * h * h + h * h))
+
+
+def config_flops_per_sequence(bert_config, seq_length, max_predictions_per_seq):
+  """`model_flops_per_sequence` for a `modeling.BertConfig` (or any object with its keys)."""
+  return model_flops_per_sequence(
+      bert_config.hidden_size, bert_config.num_hidden_layers, bert_config.intermediate_size,
+      bert_config.vocab_size, seq_length, max_predictions_per_seq)
+
+
+def mfu(sequences_per_second, flops_per_sequence, peak_flops_per_second):
+  """Model-FLOP utilisation: the share of the peak the model's FLOPs use (0..1)."""
+  return sequences_per_second * flops_per_sequence / peak_flops_per_second
