@@ -275,8 +275,16 @@ class BertModel(object):
     return self.embedding_table
 
 
+_GELU_SCALE = math.sqrt(2.0 / math.pi)
+_GELU_CUBIC = 0.044715
+
+
 def gelu(x):
   """Gaussian Error Linear Unit, tanh approximation (as the original).
+
+  The gradient is written out and recomputes tanh from `x`, so backpropagation keeps only the
+  input alive: autodiff of the formula would keep about five [rows, intermediate_size]
+  intermediates per layer until the backward pass (~0.5 GB for BERT-base at batch 8).
 
   Args:
     x: float Tensor.
@@ -284,8 +292,30 @@ def gelu(x):
   Returns:
     `x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`, same shape and dtype.
   """
-  cdf = 0.5 * (1.0 + tf.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))))
-  return x * cdf
+  return _gelu_recomputing_gradient(x)
+
+
+def _gelu_tanh(x):
+  """tanh(sqrt(2/pi) * (x + 0.044715 x^3)); x * x * x rather than the generic power kernel."""
+  return tf.tanh(_GELU_SCALE * (x + _GELU_CUBIC * (x * x * x)))
+
+
+@tf.custom_gradient
+def _gelu_recomputing_gradient(x):
+  """GELU whose gradient is computed from `x` alone."""
+  cdf = 0.5 * (1.0 + _gelu_tanh(x))
+
+  def grad(dy):
+    # d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+    # The control edge holds the recomputation back until the backward pass reaches this layer;
+    # otherwise the executor would run it during the forward pass (it only needs x) and keep
+    # its results alive, which is what the recomputation is meant to avoid.
+    with tf.control_dependencies([dy]):
+      t = _gelu_tanh(x)
+      inner_derivative = _GELU_SCALE * (1.0 + (3.0 * _GELU_CUBIC) * (x * x))
+    return dy * (0.5 * (1.0 + t) + (0.5 * x) * ((1.0 - t * t) * inner_derivative))
+
+  return x * cdf, grad
 
 
 def get_activation(activation_string):
@@ -383,9 +413,14 @@ def layer_norm(input_tensor, name=None):
                              initializer=_tf1.zeros_initializer())
     gamma = _tf1.get_variable("gamma", [hidden], dtype=tf.float32,
                               initializer=_tf1.ones_initializer())
-    mean, variance = tf.nn.moments(input_tensor, axes=[-1], keepdims=True)
-    return tf.nn.batch_normalization(input_tensor, mean, variance, offset=beta, scale=gamma,
-                                     variance_epsilon=LAYER_NORM_EPSILON)
+    # The centred input is computed once and reused for the variance and the output: fewer
+    # full-size passes forward and backward than tf.nn.moments + tf.nn.batch_normalization
+    # (which also recentres through the mean), with the same formula. The fused batch-norm
+    # kernel the fp16 path uses is slower than this on CPUs in fp32 (docs/PERFORMANCE.md).
+    mean = tf.reduce_mean(input_tensor, axis=-1, keepdims=True)
+    centered = input_tensor - mean
+    variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
+    return centered * (tf.math.rsqrt(variance + LAYER_NORM_EPSILON) * gamma) + beta
 
 
 def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
@@ -417,10 +452,39 @@ def dense_layer(input_tensor, units, activation=None, name=None, initializer_ran
                                initializer=create_initializer(initializer_range))
     bias = _tf1.get_variable("bias", [units], dtype=input_tensor.dtype,
                              initializer=_tf1.zeros_initializer())
-    output = tf.nn.bias_add(tf.matmul(input_tensor, kernel), bias)
+    if units > width:
+      output = _widening_dense(input_tensor, kernel, bias)
+    else:
+      output = tf.nn.bias_add(tf.matmul(input_tensor, kernel), bias)
   if activation is not None:
     output = activation(output)
   return output
+
+
+@tf.custom_gradient
+def _widening_dense(x, kernel, bias):
+  """`x kernel + bias` for a layer with more outputs than inputs (intermediate layer, fused QKV).
+
+  Autodiff computes the input gradient as `MatMul(dy, kernel, transpose_b=True)`; with the long
+  reduction axis of a widening layer (dy [rows, 3072] x kernel^T) oneDNN runs that op 20-40%
+  slower than the same product as a `BatchMatMulV2` with `adj_y` (docs/PERFORMANCE.md). (An
+  explicit transpose of the kernel does not help: Grappler folds it back into `transpose_b`.)
+  The forward pass and the other gradients are what autodiff builds.
+
+  Args:
+    x: [rows, in]; kernel: [in, units]; bias: [units]; all in the compute type.
+
+  Returns:
+    Tensor [rows, units].
+  """
+
+  def grad(dy):
+    dx = tf.raw_ops.BatchMatMulV2(x=dy, y=kernel, adj_y=True)
+    dkernel = tf.matmul(x, dy, transpose_a=True)
+    dbias = tf.raw_ops.BiasAddGrad(out_backprop=dy)
+    return dx, dkernel, dbias
+
+  return tf.nn.bias_add(tf.matmul(x, kernel), bias), grad
 
 
 def embedding_lookup(input_ids, vocab_size, embedding_size=128, initializer_range=0.02,
@@ -526,6 +590,34 @@ def create_attention_mask_from_input_mask(from_tensor, to_mask):
   return broadcast_ones * to_mask
 
 
+def _fused_projection(input_2d, units, names, initializer_range):
+  """Dense layers `names` on the same input as one matmul; their variables stay separate.
+
+  The kernels `<name>/kernel` [in, units] and biases `<name>/bias` [units] are created exactly as
+  `dense_layer` creates them (same names, shapes, initialisers and creation order), so
+  checkpoints are unchanged; the graph concatenates them for the matmul, and the gradient of the
+  concatenation hands each variable its own slice.
+
+  Args:
+    input_2d: float Tensor [rows, in] in the compute type.
+    units: output width of each layer.
+    names: variable scope names of the layers, in output order.
+    initializer_range: stddev of the kernels' truncated-normal initialiser.
+
+  Returns:
+    Tensor [rows, len(names) * units]: the layers' outputs side by side.
+  """
+  width = tf.compat.dimension_value(input_2d.shape[-1])
+  kernels, biases = [], []
+  for name in names:
+    with _tf1.variable_scope(name):
+      kernels.append(_tf1.get_variable("kernel", [width, units], dtype=input_2d.dtype,
+                                       initializer=create_initializer(initializer_range)))
+      biases.append(_tf1.get_variable("bias", [units], dtype=input_2d.dtype,
+                                      initializer=_tf1.zeros_initializer()))
+  return _widening_dense(input_2d, tf.concat(kernels, axis=1), tf.concat(biases, axis=0))
+
+
 def _split_heads(tensor_2d, batch_size, seq_length, num_heads, head_size):
   """[batch*seq, heads*head_size] -> [batch, heads, seq, head_size]."""
   tensor_4d = tf.reshape(tensor_2d, [batch_size, seq_length, num_heads, head_size])
@@ -571,12 +663,23 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
   to_2d = reshape_to_matrix(to_tensor)
   width = num_attention_heads * size_per_head
 
-  query = dense_layer(from_2d, width, query_act, "query", initializer_range)
-  key = dense_layer(to_2d, width, key_act, "key", initializer_range)
-  value = dense_layer(to_2d, width, value_act, "value", initializer_range)
+  if from_2d is to_2d and from_seq_length == to_seq_length:
+    # Self-attention: one matmul against the three kernels side by side (a wider matmul uses
+    # the cores better than three narrow ones), one bias add, and one transpose that puts the
+    # projection axis first, so that unstacking it costs no copy.
+    qkv = _fused_projection(from_2d, width, ("query", "key", "value"), initializer_range)
+    qkv = tf.reshape(qkv, [batch_size, from_seq_length, 3, num_attention_heads, size_per_head])
+    query, key, value = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]), axis=0)
+    query, key, value = (act(t) if act is not None else t
+                         for act, t in ((query_act, query), (key_act, key), (value_act, value)))
+  else:
+    query = dense_layer(from_2d, width, query_act, "query", initializer_range)
+    key = dense_layer(to_2d, width, key_act, "key", initializer_range)
+    value = dense_layer(to_2d, width, value_act, "value", initializer_range)
+    query = _split_heads(query, batch_size, from_seq_length, num_attention_heads, size_per_head)
+    key = _split_heads(key, batch_size, to_seq_length, num_attention_heads, size_per_head)
+    value = _split_heads(value, batch_size, to_seq_length, num_attention_heads, size_per_head)
 
-  query = _split_heads(query, batch_size, from_seq_length, num_attention_heads, size_per_head)
-  key = _split_heads(key, batch_size, to_seq_length, num_attention_heads, size_per_head)
   # [batch, heads, from_seq, to_seq]
   scores = tf.matmul(query, key, transpose_b=True)
   scores = scores * tf.cast(1.0 / math.sqrt(float(size_per_head)), scores.dtype)
@@ -588,7 +691,6 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
 
   probs = dropout(tf.nn.softmax(scores), attention_probs_dropout_prob)
 
-  value = _split_heads(value, batch_size, to_seq_length, num_attention_heads, size_per_head)
   context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [batch, from_seq, heads, D]
   if do_return_2d_tensor:
     return tf.reshape(context, [batch_size * from_seq_length, width])

@@ -130,3 +130,13 @@ def write_batch_records(path, batch):
     for row in range(num_rows):
       values = {name: value[row] for name, value in batch.items()}
       writer.write(example_from_arrays(values).SerializeToString())
+
+
+def read_eval_results(path):
+  """eval_results.txt (`key = value` lines) -> dict of floats."""
+  result = {}
+  with open(path) as f:
+    for line in f:
+      key, value = line.strip().split(" = ")
+      result[key] = float(value)
+  return result

@@ -30,8 +30,12 @@ def test_variables_fp32_and_encoder_matmuls_fp16(graph):
   encoder_matmuls = [op for op in graph.get_operations()
                      if op.type in ("MatMul", "BatchMatMulV2", "BatchMatMulV3")
                      and op.name.startswith("bert/encoder/")]
-  # Per layer: q, k, v, scores, context, attention output, intermediate, output = 8.
-  assert len(encoder_matmuls) == 8 * config.num_hidden_layers
+  # Per layer: q/k/v (one fused matmul), scores, context, attention output, intermediate,
+  # output = 6.
+  assert len(encoder_matmuls) == 6 * config.num_hidden_layers
+  fused_qkv = [op for op in encoder_matmuls
+               if op.outputs[0].shape.as_list()[-1] == 3 * config.hidden_size]
+  assert len(fused_qkv) == config.num_hidden_layers
   for op in encoder_matmuls:
     dtype = op.get_attr("T") if op.type != "BatchMatMulV3" else op.get_attr("Ta")
     assert dtype == tf.float16, op.name

@@ -81,14 +81,6 @@ def test_original_checkpoint_reproduces_outputs_losses_and_gradients(tmp_path):
   assert max(np.abs(reference["grad/" + v.op.name]).max() for v in tvars) > 1e-2
 
 
-def _read_eval_results(path):
-  result = {}
-  with open(path) as f:
-    for line in f:
-      key, value = line.strip().split(" = ")
-      result[key] = float(value)
-  return result
-
 
 def test_original_checkpoint_evaluates_to_the_originals_losses(tmp_path):
   config = helpers.tiny_config(vocab_size=120, hidden_size=48, num_hidden_layers=2,
@@ -121,8 +113,8 @@ def test_original_checkpoint_evaluates_to_the_originals_losses(tmp_path):
       cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-5000:]
 
-  original = _read_eval_results(tmp_path / "original" / "eval_results.txt")
-  ours = _read_eval_results(tmp_path / "ours" / "eval_results.txt")
+  original = helpers.read_eval_results(tmp_path / "original" / "eval_results.txt")
+  ours = helpers.read_eval_results(tmp_path / "ours" / "eval_results.txt")
   for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
               "next_sentence_loss", "loss"):
     np.testing.assert_allclose(ours[key], original[key], atol=1e-5, err_msg=key)

@@ -97,14 +97,6 @@ def read_dllog(path):
   return lines
 
 
-def read_eval_results(path):
-  result = {}
-  with open(path) as f:
-    for line in f:
-      key, value = line.strip().split(" = ")
-      result[key] = float(value)
-  return result
-
 
 # ---------------------------------------------------------------------------------------------
 # Single process
@@ -209,7 +201,7 @@ def test_eval_from_released_style_checkpoint_matches_numpy(data, tmp_path):
                               init_checkpoint=tmp_path / "bert_model.ckpt",
                               verbose_logging=True))
   assert proc.stderr.count("*INIT_FROM_CKPT*") == len(weights)
-  result = read_eval_results(out / "eval_results.txt")
+  result = helpers.read_eval_results(out / "eval_results.txt")
 
   batch = data["eval_batch"]
   _, layers, pooled = numpy_bert.encoder(weights, CONFIG["num_hidden_layers"],
@@ -250,7 +242,7 @@ def test_tpu_estimator_path_trains_and_evaluates_on_cpu(data, tmp_path):
   out = tmp_path / "out"
   run_job(common_flags(data, out, do_train=True, do_eval=True, tpu_estimator=True,
                        num_train_steps=3, eval_files_dir=data["eval_dir"]))
-  result = read_eval_results(out / "eval_results.txt")
+  result = helpers.read_eval_results(out / "eval_results.txt")
   assert result["global_step"] == 3
   assert 0.0 <= result["masked_lm_accuracy"] <= 1.0 and result["masked_lm_loss"] > 0
   assert checkpoint_values(out)["global_step"] == 3

@@ -1,0 +1,180 @@
+"""Micro-benchmarks behind the levers of docs/PERFORMANCE.md.
+
+  PY=$(make -s python-path | tail -n1)
+  $PY bench/micro_bench.py update --config base --optimizer lamb   # optimizer path alone
+  $PY bench/micro_bench.py layer_norm                               # layer-norm formulations
+  $PY bench/micro_bench.py matmul --batch 8                         # BERT-base matmul shapes
+
+`update` builds `optimization.create_optimizer` over variables with the shapes of the model's
+trainable variables and a loss whose gradients are stored tensors (so only the gradient path and
+the optimizer run), and reports the time per update. `layer_norm` times the forward and backward
+pass of three layer-norm formulations on a [batch * 128, 768] input and their deviations.
+`matmul` reports GFLOP/s of the encoder's and the MLM head's matmul shapes, forward and backward.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _best_and_median(np, session, fetch, runs):
+  session.run(fetch)
+  times = []
+  for _ in range(runs):
+    start = time.perf_counter()
+    session.run(fetch)
+    times.append(time.perf_counter() - start)
+  return min(times), float(np.median(times))
+
+
+def bench_update(tf, np, args):
+  """Time of the gradient path + optimizer update alone, on the model's variable shapes."""
+  import modeling  # pylint: disable=g-import-not-at-top
+  import optimization  # pylint: disable=g-import-not-at-top
+  import run_pretraining  # pylint: disable=g-import-not-at-top
+  from bench import step_bench  # pylint: disable=g-import-not-at-top
+  from utils import session_config  # pylint: disable=g-import-not-at-top
+  tf1 = tf.compat.v1
+  config = modeling.BertConfig.from_json_file(step_bench.config_path(args.config))
+  with tf.Graph().as_default():
+    features = {k: tf1.placeholder(tf.int32, [2, 8]) for k in
+                ("input_ids", "input_mask", "segment_ids")}
+    features.update({k: tf1.placeholder(tf.int32, [2, 2]) for k in
+                     ("masked_lm_positions", "masked_lm_ids")})
+    features["masked_lm_weights"] = tf1.placeholder(tf.float32, [2, 2])
+    features["next_sentence_labels"] = tf1.placeholder(tf.int32, [2, 1])
+    run_pretraining.build_pretraining_model(config, features, is_training=True)
+    shapes = [(v.op.name, v.shape.as_list()) for v in tf1.trainable_variables()]
+  graph = tf.Graph()
+  with graph.as_default():
+    build_start = time.perf_counter()
+    loss = 0.0
+    for name, shape in shapes:
+      var = tf1.get_variable(name, shape, initializer=tf1.random_normal_initializer(stddev=0.02))
+      # d loss / d var = stored: the gradient is a read, nothing else of a model runs.
+      stored = tf1.get_variable(name + "/stored_gradient", shape, trainable=False,
+                                initializer=tf1.random_normal_initializer(stddev=1e-3))
+      loss += tf.reduce_sum(var * tf.stop_gradient(stored))
+    train_op = optimization.create_optimizer(loss, 1e-3, 1000, 0, optimizer_type=args.optimizer)
+    init = tf1.global_variables_initializer()
+    build_s = time.perf_counter() - build_start
+  with tf1.Session(graph=graph, config=session_config.build_session_config()) as sess:
+    sess.run(init)
+    start = time.perf_counter()
+    sess.run(train_op)
+    first_s = time.perf_counter() - start
+    best, median = _best_and_median(np, sess, train_op, args.runs)
+  num_params = sum(int(np.prod(shape)) for _, shape in shapes)
+  print("update (%s, %s: %d variables, %.1fM parameters): median %.1f ms, best %.1f ms; "
+        "graph build %.1f s, first run %.1f s"
+        % (args.optimizer, args.config, len(shapes), num_params / 1e6, 1e3 * median, 1e3 * best,
+           build_s, first_s))
+
+
+def bench_layer_norm(tf, np, args):
+  """Forward and forward+backward time of layer-norm formulations; max deviation."""
+  tf1 = tf.compat.v1
+  rows, hidden = args.batch * 128, 768
+
+  def moments_and_batch_normalization(x, gamma, beta):
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma,
+                                     variance_epsilon=1e-12)
+
+  def centred_once(x, gamma, beta):
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    centered = x - mean
+    variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
+    return centered * (tf.math.rsqrt(variance + 1e-12) * gamma) + beta
+
+  def fused_batch_norm_kernel(x, gamma, beta):
+    rows_as_channels = tf.reshape(x, [1, rows, hidden, 1])
+    normalized, _, _ = tf1.nn.fused_batch_norm(
+        rows_as_channels, tf.ones([rows]), tf.zeros([rows]), epsilon=1e-12,
+        data_format="NCHW", is_training=True)
+    return tf.reshape(normalized, [rows, hidden]) * gamma + beta
+
+  rng = np.random.RandomState(0)
+  x_value = (rng.normal(size=(rows, hidden)) * 2 + 0.5).astype(np.float32)
+  dy_value = rng.normal(size=(rows, hidden)).astype(np.float32)
+  gamma_value = (1 + 0.1 * rng.normal(size=hidden)).astype(np.float32)
+  beta_value = (0.1 * rng.normal(size=hidden)).astype(np.float32)
+  results = {}
+  for fn in (moments_and_batch_normalization, centred_once, fused_batch_norm_kernel):
+    with tf.Graph().as_default():
+      x = tf1.get_variable("x", initializer=x_value)
+      gamma = tf1.get_variable("gamma", initializer=gamma_value)
+      beta = tf1.get_variable("beta", initializer=beta_value)
+      y = fn(x, gamma, beta)
+      grads = tf.gradients(y, [x, gamma, beta], grad_ys=tf.constant(dy_value))
+      with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        forward, _ = _best_and_median(np, sess, y.op, args.runs)
+        both, _ = _best_and_median(np, sess, [y.op] + [g.op for g in grads], args.runs)
+        results[fn.__name__] = sess.run([y] + grads)
+    deviation = max(float(np.abs(a - b).max()) for a, b in
+                    zip(results[fn.__name__], results["moments_and_batch_normalization"]))
+    print("%-32s forward %.3f ms, forward+backward %.3f ms (best of %d); max deviation from "
+          "the first %.2g" % (fn.__name__, 1e3 * forward, 1e3 * both, args.runs, deviation))
+
+
+def bench_matmul(tf, np, args):
+  """GFLOP/s of BERT-base matmul shapes (M, K, N, transpose_a, transpose_b)."""
+  tf1 = tf.compat.v1
+  rows = args.batch * 128
+  predictions = args.batch * 20
+  shapes = [
+      (rows, 768, 768, False, False, "attention output dense"),
+      (rows, 768, 2304, False, False, "fused QKV"),
+      (rows, 768, 3072, False, False, "intermediate"),
+      (rows, 3072, 768, False, False, "output"),
+      (768, rows, 768, True, False, "dW 768x768 (x^T dy)"),
+      (768, rows, 2304, True, False, "dW fused QKV"),
+      (768, rows, 3072, True, False, "dW intermediate"),
+      (3072, rows, 768, True, False, "dW output"),
+      (rows, 768, 768, False, True, "dX 768x768 (dy W^T)"),
+      (rows, 2304, 768, False, True, "dX fused QKV"),
+      (rows, 3072, 768, False, True, "dX intermediate"),
+      (rows, 768, 3072, False, True, "dX output"),
+      (predictions, 768, 30522, False, True, "MLM logits"),
+      (predictions, 30522, 768, False, False, "MLM dX"),
+      (30522, predictions, 768, True, False, "MLM dW (embedding table)"),
+  ]
+  with tf.Graph().as_default():
+    ops = []
+    for i, (m, k, n, transpose_a, transpose_b, label) in enumerate(shapes):
+      a = tf1.get_variable("a%d" % i, [k, m] if transpose_a else [m, k])
+      b = tf1.get_variable("b%d" % i, [n, k] if transpose_b else [k, n])
+      ops.append((tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b).op,
+                  2.0 * m * k * n, label, (m, k, n)))
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      for op, flops, label, mkn in ops:
+        best, _ = _best_and_median(np, sess, op, args.runs)
+        print("%-26s M,K,N=%-18s %7.2f ms %6.1f GFLOP/s" % (label, mkn, 1e3 * best,
+                                                          flops / best / 1e9))
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("what", choices=("update", "layer_norm", "matmul"))
+  parser.add_argument("--config", default="base")
+  parser.add_argument("--optimizer", choices=("lamb", "adam"), default="lamb")
+  parser.add_argument("--batch", type=int, default=8)
+  parser.add_argument("--runs", type=int, default=10)
+  args = parser.parse_args(argv)
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.compat.v1.disable_eager_execution()
+  {"update": bench_update, "layer_norm": bench_layer_norm, "matmul": bench_matmul}[args.what](
+      tf, np, args)
+
+
+if __name__ == "__main__":
+  main()
