@@ -332,3 +332,27 @@ def test_gather_indexes(graph):
     got = sess.run(run_pretraining.gather_indexes(tf.constant(sequence), tf.constant(positions)))
   expected = np.stack([sequence[0, 0], sequence[0, 3], sequence[1, 2], sequence[1, 1]])
   np.testing.assert_array_equal(got, expected)
+
+
+def test_softmax_cross_entropy_value_and_gradient_match_numpy(graph):
+  rng = np.random.RandomState(9)
+  logits = (rng.normal(size=(6, 50)) * 4).astype(np.float32)
+  logits[0, :] = 0.0                           # uniform row
+  logits[1, 3] = 6e4                           # one huge logit (fp16-sized)
+  logits[2, :] = -3e4                          # large negative everywhere
+  labels = rng.randint(0, 50, size=6).astype(np.int32)
+  labels[1] = 7                                # a label far below the huge logit
+  weights = rng.uniform(0.5, 2.0, size=6).astype(np.float32)
+  logits_t = tf.constant(logits)
+  loss = run_pretraining.softmax_cross_entropy(logits_t, tf.constant(labels))
+  grad = tf.gradients(tf.reduce_sum(loss * weights), logits_t)[0]
+  with _tf1.Session() as sess:
+    got_loss, got_grad = sess.run([loss, grad])
+  x = logits.astype(np.float64)
+  log_probs = numpy_bert.log_softmax(x)
+  expected_loss = -log_probs[np.arange(6), labels]
+  expected_grad = np.exp(log_probs) * weights[:, None]
+  expected_grad[np.arange(6), labels] -= weights
+  np.testing.assert_allclose(got_loss, expected_loss, rtol=1e-6, atol=1e-5)
+  np.testing.assert_allclose(got_grad, expected_grad, atol=1e-6)
+  assert np.isfinite(got_loss).all() and got_loss[1] > 5e4

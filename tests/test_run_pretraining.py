@@ -428,3 +428,11 @@ def test_launcher_runs_both_phases_and_phase2_starts_from_phase1(data, tmp_path)
   # Phase 2 (learning rate ~0) starts from phase 1's weights, not from a fresh initialisation.
   np.testing.assert_allclose(phase2["bert/pooler/dense/kernel"],
                              phase1["bert/pooler/dense/kernel"], atol=1e-6)
+
+
+def test_threads_per_worker_shares_the_node():
+  assert run_pretraining.threads_per_worker(0, 1, cores=8) == 0       # TF's default
+  assert run_pretraining.threads_per_worker(0, 2, cores=8) == 4
+  assert run_pretraining.threads_per_worker(0, 3, cores=8) == 2
+  assert run_pretraining.threads_per_worker(0, 16, cores=8) == 1      # at least one
+  assert run_pretraining.threads_per_worker(3, 2, cores=8) == 3       # the flag wins

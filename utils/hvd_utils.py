@@ -90,6 +90,12 @@ def comm_local_rank():
   return module.local_rank() if module is not None else 0
 
 
+def comm_local_size():
+  """Number of workers on this worker's node; 1 without Horovod."""
+  module = _initialised_horovod()
+  return module.local_size() if module is not None else 1
+
+
 def is_rank0():
   """True on the worker that logs, evaluates and (by default) saves checkpoints."""
   return hvd_rank() == 0
