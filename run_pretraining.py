@@ -756,6 +756,9 @@ flags.DEFINE_bool("node_local_output_dir", False,
                   "checkpoints to) output_dir.")
 flags.DEFINE_bool("checkpoint_all_workers", False,
                   "Every worker saves checkpoints (ranks > 0 into output_dir/worker_<rank>).")
+flags.DEFINE_bool("save_graph_def", False,
+                  "Write the graph (graph.pbtxt, the TensorBoard graph, a .meta file per "
+                  "checkpoint); not needed to resume or to initialise from a checkpoint.")
 flags.DEFINE_integer("intra_op_threads", 0, "Threads inside one op (0: TensorFlow decides).")
 flags.DEFINE_integer("inter_op_threads", 0, "Ops run in parallel (0: TensorFlow decides).")
 
@@ -985,6 +988,9 @@ def run(f):
                    f.output_dir, done_steps, f.num_train_steps)
     else:
       hooks = []
+      if saves:
+        hooks.append(hooks_lib.PeriodicCheckpointSaverHook(
+            output_dir, save_steps=f.save_checkpoints_steps, save_graph_def=f.save_graph_def))
       if f.report_loss:
         hooks.append(hooks_lib.TrainingLogHook(
             run_logger, global_batch_size, num_accumulation_steps=f.num_accumulation_steps,
