@@ -4,12 +4,15 @@
   $PY bench/micro_bench.py update --config base --optimizer lamb   # optimizer path alone
   $PY bench/micro_bench.py layer_norm                               # layer-norm formulations
   $PY bench/micro_bench.py matmul --batch 8                         # BERT-base matmul shapes
+  $PY bench/micro_bench.py mlm_loss --batch 32                      # MLM loss formulations
 
 `update` builds `optimization.create_optimizer` over variables with the shapes of the model's
 trainable variables and a loss whose gradients are stored tensors (so only the gradient path and
 the optimizer run), and reports the time per update. `layer_norm` times the forward and backward
 pass of three layer-norm formulations on a [batch * 128, 768] input and their deviations.
 `matmul` reports GFLOP/s of the encoder's and the MLM head's matmul shapes, forward and backward.
+`mlm_loss` times the forward and backward pass of MLM loss formulations over [batch * 20, 30522]
+logits (the one `run_pretraining.softmax_cross_entropy` uses and the alternatives).
 """
 
 import argparse
@@ -158,9 +161,43 @@ def bench_matmul(tf, np, args):
                                                           flops / best / 1e9))
 
 
+def bench_mlm_loss(tf, np, args):
+  """Forward + backward time of per-prediction cross-entropy formulations over the vocabulary."""
+  import run_pretraining  # pylint: disable=g-import-not-at-top
+  tf1 = tf.compat.v1
+  rows, vocab = args.batch * 20, 30522
+  rng = np.random.RandomState(0)
+
+  def one_hot_log_softmax(logits, labels):
+    return -tf.reduce_sum(tf.nn.log_softmax(logits) * tf.one_hot(labels, vocab), axis=-1)
+
+  def sparse_fused_kernel(logits, labels):
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+
+  def log_softmax_gather(logits, labels):
+    return -tf.gather(tf.nn.log_softmax(logits), labels[:, None], batch_dims=1)[:, 0]
+
+  formulations = (one_hot_log_softmax, sparse_fused_kernel, log_softmax_gather,
+                  run_pretraining.softmax_cross_entropy)
+  for fn in formulations:
+    with tf.Graph().as_default():
+      logits_var = tf1.get_variable("logits", initializer=tf.constant(
+          (rng.normal(size=(rows, vocab)) * 3).astype(np.float32)))
+      labels = tf.constant(rng.randint(0, vocab, rows).astype(np.int32))
+      logits = logits_var * 1.0  # a computed tensor, as in the model
+      loss = tf.reduce_sum(fn(logits, labels))
+      grad = tf.gradients(loss, logits)[0]
+      fetch = [loss, tf.reduce_sum(grad)]  # fetched: a tf.group of tensors would be pruned
+      with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        best, median = _best_and_median(np, sess, fetch, args.runs)
+    print("%-40s forward+backward %.2f ms (best), %.2f ms (median) over [%d, %d]"
+          % (fn.__name__, 1e3 * best, 1e3 * median, rows, vocab))
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("what", choices=("update", "layer_norm", "matmul"))
+  parser.add_argument("what", choices=("update", "layer_norm", "matmul", "mlm_loss"))
   parser.add_argument("--config", default="base")
   parser.add_argument("--optimizer", choices=("lamb", "adam"), default="lamb")
   parser.add_argument("--batch", type=int, default=8)
@@ -172,8 +209,8 @@ def main(argv=None):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.compat.v1.disable_eager_execution()
-  {"update": bench_update, "layer_norm": bench_layer_norm, "matmul": bench_matmul}[args.what](
-      tf, np, args)
+  {"update": bench_update, "layer_norm": bench_layer_norm, "matmul": bench_matmul,
+   "mlm_loss": bench_mlm_loss}[args.what](tf, np, args)
 
 
 if __name__ == "__main__":
