@@ -328,9 +328,10 @@ def _serialized_records(files, by_record, num_workers, worker_index, is_training
     d = d.repeat()
     d = d.shuffle(buffer_size=len(files), seed=seed)
     cycle_length = max(1, min(num_cpu_threads, len(files)))
+    if deterministic:  # sequential interleave: a fixed order by construction
+      return d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length)
     return d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
-                        num_parallel_calls=None if deterministic else cycle_length,
-                        deterministic=deterministic)
+                        num_parallel_calls=cycle_length, deterministic=False)
   d = tf.data.TFRecordDataset(files)
   if by_record:
     d = d.shard(num_workers, worker_index)
@@ -383,9 +384,12 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     if is_training:
       d = d.shuffle(buffer_size=shuffle_buffer_size, seed=shuffle_seed)
     d = d.batch(size, drop_remainder=is_training)
-    d = d.map(lambda records: _decode_batch(records, name_to_features),
-              num_parallel_calls=None if deterministic else max(1, num_cpu_threads),
-              deterministic=deterministic or not is_training)
+    decode = lambda records: _decode_batch(records, name_to_features)
+    if deterministic:  # sequential map: one thread, fixed order
+      d = d.map(decode)
+    else:
+      d = d.map(decode, num_parallel_calls=max(1, num_cpu_threads),
+                deterministic=not is_training)
     d = d.prefetch(2)
     if deterministic:
       options = tf.data.Options()

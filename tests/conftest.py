@@ -20,3 +20,9 @@ def graph():
   g = tf.Graph()
   with g.as_default():
     yield g
+
+
+def pytest_terminal_summary(terminalreporter):
+  """Always prints the skip count (pytest only mentions skips when there are some)."""
+  skipped = len(terminalreporter.stats.get("skipped", []))
+  terminalreporter.write_line(f"skipped tests: {skipped}")
