@@ -384,7 +384,9 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     if is_training:
       d = d.shuffle(buffer_size=shuffle_buffer_size, seed=shuffle_seed)
     d = d.batch(size, drop_remainder=is_training)
-    decode = lambda records: _decode_batch(records, name_to_features)
+    def decode(records):
+      return _decode_batch(records, name_to_features)
+
     if deterministic:  # sequential map: one thread, fixed order
       d = d.map(decode)
     else:
