@@ -68,3 +68,26 @@ def config_flops_per_sequence(bert_config, seq_length, max_predictions_per_seq):
 def mfu(sequences_per_second, flops_per_sequence, peak_flops_per_second):
   """Model-FLOP utilisation: the share of the peak the model's FLOPs use (0..1)."""
   return sequences_per_second * flops_per_sequence / peak_flops_per_second
+
+
+def measure_matmul_peak(runs, size=4096):
+  """The MFU denominator: best fp32 matmul FLOP/s of `runs` size^3 TF matmuls, one session, all cores.
+
+  The product is computed but not fetched, so no 64 MB copy falls in the timed region.
+  """
+  import time  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf1 = tf.compat.v1
+  with tf.Graph().as_default():
+    a = tf1.get_variable("a", [size, size], initializer=tf1.random_normal_initializer())
+    b = tf1.get_variable("b", [size, size], initializer=tf1.random_normal_initializer())
+    product = tf.matmul(a, b)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      sess.run(product.op)
+      best = float("inf")
+      for _ in range(runs):
+        start = time.perf_counter()
+        sess.run(product.op)
+        best = min(best, time.perf_counter() - start)
+  return 2.0 * size ** 3 / best

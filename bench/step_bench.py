@@ -148,25 +148,6 @@ def synthetic_batches(np, rng, num, batch_size, seq_length, predictions, vocab_s
   }
 
 
-def measure_peak(tf, runs, size=4096):
-  """Best fp32 matmul throughput (FLOP/s) of `runs` size^3 matmuls in one session, all cores."""
-  tf1 = tf.compat.v1
-  with tf.Graph().as_default():
-    a = tf1.get_variable("a", [size, size], initializer=tf1.random_normal_initializer())
-    b = tf1.get_variable("b", [size, size], initializer=tf1.random_normal_initializer())
-    product = tf.matmul(a, b)
-    # The product is computed but not fetched: no 64 MB copy in the timed region.
-    with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
-      sess.run(product.op)
-      best = float("inf")
-      for _ in range(runs):
-        start = time.perf_counter()
-        sess.run(product.op)
-        best = min(best, time.perf_counter() - start)
-  return 2.0 * size ** 3 / best
-
-
 def _phase(node_name):
   """Which part of the step a node belongs to, from its name."""
   if "gradients" in node_name.split("/")[0] or "/gradients/" in node_name:
@@ -324,7 +305,7 @@ def main(argv=None):
   if args.peak:
     peak = args.peak * 1e9
   elif args.peak_runs:
-    peak = measure_peak(tf, args.peak_runs)
+    peak = flops.measure_matmul_peak(args.peak_runs)
   else:
     peak = float("nan")
 

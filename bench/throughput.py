@@ -118,25 +118,6 @@ def _random_example(tf, np, rng, vocab_size, seq, predictions):
   return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def measure_matmul_peak(runs, size=4096):
-  """Best fp32 matmul FLOP/s of `runs` size^3 TF matmuls in one session (all cores)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf1 = tf.compat.v1
-  with tf.Graph().as_default():
-    a = tf1.get_variable("a", [size, size], initializer=tf1.random_normal_initializer())
-    b = tf1.get_variable("b", [size, size], initializer=tf1.random_normal_initializer())
-    product = tf.matmul(a, b)
-    with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
-      sess.run(product.op)
-      best = float("inf")
-      for _ in range(runs):
-        start = time.perf_counter()
-        sess.run(product.op)  # not fetched: no 64 MB copy in the timed region
-        best = min(best, time.perf_counter() - start)
-  return 2.0 * size ** 3 / best
-
-
 def run_training(args, config_path, data_dir, work_dir, launcher=(), extra_flags=()):
   """Runs run_pretraining.py; returns (per-update dllogger lines, start wall time, max RSS KiB).
 
@@ -188,7 +169,7 @@ def main(argv=None):
   config_path = config_file(args.config)
   config = modeling.BertConfig.from_json_file(config_path)
   data_dir = cached_records(config.vocab_size, args.seq, args.predictions)
-  peak = measure_matmul_peak(args.peak_runs) if args.peak_runs else None
+  peak = flops.measure_matmul_peak(args.peak_runs) if args.peak_runs else None
 
   with tempfile.TemporaryDirectory(prefix="bench_throughput_") as work_dir:
     steps, start, max_rss_kib = run_training(args, config_path, data_dir, work_dir)
