@@ -29,6 +29,8 @@ import sys
 
 import numpy as np
 
+from utils import checks
+
 # The step of a summary line (dllogger's empty tuple; written as [] in the file).
 SUMMARY_STEP = ()
 # Prefix of every line of the file.
@@ -209,8 +211,7 @@ class RunLogger(object):
     if backend not in _BACKENDS:
       raise ValueError("unknown log backend %r (expected one of: %s)"
                        % (backend, ", ".join(_BACKENDS)))
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 0:
-      raise ValueError("rank must be a non-negative integer, got %r" % (rank,))
+    checks.check_integer("rank", rank, 0)
     self._log_path = log_path
     self._backend = None
     self._backend_name = None

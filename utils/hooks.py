@@ -13,13 +13,13 @@ stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank 
 """
 
 import collections
-import numbers
 import time
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from utils import checks
 from utils import dllogger_setup
 from utils import env_flags
 from utils import hvd_utils
@@ -43,12 +43,6 @@ def _graph_tensor(graph, name):
     return graph.get_tensor_by_name(name + ":0")
   except KeyError:
     return None
-
-
-def _check_int(name, value, minimum):
-  """Raises ValueError naming `name` unless `value` is an integer >= `minimum`."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-    raise ValueError("%s must be an integer >= %d, got %r" % (name, minimum, value))
 
 
 def _check_logger(logger):
@@ -101,12 +95,12 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       ValueError: for a bad argument, naming it.
     """
     _check_logger(logger)
-    _check_int("global_batch_size", global_batch_size, 1)
-    _check_int("num_accumulation_steps", num_accumulation_steps, 1)
-    _check_int("display_loss_steps", display_loss_steps, 1)
-    _check_int("warmup_steps", warmup_steps, 0)
+    checks.check_integer("global_batch_size", global_batch_size, 1)
+    checks.check_integer("num_accumulation_steps", num_accumulation_steps, 1)
+    checks.check_integer("display_loss_steps", display_loss_steps, 1)
+    checks.check_integer("warmup_steps", warmup_steps, 0)
     if save_checkpoints_steps is not None:
-      _check_int("save_checkpoints_steps", save_checkpoints_steps, 1)
+      checks.check_integer("save_checkpoints_steps", save_checkpoints_steps, 1)
     self._logger = logger
     self._global_batch_size = global_batch_size
     self._num_accumulation_steps = num_accumulation_steps
@@ -295,8 +289,8 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
       ValueError: for a bad argument, naming it.
     """
     _check_logger(logger)
-    _check_int("eval_batch_size", eval_batch_size, 1)
-    _check_int("warmup_batches", warmup_batches, 0)
+    checks.check_integer("eval_batch_size", eval_batch_size, 1)
+    checks.check_integer("warmup_batches", warmup_batches, 0)
     self._logger = logger
     self._eval_batch_size = eval_batch_size
     self._warmup_batches = warmup_batches
@@ -417,7 +411,7 @@ class WeightSyncHook(tf.estimator.SessionRunHook):
     Raises:
       ValueError: for num_accumulation_steps < 1.
     """
-    _check_int("num_accumulation_steps", num_accumulation_steps, 1)
+    checks.check_integer("num_accumulation_steps", num_accumulation_steps, 1)
     self._num_accumulation_steps = num_accumulation_steps
     self._sync_op = None
     self._iteration = 0

@@ -16,11 +16,12 @@ also writes to `output_dir` (a node-local disk) and saves checkpoints there.
 """
 
 import importlib
-import numbers
 import os
 import sys
 
 import tensorflow as tf
+
+from utils import checks
 
 _HOROVOD_MODULE = "horovod.tensorflow"
 _tf1 = tf.compat.v1
@@ -190,5 +191,4 @@ def saves_checkpoints(rank, local_rank, node_local_output_dir):
 def _check_ranks(rank, local_rank):
   """Raises ValueError for ranks that are not non-negative integers."""
   for key, value in (("rank", rank), ("local_rank", local_rank)):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-      raise ValueError("%s must be a non-negative integer, got %r" % (key, value))
+    checks.check_integer(key, value, 0)

@@ -13,13 +13,12 @@ call where input forwarding required" (docs/DECISIONS.md). It is therefore opt-i
 turns it off.
 """
 
-import numbers
-
 from absl import logging
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 import gpu_environment
+from utils import checks
 from utils import env_flags
 
 # Environment variable that turns the scoped allocator off whatever the arguments say.
@@ -46,13 +45,6 @@ def scoped_allocator_enabled(use_horovod, enable_scoped_allocator, environ=None)
   return bool(use_horovod) and bool(enable_scoped_allocator) and not disabled
 
 
-def _check_threads(name, value):
-  """Raises ValueError naming `name` unless `value` is an integer >= 0 (0: TensorFlow decides)."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-    raise ValueError("%s must be an integer >= 0 (0 lets TensorFlow choose), got %r"
-                     % (name, value))
-
-
 def build_session_config(use_horovod=False, local_rank=0, enable_scoped_allocator=False,
                          use_xla=False, amp=False, intra_op_threads=0, inter_op_threads=0,
                          environ=None):
@@ -75,8 +67,9 @@ def build_session_config(use_horovod=False, local_rank=0, enable_scoped_allocato
   Raises:
     ValueError: for negative thread counts or a non-boolean TF_DISABLE_SCOPED_ALLOCATOR.
   """
-  _check_threads("intra_op_threads", intra_op_threads)
-  _check_threads("inter_op_threads", inter_op_threads)
+  for name, value in (("intra_op_threads", intra_op_threads),
+                      ("inter_op_threads", inter_op_threads)):
+    checks.check_integer(name, value, 0, note=" (0 lets TensorFlow choose)")
   config = tf.compat.v1.ConfigProto(allow_soft_placement=True,
                                     intra_op_parallelism_threads=intra_op_threads,
                                     inter_op_parallelism_threads=inter_op_threads)
