@@ -448,10 +448,7 @@ def dense_layer(input_tensor, units, activation=None, name=None, initializer_ran
   """
   width = tf.compat.dimension_value(input_tensor.shape[-1])
   with _tf1.variable_scope(name, default_name="dense"):
-    kernel = _tf1.get_variable("kernel", [width, units], dtype=input_tensor.dtype,
-                               initializer=create_initializer(initializer_range))
-    bias = _tf1.get_variable("bias", [units], dtype=input_tensor.dtype,
-                             initializer=_tf1.zeros_initializer())
+    kernel, bias = _dense_variables(width, units, input_tensor.dtype, initializer_range)
     if units > width:
       output = _widening_dense(input_tensor, kernel, bias)
     else:
@@ -459,6 +456,15 @@ def dense_layer(input_tensor, units, activation=None, name=None, initializer_ran
   if activation is not None:
     output = activation(output)
   return output
+
+
+def _dense_variables(width, units, dtype, initializer_range):
+  """Creates `kernel` [width, units] (truncated normal) and `bias` [units] (zeros), in that
+  order, in the current variable scope; returns (kernel, bias)."""
+  kernel = _tf1.get_variable("kernel", [width, units], dtype=dtype,
+                             initializer=create_initializer(initializer_range))
+  bias = _tf1.get_variable("bias", [units], dtype=dtype, initializer=_tf1.zeros_initializer())
+  return kernel, bias
 
 
 @tf.custom_gradient
@@ -593,8 +599,8 @@ def create_attention_mask_from_input_mask(from_tensor, to_mask):
 def _fused_projection(input_2d, units, names, initializer_range):
   """Dense layers `names` on the same input as one matmul; their variables stay separate.
 
-  The kernels `<name>/kernel` [in, units] and biases `<name>/bias` [units] are created exactly as
-  `dense_layer` creates them (same names, shapes, initialisers and creation order), so
+  The kernels `<name>/kernel` [in, units] and biases `<name>/bias` [units] are created by
+  `_dense_variables`, as in `dense_layer` (same names, shapes, initialisers and creation order), so
   checkpoints are unchanged; the graph concatenates them for the matmul, and the gradient of the
   concatenation hands each variable its own slice.
 
@@ -611,10 +617,9 @@ def _fused_projection(input_2d, units, names, initializer_range):
   kernels, biases = [], []
   for name in names:
     with _tf1.variable_scope(name):
-      kernels.append(_tf1.get_variable("kernel", [width, units], dtype=input_2d.dtype,
-                                       initializer=create_initializer(initializer_range)))
-      biases.append(_tf1.get_variable("bias", [units], dtype=input_2d.dtype,
-                                      initializer=_tf1.zeros_initializer()))
+      kernel, bias = _dense_variables(width, units, input_2d.dtype, initializer_range)
+    kernels.append(kernel)
+    biases.append(bias)
   return _widening_dense(input_2d, tf.concat(kernels, axis=1), tf.concat(biases, axis=0))
 
 
