@@ -20,6 +20,19 @@ _tf1 = tf.compat.v1
 FUSED_LAYER_NORM_EPSILON = 1.001e-5
 
 
+def layer_norm_variables(hidden):
+  """Creates `beta` (zeros) and `gamma` (ones), fp32 [hidden], in the current variable scope.
+
+  Shared by this fp16 layer norm and the fp32 one in `modeling.py`, so both read and write the
+  same checkpoint variables. Returns (beta, gamma).
+  """
+  beta = _tf1.get_variable("beta", [hidden], dtype=tf.float32,
+                           initializer=_tf1.zeros_initializer())
+  gamma = _tf1.get_variable("gamma", [hidden], dtype=tf.float32,
+                            initializer=_tf1.ones_initializer())
+  return beta, gamma
+
+
 def fused_layer_norm(inputs, epsilon=FUSED_LAYER_NORM_EPSILON, scope=None):
   """Layer norm over the last axis using the fused batch-norm kernel.
 
@@ -36,10 +49,7 @@ def fused_layer_norm(inputs, epsilon=FUSED_LAYER_NORM_EPSILON, scope=None):
     if hidden is None:
       raise ValueError("fused_layer_norm needs a static last dimension, got shape %s"
                        % inputs.shape)
-    beta = _tf1.get_variable("beta", [hidden], dtype=tf.float32,
-                             initializer=_tf1.zeros_initializer())
-    gamma = _tf1.get_variable("gamma", [hidden], dtype=tf.float32,
-                              initializer=_tf1.ones_initializer())
+    beta, gamma = layer_norm_variables(hidden)
 
     rows = tf.reshape(inputs, [1, -1, hidden, 1])
     num_rows = tf.shape(rows)[1]

@@ -408,11 +408,8 @@ def layer_norm(input_tensor, name=None):
   if input_tensor.dtype != tf.float32:
     return fused_layer_norm.fused_layer_norm(input_tensor, scope=name or "LayerNorm")
   with _tf1.variable_scope(name, default_name="LayerNorm"):
-    hidden = tf.compat.dimension_value(input_tensor.shape[-1])
-    beta = _tf1.get_variable("beta", [hidden], dtype=tf.float32,
-                             initializer=_tf1.zeros_initializer())
-    gamma = _tf1.get_variable("gamma", [hidden], dtype=tf.float32,
-                              initializer=_tf1.ones_initializer())
+    beta, gamma = fused_layer_norm.layer_norm_variables(
+        tf.compat.dimension_value(input_tensor.shape[-1]))
     # The centred input is computed once and reused for the variance and the output: fewer
     # full-size passes forward and backward than tf.nn.moments + tf.nn.batch_normalization
     # (which also recentres through the mean), with the same formula. The fused batch-norm
