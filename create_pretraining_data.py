@@ -127,7 +127,8 @@ def resolve_output_files(output_file, num_input_files):
 
 
 def load_tokenizer(vocab_file, do_lower_case):
-  """A `tokenization.FullTokenizer`, after checking the vocabulary has the special tokens.
+  """This process's `tokenization.FullTokenizer` (`_tokenizer`), after checking the vocabulary has
+  the special tokens.
 
   Raises:
     ValueError: naming the file when it is missing or lacks [UNK], [CLS], [SEP] or [MASK].
@@ -138,7 +139,7 @@ def load_tokenizer(vocab_file, do_lower_case):
     raise ValueError("--vocab_file: vocabulary file not found: %s" % vocab_file)
   vocab = tokenization.load_vocab(vocab_file)
   tokenization.check_special_tokens(vocab, vocab_file)
-  return tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+  return _tokenizer(vocab_file, do_lower_case)
 
 
 def read_corpus(input_file, tokenizer):
@@ -185,13 +186,8 @@ def read_corpus(input_file, tokenizer):
 def _read_text(path):
   """The whole text of a UTF-8 file; ValueError naming the file when it is not UTF-8."""
   try:
-    if "://" in path:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      with tf.io.gfile.GFile(path, "rb") as reader:
-        data = reader.read()
-    else:
-      with open(path, "rb") as reader:
-        data = reader.read()
+    with _open_binary(path, "rb") as reader:
+      data = reader.read()
     return data.decode("utf-8")
   except UnicodeDecodeError as e:
     raise ValueError("input file %s is not UTF-8 text: %s" % (path, e))
@@ -741,9 +737,8 @@ def _cached_tokenizer(vocab_file, do_lower_case, stamp):
   return tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
 
 
-def _warm_up(vocab_file, do_lower_case, options):
-  """Builds this process's tokenizer and CRC tables, which forked workers then inherit."""
-  tokenizer = _tokenizer(vocab_file, do_lower_case)
+def _warm_up(tokenizer, options):
+  """Builds this process's tokenizer pipeline and CRC tables, which forked workers then inherit."""
   tokenizer.tokenize_lines_to_ids([])  # builds its pipeline
   id_bytes = len(_varint(max(len(tokenizer.inv_vocab) - 1, 0)))
   position_bytes = len(_varint(options.max_seq_length - 1))
@@ -760,7 +755,7 @@ def process_file(task):
       `output_path` is written whole, through a temporary file renamed at the end.
 
   Returns:
-    (file_index, number of records written, number of documents).
+    (file_index, number of records written).
   """
   file_index, input_file, output_path, vocab_file, do_lower_case, options = task
   tokenizer = _tokenizer(vocab_file, do_lower_case)
@@ -785,14 +780,15 @@ def process_file(task):
       writer.write(framed.tobytes())
       written += count
   _rename(temporary, output_path)
-  return file_index, written, num_documents
+  return file_index, written
 
 
-def _open_binary(path):
+def _open_binary(path, mode="wb"):
+  """A binary file object: a local file, or TF's GFile for scheme:// paths."""
   if "://" in path:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return tf.io.gfile.GFile(path, "wb")
-  return open(path, "wb")
+    return tf.io.gfile.GFile(path, mode)
+  return open(path, mode)
 
 
 def _rename(source, target):
@@ -840,25 +836,26 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
     ValueError: naming the problem (options, vocabulary, or an input without any text).
   """
   validate_options(options)
-  load_tokenizer(vocab_file, do_lower_case)
+  tokenizer = load_tokenizer(vocab_file, do_lower_case)
   if not input_files:
     raise ValueError("no input files")
-  _warm_up(vocab_file, do_lower_case, options)
+  _warm_up(tokenizer, options)
   num_workers = max(1, min(num_workers or default_num_workers(), len(input_files)))
   direct = len(output_files) == len(input_files)
   tasks = []
+  parts = collections.OrderedDict((output, []) for output in output_files)  # in input order
   for index, path in enumerate(input_files):
     output = output_files[index % len(output_files)]
     target = output if direct else "%s.part-%05d" % (output, index)
     tasks.append((index, path, target, vocab_file, do_lower_case, options))
+    parts[output].append(target)
 
   start = time.time()
   counts = [0] * len(input_files)
-  documents = [0] * len(input_files)
   done = 0
   try:
-    for index, written, num_documents in _run_tasks(tasks, num_workers):
-      counts[index], documents[index] = written, num_documents
+    for index, written in _run_tasks(tasks, num_workers):
+      counts[index] = written
       done += 1
       elapsed = max(time.time() - start, 1e-9)
       logging.info("create_pretraining_data: %d/%d files, %d instances, %.0f instances/s",
@@ -866,9 +863,8 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
     if sum(counts) == 0:
       raise ValueError("empty corpus: no line of %s has a token" % ", ".join(input_files))
     if not direct:
-      for k, output in enumerate(output_files):
-        parts = [task[2] for task in tasks if task[0] % len(output_files) == k]
-        _concatenate(parts, output)
+      for output, output_parts in parts.items():
+        _concatenate(output_parts, output)
   except BaseException:
     # Leave nothing that could pass for a finished output.
     for task in tasks:
@@ -952,16 +948,11 @@ def _concatenate(parts, output):
   temporary = output + ".partial"
   with _open_binary(temporary) as writer:
     for part in parts:
-      with (open(part, "rb") if "://" not in part else _open_gfile_read(part)) as reader:
+      with _open_binary(part, "rb") as reader:
         shutil.copyfileobj(reader, writer, 1 << 20)
   _rename(temporary, output)
   for part in parts:
     _remove(part)
-
-
-def _open_gfile_read(path):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf.io.gfile.GFile(path, "rb")
 
 
 def define_flags():
