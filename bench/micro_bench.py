@@ -38,10 +38,10 @@ def bench_update(tf, np, args):
   import modeling  # pylint: disable=g-import-not-at-top
   import optimization  # pylint: disable=g-import-not-at-top
   import run_pretraining  # pylint: disable=g-import-not-at-top
-  from bench import step_bench  # pylint: disable=g-import-not-at-top
+  from bench import throughput  # pylint: disable=g-import-not-at-top
   from utils import session_config  # pylint: disable=g-import-not-at-top
   tf1 = tf.compat.v1
-  config = modeling.BertConfig.from_json_file(step_bench.config_path(args.config))
+  config = modeling.BertConfig.from_json_file(throughput.config_file(args.config))
   with tf.Graph().as_default():
     features = {k: tf1.placeholder(tf.int32, [2, 8]) for k in
                 ("input_ids", "input_mask", "segment_ids")}

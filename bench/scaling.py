@@ -85,11 +85,6 @@ def _throughput_args(args, accumulation):
       "--intra_op_threads", "1", "--inter_op_threads", "1", "--peak_runs", "0"])
 
 
-def _median_seq_per_s(steps, warmup):
-  median, _, _ = throughput.summarise([s["data"]["throughput_train"] for s in steps[warmup:]])
-  return median
-
-
 def main(argv=None):
   args = parse_args(argv)
   import modeling  # pylint: disable=g-import-not-at-top
@@ -103,13 +98,13 @@ def main(argv=None):
     run_args = _throughput_args(args, accumulation)
     with tempfile.TemporaryDirectory(prefix="bench_scaling_") as work_dir:
       steps, _, _ = throughput.run_training(run_args, config_path, data_dir, work_dir)
-    single = _median_seq_per_s(steps, args.warmup)
+    single, _, _ = throughput.steady_summary(steps, args.warmup)
     for post in (False, True):
       with tempfile.TemporaryDirectory(prefix="bench_scaling_") as work_dir:
         extra = ["--horovod"] + (["--allreduce_post_accumulation"] if post else [])
         steps, _, _ = throughput.run_training(run_args, config_path, data_dir, work_dir,
                                               launcher=horovodrun, extra_flags=extra)
-      double = _median_seq_per_s(steps, args.warmup)
+      double, _, _ = throughput.steady_summary(steps, args.warmup)
       calls, num_bytes = allreduce_traffic(config, args.seq, args.predictions, args.batch,
                                            accumulation, post)
       row = {"config": args.config, "batch": args.batch, "accumulation": accumulation,

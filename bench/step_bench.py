@@ -112,13 +112,6 @@ def _configure_environment(args):
     os.environ["TF_XLA_FLAGS"] = (flags + " --tf_xla_auto_jit=2 --tf_xla_cpu_global_jit").strip()
 
 
-def config_path(name):
-  """bert_configs/<name>.json for a known config name, else `name` itself (a path)."""
-  if name in _CONFIGS:
-    return os.path.join(_REPO_ROOT, "bert_configs", name + ".json")
-  return name
-
-
 def synthetic_batches(np, rng, num, batch_size, seq_length, predictions, vocab_size):
   """`num` x `batch_size` random pretraining examples (SPEC section 3 layout, int32).
 
@@ -224,13 +217,14 @@ def main(argv=None):
   import optimization  # pylint: disable=g-import-not-at-top
   import run_pretraining  # pylint: disable=g-import-not-at-top
   from bench import flops  # pylint: disable=g-import-not-at-top
+  from bench import throughput  # pylint: disable=g-import-not-at-top
   from utils import session_config  # pylint: disable=g-import-not-at-top
 
   tf1 = tf.compat.v1
   tf1.disable_eager_execution()
   import_done = process_age_seconds()
 
-  bert_config = modeling.BertConfig.from_json_file(config_path(args.config))
+  bert_config = modeling.BertConfig.from_json_file(throughput.config_file(args.config))
   rng = np.random.RandomState(args.seed)
   data = synthetic_batches(np, rng, 4, args.batch, args.seq, args.predictions,
                            bert_config.vocab_size)

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench import flops  # noqa: E402
+from utils import dllogger_setup  # noqa: E402
 
 DATA_ROOT = os.path.join(REPO_ROOT, "bench", "results", "data")
 RECORDS_PER_FILE = 512
@@ -63,6 +65,7 @@ def parse_args(argv=None):
 
 
 def config_file(name):
+  """bert_configs/<name>.json for a config name, or `name` itself when it ends in .json."""
   path = name if name.endswith(".json") else os.path.join(REPO_ROOT, "bert_configs",
                                                          name + ".json")
   if not os.path.isfile(path):
@@ -145,11 +148,8 @@ def run_training(args, config_path, data_dir, work_dir, launcher=(), extra_flags
   max_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
   if proc.returncode != 0:
     raise SystemExit("run_pretraining.py failed (%d):\n%s" % (proc.returncode, proc.stderr[-5000:]))
-  lines = []
   with open(log_path) as f:
-    for line in f:
-      if line.startswith("DLLL "):
-        lines.append(json.loads(line[5:]))
+    lines = [record for record in map(dllogger_setup.parse_log_line, f) if record]
   steps = [line for line in lines if line["step"] != [] and "throughput_train" in line["data"]]
   if max_rss_kib == before:
     max_rss_kib = None  # an earlier child had a larger peak: not measurable here
@@ -157,10 +157,13 @@ def run_training(args, config_path, data_dir, work_dir, launcher=(), extra_flags
 
 
 def summarise(values):
-  ordered = sorted(values)
-  mid = len(ordered) // 2
-  median = ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-  return median, ordered[0], ordered[-1]
+  """(median, min, max) of `values`."""
+  return statistics.median(values), min(values), max(values)
+
+
+def steady_summary(steps, warmup):
+  """(median, min, max) sequences/s of the logged updates after the first `warmup`."""
+  return summarise([line["data"]["throughput_train"] for line in steps[warmup:]])
 
 
 def main(argv=None):
@@ -179,9 +182,8 @@ def main(argv=None):
       subprocess.run(["cp", "-r", work_dir, kept], check=True)
   if len(steps) != args.steps:
     raise SystemExit("expected %d logged updates, got %d" % (args.steps, len(steps)))
-  steady = [line["data"]["throughput_train"] for line in steps[args.warmup:]]
-  median, low, high = summarise(steady)
-  first_step_end = _timestamp(steps[0]) - start
+  median, low, high = steady_summary(steps, args.warmup)
+  first_step_end = float(steps[0]["timestamp"]) - start
   flops_per_seq = flops.config_flops_per_sequence(config, args.seq, args.predictions)
   result = {
       "config": args.config, "seq": args.seq, "predictions": args.predictions,
@@ -198,12 +200,6 @@ def main(argv=None):
   print(json.dumps(result))
   print_table(result)
   return result
-
-
-def _timestamp(line):
-  """The wall time (s since the epoch) of a dllogger line."""
-  value = line["timestamp"]
-  return float(value)
 
 
 def print_table(result):

@@ -238,11 +238,6 @@ class RunLogger(object):
     """"dllogger", "builtin", or None on a worker that does not log."""
     return self._backend_name
 
-  @property
-  def log_path(self):
-    """The log file path given to the constructor (None: stdout only)."""
-    return self._log_path
-
   def log(self, step, data):
     """Writes one log line (rank 0 only).
 
