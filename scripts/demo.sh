@@ -59,13 +59,14 @@ start=$(date +%s)
   --eval_batch_size=32 --max_eval_steps=1000
 end=$(date +%s)
 
-"$py" -m utils.plot_log "$out/bert_dllog.json" "$out/training.png" >/dev/null
-"$py" - "$out/bert_dllog.json" "$vocab_size" <<'EOF'
-import json, math, sys
-steps = [json.loads(l[5:]) for l in open(sys.argv[1]) if l.startswith("DLLL ")]
-losses = [s["data"]["mlm_loss"] for s in steps if s["step"] != [] and "mlm_loss" in s["data"]]
+"$py" - "$out/bert_dllog.json" "$out/training.png" "$vocab_size" <<'EOF'
+import math, sys
+from utils import plot_log
+log_file, png, vocab_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+plot_log.plot_log(log_file, png)
+_, losses = plot_log.series(plot_log.read_log(log_file)[0], "mlm_loss")
 print("demo: masked-LM loss %.2f at the first update -> %.2f at the last (ln(vocab) = %.2f)"
-      % (losses[0], losses[-1], math.log(int(sys.argv[2]))))
+      % (losses[0], losses[-1], math.log(vocab_size)))
 EOF
 echo "demo: trained and evaluated in $((end - start)) s"
 echo "demo: checkpoints   $out/model.ckpt-$steps.*"
