@@ -4,9 +4,11 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := scripts/env.sh
+# The environment's python: its path is the last line env.sh prints.
+PYTHON_PATH := $(ENV) | tail -n 1
 PYTEST_ARGS ?=
 
-.PHONY: help env python-path test demo data bench
+.PHONY: help env python-path test demo data
 
 help:
 	@echo "make test         create/reuse the environment, then run the test suite"
@@ -19,18 +21,17 @@ env:
 	@$(ENV) >/dev/null
 
 python-path:
-	@$(ENV) | tail -n 1
+	@$(PYTHON_PATH)
 
 test:
-	@PY="$$($(ENV) | tail -n 1)" && "$$PY" -m pytest $(PYTEST_ARGS)
+	@PY="$$($(PYTHON_PATH))" && "$$PY" -m pytest $(PYTEST_ARGS)
 
 # The demo corpus (standard-library docstrings), its vocabulary and TFRecords, under $(DEMO_DATA).
 # Cached: scripts/build_demo_data.py does nothing when data/demo/stats.json is up to date.
 DEMO_DATA := data/demo
 data:
-	@PY="$$($(MAKE) -s --no-print-directory python-path | tail -n 1)" && \
-	  "$$PY" scripts/build_demo_data.py --output_dir=$(DEMO_DATA)
+	@PY="$$($(PYTHON_PATH))" && "$$PY" scripts/build_demo_data.py --output_dir=$(DEMO_DATA)
 
 # Pretrains BERT-tiny on the demo data with 2 Horovod workers, evaluates, plots (output/demo).
 demo: data
-	@PY="$$($(MAKE) -s --no-print-directory python-path | tail -n 1)" && scripts/demo.sh "$$PY"
+	@PY="$$($(PYTHON_PATH))" && scripts/demo.sh "$$PY"
