@@ -358,9 +358,10 @@ class FullTokenizer(object):
     check_special_tokens(self.vocab, vocab_file, required=("[UNK]",))
     self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
     self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
-    self._backend = tokenizers.Tokenizer(
-        _wordpiece_model(self.vocab, "[UNK]", MAX_INPUT_CHARS_PER_WORD))
-    self._backend.normalizer, self._backend.pre_tokenizer = _basic_pipeline(do_lower_case)
+    # One Rust pipeline for both steps, assembled from the parts the two tokenizers above built.
+    self._backend = tokenizers.Tokenizer(self.wordpiece_tokenizer._backend.model)
+    self._backend.normalizer = self.basic_tokenizer._normalizer
+    self._backend.pre_tokenizer = self.basic_tokenizer._pre_tokenizer
     self._lines = None  # (tokenizer, separator id) of tokenize_lines_to_ids, built on first use
 
   def tokenize(self, text):
