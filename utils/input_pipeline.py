@@ -1,0 +1,207 @@
+"""The pretraining input pipeline: the record format, input file lists, per-worker sharding and the
+Estimator `input_fn`.
+
+A pretraining record is a `tf.train.Example` with the seven features of the original BERT release
+(see `pretraining_feature_spec`), so records written by the original generator and by ours are
+interchangeable.
+"""
+
+import os
+
+from absl import logging
+import tensorflow as tf
+
+# Shuffle seed of the deterministic mode when none is given.
+DEFAULT_INPUT_SEED = 12345
+
+
+def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
+  """The features of a pretraining record, as `tf.io.parse_example` takes them.
+
+  Returns:
+    dict name -> tf.io.FixedLenFeature: input_ids, input_mask, segment_ids int64
+    [max_seq_length]; masked_lm_positions, masked_lm_ids int64 [max_predictions_per_seq];
+    masked_lm_weights float32 [max_predictions_per_seq]; next_sentence_labels int64 [1].
+  """
+  return {
+      "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+      "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+      "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
+      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+  }
+
+
+def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_files_dir"):
+  """Turns the input flags into a list of files.
+
+  Args:
+    input_files: comma-separated file names or glob patterns (the original's --input_file).
+    input_files_dir: comma-separated directories whose files are all inputs (NVIDIA's
+      --input_files_dir); hidden files (".name") and subdirectories are left out. An entry that
+      is not a directory is taken as a file name or glob pattern.
+    dir_flag: the flag `input_files_dir` came from, for the message.
+
+  Returns:
+    list of paths: the files of each pattern or directory sorted, patterns first, then
+    directories, in the given order, each path once.
+
+  Raises:
+    ValueError: naming the patterns and directories when no file matches.
+  """
+  patterns = [p.strip() for p in (input_files or "").split(",") if p.strip()]
+  directories = [d.strip() for d in (input_files_dir or "").split(",") if d.strip()]
+  files = []
+  for pattern in patterns:
+    files += [path for path in sorted(tf.io.gfile.glob(pattern)) if not tf.io.gfile.isdir(path)]
+  for directory in directories:
+    if tf.io.gfile.isdir(directory):
+      paths = [os.path.join(directory, name) for name in sorted(tf.io.gfile.listdir(directory))
+               if not name.startswith(".")]
+    else:
+      # Not a directory: taken as a file name or glob pattern, like --input_file.
+      paths = sorted(tf.io.gfile.glob(directory))
+    files += [path for path in paths if not tf.io.gfile.isdir(path)]
+  files = list(dict.fromkeys(files))  # each path once, first place kept
+  if not files:
+    asked = ["--input_file=%s" % p for p in patterns]
+    asked += ["--%s=%s" % (dir_flag, d) for d in directories]
+    raise ValueError("no input file matches %s" % (", ".join(asked) or "(no input flag given)"))
+  return files
+
+
+def shard_input_files(input_files, num_workers, worker_index):
+  """This worker's share of the input (SPEC section 7).
+
+  With at least as many files as workers, worker w takes files w, w + W, w + 2W, ...; with fewer
+  files, every worker reads all files and keeps every W-th record (a warning says so), so no worker
+  starves and no record is read by two workers.
+
+  Args:
+    input_files: list of paths.
+    num_workers: W >= 1.
+    worker_index: w in [0, W).
+
+  Returns:
+    (files, by_record): the files this worker reads and whether it must shard them by record.
+
+  Raises:
+    ValueError: for an invalid worker index or count.
+  """
+  if num_workers < 1 or not 0 <= worker_index < num_workers:
+    raise ValueError("worker_index must be in [0, num_workers), got worker_index=%r, "
+                     "num_workers=%r" % (worker_index, num_workers))
+  if num_workers == 1:
+    return list(input_files), False
+  if len(input_files) >= num_workers:
+    return list(input_files[worker_index::num_workers]), False
+  logging.warning("%d input files for %d workers: sharding by record (each worker reads every "
+                  "file and keeps 1 record in %d); give at least as many files as workers to "
+                  "shard by file", len(input_files), num_workers, num_workers)
+  return list(input_files), True
+
+
+def _decode_batch(records, name_to_features):
+  """Parses a batch of serialised examples; int64 features are cast to int32."""
+  features = tf.io.parse_example(records, name_to_features)
+  return {name: (tf.cast(value, tf.int32) if value.dtype == tf.int64 else value)
+          for name, value in features.items()}
+
+
+def _serialized_records(files, by_record, num_workers, worker_index, is_training, num_cpu_threads,
+                        deterministic, seed):
+  """The serialised records of this worker's shard, before shuffling and batching.
+
+  Args:
+    files, by_record: from `shard_input_files`.
+    num_workers, worker_index: the workers sharing the input.
+    is_training: training reads repeatedly, files shuffled and interleaved (when sharded by file);
+      evaluation reads the files once, in order.
+    num_cpu_threads: files read at a time (training).
+    deterministic: read the interleaved files in a fixed order.
+    seed: shuffle seed, or None.
+
+  Returns:
+    tf.data.Dataset of scalar tf.string.
+  """
+  if is_training and not by_record:
+    d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+    d = d.repeat()
+    d = d.shuffle(buffer_size=len(files), seed=seed)
+    cycle_length = max(1, min(num_cpu_threads, len(files)))
+    if deterministic:  # sequential interleave: a fixed order by construction
+      return d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length)
+    return d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
+                        num_parallel_calls=cycle_length, deterministic=False)
+  d = tf.data.TFRecordDataset(files)
+  if by_record:
+    d = d.shard(num_workers, worker_index)
+  return d.repeat() if is_training else d
+
+
+def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
+                     is_training, num_cpu_threads=4, num_workers=1, worker_index=0,
+                     deterministic=False, seed=None, shuffle_buffer_size=100):
+  """Builds the `input_fn` of the Estimator / TPUEstimator.
+
+  Training: this worker's shard (see `shard_input_files`), repeated forever; files shuffled and read
+  `num_cpu_threads` at a time (interleaved), records shuffled, parsed and batched with
+  drop_remainder=True (static batch shape), prefetched. Evaluation: the files in the given order,
+  no shuffle, no repeat, every record once (the last batch may be smaller).
+
+  Args:
+    input_files: list of TFRecord files.
+    batch_size: examples per batch; `params["batch_size"]` overrides it when present.
+    max_seq_length: length of input_ids / input_mask / segment_ids.
+    max_predictions_per_seq: length of the masked_lm_* features.
+    is_training: training (shuffle, repeat) or evaluation (in order, once).
+    num_cpu_threads: files read in parallel and parsing threads.
+    num_workers: number of workers sharing the input (Horovod size).
+    worker_index: this worker (Horovod rank).
+    deterministic: seeded shuffles, one thread, the same batches on every run.
+    seed: shuffle seed (offset by `worker_index`); None: unseeded, or `DEFAULT_INPUT_SEED` when
+      `deterministic`.
+    shuffle_buffer_size: records in the shuffle buffer (training).
+
+  Returns:
+    input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32
+    [batch, max_seq_length]; masked_lm_positions, masked_lm_ids int32 and masked_lm_weights
+    float32 [batch, max_predictions_per_seq]; next_sentence_labels int32 [batch, 1].
+  """
+  input_files = list(input_files)
+  if not input_files:
+    raise ValueError("input_fn_builder: no input files")
+  if deterministic and seed is None:
+    seed = DEFAULT_INPUT_SEED
+  shuffle_seed = None if seed is None else seed + worker_index
+
+  def input_fn(params):
+    """Returns the dataset; `params` may carry "batch_size" (TPUEstimator)."""
+    size = params.get("batch_size", batch_size) if params else batch_size
+    name_to_features = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
+    files, by_record = shard_input_files(input_files, num_workers, worker_index)
+    d = _serialized_records(files, by_record, num_workers, worker_index, is_training,
+                            num_cpu_threads, deterministic, shuffle_seed)
+    if is_training:
+      d = d.shuffle(buffer_size=shuffle_buffer_size, seed=shuffle_seed)
+    d = d.batch(size, drop_remainder=is_training)
+    def decode(records):
+      return _decode_batch(records, name_to_features)
+
+    if deterministic:  # sequential map: one thread, fixed order
+      d = d.map(decode)
+    else:
+      d = d.map(decode, num_parallel_calls=max(1, num_cpu_threads),
+                deterministic=not is_training)
+    d = d.prefetch(2)
+    if deterministic:
+      options = tf.data.Options()
+      options.deterministic = True
+      options.threading.private_threadpool_size = 1
+      options.threading.max_intra_op_parallelism = 1
+      d = d.with_options(options)
+    return d
+
+  return input_fn

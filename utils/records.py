@@ -1,0 +1,163 @@
+"""Checks of pretraining TFRecords: a pre-flight check of every input file's first record, and the
+scan that names the file and record after the input pipeline failed on a bad one.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from utils.input_pipeline import pretraining_feature_spec
+
+def _first_record(path):
+  """The first serialised record of a TFRecord file, or None for a file without records."""
+  for record in tf.compat.v1.io.tf_record_iterator(path):
+    return record
+  return None
+
+
+def _feature_values(feature):
+  """(kind, values) of a tf.train.Feature: kind "int64", "float", "bytes" or None when empty."""
+  kind = feature.WhichOneof("kind")
+  if kind == "int64_list":
+    return "int64", list(feature.int64_list.value)
+  if kind == "float_list":
+    return "float", list(feature.float_list.value)
+  if kind == "bytes_list":
+    return "bytes", list(feature.bytes_list.value)
+  return None, []
+
+
+def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size=None,
+                  where="first record"):
+  """Raises ValueError naming `path` when a parsed example does not fit the model.
+
+  Args:
+    example: `tf.train.Example`.
+    path: file it came from (for the message).
+    max_seq_length, max_predictions_per_seq: the expected feature lengths.
+    vocab_size: when given, every input_ids / masked_lm_ids value must be in [0, vocab_size).
+    where: which record it is (for the message).
+  """
+  expected = {name: ("float" if spec.dtype == tf.float32 else "int64", spec.shape[0])
+              for name, spec in pretraining_feature_spec(
+                  max_seq_length, max_predictions_per_seq).items()}
+  values = {}
+  for name in sorted(expected):
+    kind, length = expected[name]
+    if name not in example.features.feature:
+      raise ValueError("%s: the %s has no feature %r (expected %s [%d]); features present: %s"
+                       % (path, where, name, kind, length,
+                          ", ".join(sorted(example.features.feature)) or "none"))
+    got_kind, got = _feature_values(example.features.feature[name])
+    if got_kind not in (kind, None):
+      raise ValueError("%s: feature %r of the %s is %s, expected %s"
+                       % (path, name, where, got_kind, kind))
+    if len(got) != length:
+      if name.startswith("masked_lm_"):
+        source = " (max_predictions_per_seq=%d)" % length
+      elif name != "next_sentence_labels":
+        source = " (max_seq_length=%d)" % length
+      else:
+        source = ""
+      raise ValueError("%s: feature %r of the %s has %d values, expected %d%s"
+                       % (path, name, where, len(got), length, source))
+    values[name] = got
+  positions = np.asarray(values["masked_lm_positions"])
+  outside = positions[(positions < 0) | (positions >= max_seq_length)]
+  if outside.size:
+    raise ValueError("%s: masked_lm_positions of the %s has %d, outside [0, max_seq_length=%d)"
+                     % (path, where, outside[0], max_seq_length))
+  if vocab_size is not None:
+    for name in ("input_ids", "masked_lm_ids"):
+      ids = np.asarray(values[name])
+      outside = ids[(ids < 0) | (ids >= vocab_size)]
+      if outside.size:
+        raise ValueError("%s: token id %d in %s of the %s is outside [0, vocab_size=%d) (records "
+                         "made with another vocabulary?)"
+                         % (path, outside[0], name, where, vocab_size))
+
+
+def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size=None):
+  """Pre-flight check: the first record of every input file fits the model.
+
+  Args:
+    input_files: list of TFRecord files.
+    max_seq_length, max_predictions_per_seq: the lengths the model is built for.
+    vocab_size: when given, token ids must be below it (the original trains to NaN otherwise).
+
+  Raises:
+    ValueError: naming the file, when it cannot be read, has no record, its first record is not a
+      tf.train.Example, lacks a feature, has a feature of the wrong type or length, a masked
+      position outside the sequence, or a token id outside the vocabulary.
+  """
+  for path in input_files:
+    try:
+      record = _first_record(path)
+    except (tf.errors.OpError, OSError) as e:
+      raise ValueError("%s: cannot read the first record: %s"
+                       % (path, getattr(e, "message", str(e)).strip()))
+    if record is None:
+      raise ValueError("%s: the file has no records" % path)
+    try:
+      example = tf.train.Example.FromString(record)
+    except Exception as e:  # protobuf's DecodeError
+      raise ValueError("%s: the first record is not a tf.train.Example: %s" % (path, e))
+    check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size)
+
+
+def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=None,
+                    vocab_size=None):
+  """Scans TFRecord files for the first record that cannot be read or parsed.
+
+  TF reports a corrupt record as "corrupted record at <byte offset>", without the file; call this
+  after a `tf.errors.DataLossError` (or a parse error) to name it. Every record's CRC is checked;
+  with `max_seq_length` and `max_predictions_per_seq`, every record is also parsed and checked as
+  in `check_input_files`.
+
+  Args:
+    input_files: list of TFRecord files, scanned in order.
+    max_seq_length, max_predictions_per_seq, vocab_size: see `check_example`.
+
+  Returns:
+    None when every record is good, else a message "<file>: record <k> (0-based): <problem>".
+  """
+  check = max_seq_length is not None and max_predictions_per_seq is not None
+  for path in input_files:
+    index = 0
+    try:
+      for record in tf.compat.v1.io.tf_record_iterator(path):
+        if check:
+          try:
+            example = tf.train.Example.FromString(record)
+            check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size,
+                          where="record %d" % index)
+          except ValueError as e:
+            return "%s: record %d: %s" % (path, index, e)
+          except Exception as e:  # protobuf's DecodeError
+            return "%s: record %d: not a tf.train.Example: %s" % (path, index, e)
+        index += 1
+    except (tf.errors.OpError, OSError) as e:
+      return "%s: record %d: %s" % (path, index, getattr(e, "message", str(e)).strip())
+  return None
+
+
+def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_seq=None,
+                   vocab_size=None):
+  """The error to stop a job with after reading its input failed, with the bad file named.
+
+  Args:
+    error: the exception the input pipeline raised (typically `tf.errors.DataLossError`).
+    input_files: the files the pipeline read.
+    max_seq_length, max_predictions_per_seq, vocab_size: see `find_bad_record`.
+
+  Returns:
+    an exception of the same type as `error` (for OpErrors, with its node and op) whose message
+    names the file and record; `error` itself when no bad record is found.
+  """
+  problem = find_bad_record(input_files, max_seq_length, max_predictions_per_seq, vocab_size)
+  if problem is None:
+    return error
+  message = "bad input record: %s\n(original error: %s)" % (
+      problem, getattr(error, "message", str(error)).strip())
+  if isinstance(error, tf.errors.OpError):
+    return type(error)(error.node_def, error.op, message)
+  return type(error)(message)
