@@ -29,6 +29,7 @@ from absl import logging
 import tensorflow as tf
 
 import gpu_environment
+from utils import graph_names
 
 _tf1 = tf.compat.v1
 
@@ -443,7 +444,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
   learning_rate = tf.identity(
       learning_rate_schedule(step_before, init_lr, num_train_steps, num_warmup_steps,
                              optimizer_type),
-      name="learning_rate")
+      name=graph_names.LEARNING_RATE)
   optimizer = make_optimizer(optimizer_type, learning_rate)
   compute_gradients = optimizer.compute_gradients
   if use_tpu:
@@ -465,7 +466,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
     loss_scaler = _tf1.mixed_precision.DynamicLossScale(
         initial_loss_scale=init_loss_scale, increment_period=loss_scale_increment_period,
         multiplier=LOSS_SCALE_MULTIPLIER)
-    loss_scale = tf.identity(loss_scaler(), name="loss_scale")
+    loss_scale = tf.identity(loss_scaler(), name=graph_names.LOSS_SCALE)
   allreduce_dtype = tf.float16 if reduced_precision else tf.float32
 
   reduce_gradients = None
@@ -530,9 +531,9 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
     step_after = finish_update(grads)
   else:
     is_update, accumulated, accumulate_op = _accumulate(grads, tvars, num_accumulation_steps)
-    is_update = tf.identity(is_update, name="update_step")
+    is_update = tf.identity(is_update, name=graph_names.UPDATE_STEP)
     with tf.control_dependencies([accumulate_op]):
       step_after = tf.cond(is_update, lambda: finish_update(accumulated),
                            lambda: tf.identity(step_before))
-  step_update = tf.identity(step_after, name="step_update")
-  return tf.group(step_update, name="train_op")
+  step_update = tf.identity(step_after, name=graph_names.STEP_UPDATE)
+  return tf.group(step_update, name=graph_names.TRAIN_OP)

@@ -20,6 +20,7 @@ import gpu_environment
 import modeling
 import optimization
 from utils import dllogger_setup
+from utils import graph_names
 from utils import hooks as hooks_lib
 from utils import hvd_utils
 from utils import session_config as session_config_lib
@@ -294,10 +295,10 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
         bert_config, features, is_training,
         compute_type=tf.float16 if manual_fp16 else tf.float32,
         use_one_hot_embeddings=use_one_hot_embeddings)
-    # The graph names of SPEC section 5, read by the logging hook.
-    tf.identity(built["mlm_loss"], name="mlm_loss")
-    tf.identity(built["nsp_loss"], name="nsp_loss")
-    total_loss = tf.identity(built["total_loss"], name="total_loss")
+    # The graph names the logging hook reads.
+    tf.identity(built["mlm_loss"], name=graph_names.MLM_LOSS)
+    tf.identity(built["nsp_loss"], name=graph_names.NSP_LOSS)
+    total_loss = tf.identity(built["total_loss"], name=graph_names.TOTAL_LOSS)
 
     tvars = _tf1.trainable_variables()
     initialized_variable_names = {}

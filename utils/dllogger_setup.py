@@ -214,7 +214,6 @@ class RunLogger(object):
     checks.check_integer("rank", rank, 0)
     self._log_path = log_path
     self._backend = None
-    self._backend_name = None
     self._closed = False
     if rank != 0:
       return
@@ -223,20 +222,13 @@ class RunLogger(object):
       module = _import_dllogger(required=(backend == "dllogger"))
     if module is not None:
       self._backend = _DLLoggerBackend(module, log_path, stdout, append)
-      self._backend_name = "dllogger"
     else:
       self._backend = _BuiltinBackend(log_path, stdout, append, now or datetime.datetime.now)
-      self._backend_name = "builtin"
 
   @property
   def enabled(self):
     """True on the worker that writes the log (rank 0)."""
     return self._backend is not None
-
-  @property
-  def backend_name(self):
-    """"dllogger", "builtin", or None on a worker that does not log."""
-    return self._backend_name
 
   def log(self, step, data):
     """Writes one log line (rank 0 only).

@@ -1,7 +1,7 @@
 """SessionRunHooks of the pretraining job: training log, eval timing, weight sync.
 
-Each hook gets everything it needs in its constructor and reads the graph tensors of SPEC section 5
-by name. The hooks run on every worker (the graph is the same everywhere, so collectives never
+Each hook gets everything it needs in its constructor and reads the graph tensors named in
+`utils/graph_names.py`. The hooks run on every worker (the graph is the same everywhere, so collectives never
 stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank 0 only.
 
 * `TrainingLogHook`: per optimizer update, throughput (global batch / time of the update), losses,
@@ -22,12 +22,14 @@ import tensorflow as tf
 from utils import checks
 from utils import dllogger_setup
 from utils import env_flags
+from utils import graph_names
 from utils import hvd_utils
 
 _tf1 = tf.compat.v1
 
-# Graph tensors the training log needs (SPEC section 5); `update_step`, `loss_scale` are optional.
-REQUIRED_TRAIN_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "step_update")
+# Graph tensors the training log needs; `update_step` and `loss_scale` are optional.
+REQUIRED_TRAIN_TENSORS = (graph_names.TOTAL_LOSS, graph_names.MLM_LOSS, graph_names.NSP_LOSS,
+                          graph_names.LEARNING_RATE, graph_names.STEP_UPDATE)
 # Update steps left out of the throughput average at the start of a run (start-up, first-run graph
 # optimisation, XLA compilation), as NVIDIA's script does.
 DEFAULT_WARMUP_STEPS = 6
@@ -40,7 +42,7 @@ FORCE_WEIGHT_SYNC_ENV = "FORCE_WEIGHT_SYNC"
 def _graph_tensor(graph, name):
   """The tensor `<name>:0` of `graph`, or None when the graph has no op of that name."""
   try:
-    return graph.get_tensor_by_name(name + ":0")
+    return graph.get_tensor_by_name(graph_names.tensor_name(name))
   except KeyError:
     return None
 
@@ -73,7 +75,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
   """
 
   def __init__(self, logger, global_batch_size, num_accumulation_steps=1, display_loss_steps=1,
-               use_fp16=None, warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
+               log_loss_scale=None, warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
                clock=time.perf_counter):
     """Configures the hook.
 
@@ -83,7 +85,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
         num_accumulation_steps x workers.
       num_accumulation_steps: micro-steps per update.
       display_loss_steps: log every this many global steps.
-      use_fp16: log the loss scale (`loss_scale` tensor) as `loss_scaler`: True expects the
+      log_loss_scale: log the loss scale (`loss_scale` tensor) as `loss_scaler`: True expects the
         tensor (a warning when the graph has none), False never logs it, None (default) logs it
         when the graph has it (the optimizer creates it only when it scales the loss).
       warmup_steps: update steps left out of the throughput average at the start of the run.
@@ -105,7 +107,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     self._global_batch_size = global_batch_size
     self._num_accumulation_steps = num_accumulation_steps
     self._display_loss_steps = display_loss_steps
-    self._use_fp16 = use_fp16
+    self._log_loss_scale = log_loss_scale
     self._warmup_steps = warmup_steps
     self._save_checkpoints_steps = save_checkpoints_steps
     self._clock = clock
@@ -141,16 +143,18 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       else:
         fetches[name] = tensor
     if missing:
-      raise ValueError("training log hook: the graph has no tensor named %s (SPEC section 5 "
-                       "names: %s)" % (", ".join(missing), ", ".join(REQUIRED_TRAIN_TENSORS)))
+      raise ValueError("training log hook: the graph has no tensor named %s (the training "
+                       "graph names: %s)" % (", ".join(missing), ", ".join(REQUIRED_TRAIN_TENSORS)))
     if self._num_accumulation_steps > 1:
       self._add_optional_fetch(
-          graph, fetches, "update_step",
+          graph, fetches, graph_names.UPDATE_STEP,
           "counting every %d-th run as an update" % self._num_accumulation_steps)
-    if self._use_fp16:
-      self._add_optional_fetch(graph, fetches, "loss_scale", "the loss scale is not logged")
-    elif self._use_fp16 is None and _graph_tensor(graph, "loss_scale") is not None:
-      fetches["loss_scale"] = _graph_tensor(graph, "loss_scale")
+    if self._log_loss_scale:
+      self._add_optional_fetch(graph, fetches, graph_names.LOSS_SCALE,
+                               "the loss scale is not logged")
+    elif (self._log_loss_scale is None
+          and _graph_tensor(graph, graph_names.LOSS_SCALE) is not None):
+      fetches[graph_names.LOSS_SCALE] = _graph_tensor(graph, graph_names.LOSS_SCALE)
     self._fetches = fetches
     self._global_step_tensor = _tf1.train.get_global_step()
     self._reset()
@@ -178,14 +182,14 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     results = run_values.results
     self._micro_steps += 1
     self._micro_time += elapsed
-    self._micro_losses.append(float(results["total_loss"]))
+    self._micro_losses.append(float(results[graph_names.TOTAL_LOSS]))
     if self._ended_update(results):
       self._finish_update(results)
 
   def _ended_update(self, results):
     """True when this run applied the optimizer (the last micro-step of an update)."""
-    if "update_step" in results:
-      return bool(results["update_step"])
+    if graph_names.UPDATE_STEP in results:
+      return bool(results[graph_names.UPDATE_STEP])
     return self._micro_steps % self._num_accumulation_steps == 0
 
   def _finish_update(self, results):
@@ -195,12 +199,12 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     self._micro_time = 0.0
     self._micro_losses = []
     self.update_times.append(update_time)
-    step = int(results["step_update"])
+    step = int(results[graph_names.STEP_UPDATE])
     if self._counts_for_average(len(self.update_times), step):
       self._steady_time += update_time
       self._steady_updates += 1
     if len(self.update_times) == 1 or step % self._display_loss_steps == 0:
-      self._emit(step, self._update_data(results, update_time, avg_loss_step))
+      self._logger.log(step=step, data=self._update_data(results, update_time, avg_loss_step))
 
   def _counts_for_average(self, update_index, step):
     """Whether update number `update_index` of the run (1-based) enters the throughput average."""
@@ -211,17 +215,17 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     return True
 
   def _update_data(self, results, update_time, avg_loss_step):
-    """The data of a per-update log line (SPEC section 5 keys)."""
+    """The data of a per-update log line (NVIDIA's keys)."""
     data = collections.OrderedDict()
     data["throughput_train"] = (self._global_batch_size / update_time if update_time > 0
                                 else None)
-    data["mlm_loss"] = float(results["mlm_loss"])
-    data["nsp_loss"] = float(results["nsp_loss"])
-    data["total_loss"] = float(results["total_loss"])
+    data["mlm_loss"] = float(results[graph_names.MLM_LOSS])
+    data["nsp_loss"] = float(results[graph_names.NSP_LOSS])
+    data["total_loss"] = float(results[graph_names.TOTAL_LOSS])
     data["avg_loss_step"] = avg_loss_step
-    data["learning_rate"] = float(results["learning_rate"])
-    if "loss_scale" in results:
-      data["loss_scaler"] = float(results["loss_scale"])
+    data["learning_rate"] = float(results[graph_names.LEARNING_RATE])
+    if graph_names.LOSS_SCALE in results:
+      data["loss_scaler"] = float(results[graph_names.LOSS_SCALE])
     return data
 
   def summary(self):
@@ -248,7 +252,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     """Logs the summary line (step [])."""
     del session  # unused
     summary = self.summary()
-    self._emit(dllogger_setup.SUMMARY_STEP, summary)
+    self._logger.log(step=dllogger_setup.SUMMARY_STEP, data=summary)
     if self._logger.enabled:
       if summary["throughput_train"] is None:
         logging.info("Throughput Average: not measured (%d update steps, the first %d are "
@@ -258,10 +262,6 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
                      "measured, %.2f s)", summary["throughput_train"],
                      summary["steady_update_steps"], summary["update_steps"],
                      summary["steady_time"])
-
-  def _emit(self, step, data):
-    """The hook's one logging call."""
-    self._logger.log(step=step, data=data)
 
 
 class EvalTimingHook(tf.estimator.SessionRunHook):
@@ -273,16 +273,13 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
   """
 
   def __init__(self, logger, eval_batch_size, warmup_batches=DEFAULT_EVAL_WARMUP_BATCHES,
-               batch_size_tensor_name=None, clock=time.perf_counter):
+               clock=time.perf_counter):
     """Configures the hook.
 
     Args:
       logger: `dllogger_setup.RunLogger`.
       eval_batch_size: sequences per evaluation batch.
       warmup_batches: batches left out of the throughput.
-      batch_size_tensor_name: optional name of a scalar graph tensor holding the number of sequences
-        in the current batch (a last, partial batch); without it every batch counts
-        `eval_batch_size`.
       clock: function returning seconds; `time.perf_counter` by default.
 
     Raises:
@@ -294,9 +291,7 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     self._logger = logger
     self._eval_batch_size = eval_batch_size
     self._warmup_batches = warmup_batches
-    self._batch_size_tensor_name = batch_size_tensor_name
     self._clock = clock
-    self._fetches = None
     self._reset()
 
   def _reset(self):
@@ -305,28 +300,13 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     # Seconds of every batch, in order (warm-up included).
     self.batch_times = []
     self._timed_times = []
-    self._timed_examples = 0
 
   def begin(self):
-    """Looks up the batch size tensor, if one was named.
-
-    Raises:
-      ValueError: when the graph has no tensor of that name.
-    """
-    self._fetches = None
-    if self._batch_size_tensor_name:
-      tensor = _graph_tensor(_tf1.get_default_graph(), self._batch_size_tensor_name)
-      if tensor is None:
-        raise ValueError("eval timing hook: the graph has no tensor named %s"
-                         % self._batch_size_tensor_name)
-      self._fetches = tensor
+    """Clears the measurements of an earlier evaluation."""
     self._reset()
 
   def before_run(self, run_context):
     self._run_start = self._clock()
-    if self._fetches is None:
-      return None
-    return tf.estimator.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
     elapsed = self._clock() - self._run_start
@@ -334,10 +314,6 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     if len(self.batch_times) <= self._warmup_batches:
       return
     self._timed_times.append(elapsed)
-    if self._fetches is None:
-      self._timed_examples += self._eval_batch_size
-    else:
-      self._timed_examples += int(run_values.results)
 
   def summary(self):
     """Evaluation timing so far.
@@ -349,7 +325,8 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     """
     timed = np.asarray(self._timed_times, dtype=np.float64)
     eval_time = float(timed.sum())
-    throughput = self._timed_examples / eval_time if timed.size and eval_time > 0 else None
+    throughput = (self._eval_batch_size * timed.size / eval_time if timed.size and eval_time > 0
+                  else None)
     summary = collections.OrderedDict([
         ("throughput_val", throughput),
         ("eval_batches", len(self.batch_times)),
@@ -366,14 +343,10 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     """Logs the summary line (step [])."""
     del session  # unused
     summary = self.summary()
-    self._emit(dllogger_setup.SUMMARY_STEP, summary)
+    self._logger.log(step=dllogger_setup.SUMMARY_STEP, data=summary)
     if self._logger.enabled and summary["throughput_val"] is not None:
       logging.info("Evaluation throughput (sequences/s) = %.2f over %d batches",
                    summary["throughput_val"], summary["timed_eval_batches"])
-
-  def _emit(self, step, data):
-    """The hook's one logging call."""
-    self._logger.log(step=step, data=data)
 
 
 def weight_sync_enabled(force_weight_sync, environ=None):

@@ -2,12 +2,11 @@
 
 Horovod is optional. Until `hvd_init()` has run, every helper answers as a single process would
 (size 1, rank 0, local rank 0), and none of them imports Horovod, so single-process runs never load
-it. `hvd` is the `horovod.tensorflow` module, imported on first access, or None when Horovod is not
-installed:
+it:
 
   from utils import hvd_utils
-  hvd_utils.hvd_init()                       # under mpirun / horovodrun
-  if hvd_utils.is_rank0(): ...
+  hvd = hvd_utils.hvd_init()                 # under mpirun / horovodrun
+  if hvd_utils.hvd_rank() == 0: ...
   hooks = [hvd_utils.broadcast_global_variables_hook(0)]
 
 Output directories and checkpoint saving follow SPEC section 7: rank 0 writes to `output_dir`, every
@@ -25,13 +24,6 @@ from utils import checks
 
 _HOROVOD_MODULE = "horovod.tensorflow"
 _tf1 = tf.compat.v1
-
-
-def __getattr__(name):
-  """Module attribute `hvd`: `horovod.tensorflow` (imported now if needed) or None."""
-  if name == "hvd":
-    return _import_horovod()
-  raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def _import_horovod():
@@ -95,11 +87,6 @@ def comm_local_size():
   """Number of workers on this worker's node; 1 without Horovod."""
   module = _initialised_horovod()
   return module.local_size() if module is not None else 1
-
-
-def is_rank0():
-  """True on the worker that logs, evaluates and (by default) saves checkpoints."""
-  return hvd_rank() == 0
 
 
 def broadcast_global_variables_hook(root_rank=0):
