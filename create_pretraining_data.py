@@ -31,7 +31,6 @@ pieces are masked together.
 import bisect
 import collections
 import functools
-import glob
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -45,6 +44,7 @@ from absl import logging
 import numpy as np
 
 import tokenization
+from utils import paths
 
 # Instances assembled, masked and serialised per numpy batch.
 _BATCH_SIZE = 1024
@@ -91,16 +91,8 @@ def resolve_input_files(input_file):
   Raises:
     ValueError: naming the patterns when nothing matches.
   """
-  patterns = [pattern.strip() for pattern in (input_file or "").split(",") if pattern.strip()]
-  files = []
-  for pattern in patterns:
-    if "://" in pattern:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      matches = tf.io.gfile.glob(pattern)
-    else:
-      matches = [path for path in glob.glob(pattern) if os.path.isfile(path)]
-    files += sorted(matches)
-  files = list(collections.OrderedDict.fromkeys(files))  # each path once, first place kept
+  patterns = paths.split_list(input_file)
+  files = paths.resolve_files(patterns)
   if not files:
     raise ValueError("--input_file: no file matches %s" % (", ".join(patterns) or "(empty)"))
   return files
@@ -115,7 +107,7 @@ def resolve_output_files(output_file, num_input_files):
   Raises:
     ValueError: naming the flag when it is empty or lists more files than there are inputs.
   """
-  outputs = [path.strip() for path in (output_file or "").split(",") if path.strip()]
+  outputs = paths.split_list(output_file)
   if not outputs:
     raise ValueError("--output_file is required")
   if len(set(outputs)) != len(outputs):
@@ -135,7 +127,7 @@ def load_tokenizer(vocab_file, do_lower_case):
   """
   if not vocab_file:
     raise ValueError("--vocab_file is required")
-  if "://" not in vocab_file and not os.path.isfile(vocab_file):
+  if not paths.is_file(vocab_file):
     raise ValueError("--vocab_file: vocabulary file not found: %s" % vocab_file)
   vocab = tokenization.load_vocab(vocab_file)
   tokenization.check_special_tokens(vocab, vocab_file)
@@ -186,7 +178,7 @@ def read_corpus(input_file, tokenizer):
 def _read_text(path):
   """The whole text of a UTF-8 file; ValueError naming the file when it is not UTF-8."""
   try:
-    with _open_binary(path, "rb") as reader:
+    with paths.open_file(path, "rb") as reader:
       data = reader.read()
     return data.decode("utf-8")
   except UnicodeDecodeError as e:
@@ -724,11 +716,7 @@ def _crc32c():
 
 def _tokenizer(vocab_file, do_lower_case):
   """The tokenizer of this process for `vocab_file`, built again only when the file changes."""
-  stamp = None
-  if "://" not in vocab_file:
-    status = os.stat(vocab_file)
-    stamp = (status.st_mtime_ns, status.st_size)
-  return _cached_tokenizer(vocab_file, do_lower_case, stamp)
+  return _cached_tokenizer(vocab_file, do_lower_case, paths.local_stamp(vocab_file))
 
 
 @functools.lru_cache(maxsize=4)
@@ -774,38 +762,13 @@ def process_file(task):
   crc = _crc32c()
   temporary = output_path + ".partial"
   written = 0
-  with _open_binary(temporary) as writer:
+  with paths.open_file(temporary, "wb") as writer:
     for framed, count in instances_to_records(corpus, pairs, tokenizer, options, py_rng, np_rng,
                                               crc):
       writer.write(framed.tobytes())
       written += count
-  _rename(temporary, output_path)
+  paths.rename(temporary, output_path)
   return file_index, written
-
-
-def _open_binary(path, mode="wb"):
-  """A binary file object: a local file, or TF's GFile for scheme:// paths."""
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return tf.io.gfile.GFile(path, mode)
-  return open(path, mode)
-
-
-def _rename(source, target):
-  if "://" in source:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    tf.io.gfile.rename(source, target, overwrite=True)
-  else:
-    os.replace(source, target)
-
-
-def _remove(path):
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    if tf.io.gfile.exists(path):
-      tf.io.gfile.remove(path)
-  elif os.path.exists(path):
-    os.remove(path)
 
 
 def default_num_workers():
@@ -868,11 +831,11 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
   except BaseException:
     # Leave nothing that could pass for a finished output.
     for task in tasks:
-      _remove(task[2] + ".partial")
-      _remove(task[2])
+      paths.remove_if_exists(task[2] + ".partial")
+      paths.remove_if_exists(task[2])
     for output in output_files:
-      _remove(output + ".partial")
-      _remove(output)
+      paths.remove_if_exists(output + ".partial")
+      paths.remove_if_exists(output)
     raise
   totals = collections.OrderedDict((output, 0) for output in output_files)
   for index, count in enumerate(counts):
@@ -946,13 +909,13 @@ def _run_tasks(tasks, num_workers):
 def _concatenate(parts, output):
   """Concatenates the TFRecord files `parts` into `output` and removes them."""
   temporary = output + ".partial"
-  with _open_binary(temporary) as writer:
+  with paths.open_file(temporary, "wb") as writer:
     for part in parts:
-      with _open_binary(part, "rb") as reader:
+      with paths.open_file(part, "rb") as reader:
         shutil.copyfileobj(reader, writer, 1 << 20)
-  _rename(temporary, output)
+  paths.rename(temporary, output)
   for part in parts:
-    _remove(part)
+    paths.remove_if_exists(part)
 
 
 def define_flags():

@@ -16,9 +16,7 @@ both agree character for character. `python tokenization.py build_vocab ...` tra
 
 import collections
 import functools
-import glob
 import itertools
-import os
 import re
 import unicodedata
 
@@ -31,6 +29,8 @@ from tokenizers import models as tk_models
 from tokenizers import normalizers as tk_normalizers
 from tokenizers import pre_tokenizers as tk_pre_tokenizers
 from tokenizers import trainers as tk_trainers
+
+from utils import paths
 
 # Tokens every BERT vocabulary starts with, in this order ([PAD] has id 0).
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -72,15 +72,6 @@ def whitespace_tokenize(text):
   return text.split()
 
 
-def _open_text(path, mode="r"):
-  """Opens a local file, or a remote one (a "scheme://" path) through tf.io.gfile, as text."""
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return tf.io.gfile.GFile(path, mode)
-  # newline="\n": lines end at "\n" only, as with the original's readline().
-  return open(path, mode, encoding="utf-8", newline="\n")
-
-
 def load_vocab(vocab_file):
   """Reads a vocabulary file, one token per line; the id of a token is its line number.
 
@@ -98,7 +89,7 @@ def load_vocab(vocab_file):
   """
   vocab = collections.OrderedDict()
   try:
-    with _open_text(vocab_file) as reader:
+    with paths.open_file(vocab_file) as reader:
       for line in reader:
         token = line.strip()
         if token not in vocab:
@@ -436,7 +427,7 @@ class FullTokenizer(object):
 def _iter_prepared_lines(input_files, do_lower_case):
   """Yields the non-blank lines of `input_files`, prepared as for tokenisation."""
   for path in input_files:
-    with _open_text(path) as reader:
+    with paths.open_file(path) as reader:
       for line in reader:
         line = line.strip()
         if line:
@@ -490,7 +481,7 @@ def build_vocab(input_files, vocab_size, output_file, do_lower_case=True, min_fr
     ValueError: for a missing input file, input without any text, or a vocab_size too small for
       the special tokens and the characters.
   """
-  missing = [path for path in input_files if "://" not in path and not os.path.isfile(path)]
+  missing = [path for path in input_files if not paths.is_file(path)]
   if not input_files or missing:
     raise ValueError("build_vocab: input file(s) not found: %s" % (missing or "(none given)"))
   alphabet = _training_alphabet(input_files, do_lower_case, limit_alphabet)
@@ -532,7 +523,7 @@ def build_vocab(input_files, vocab_size, output_file, do_lower_case=True, min_fr
     logging.warning("build_vocab: the corpus gives %d tokens; filling up to %d with [unusedN]",
                     len(tokens), vocab_size)
     tokens += ["[unused%d]" % i for i in range(vocab_size - len(tokens))]
-  with _open_text(output_file, "w") as writer:
+  with paths.open_file(output_file, "w") as writer:
     writer.write("".join(token + "\n" for token in tokens))
   return tokens
 
@@ -554,8 +545,8 @@ def _main(argv):
   if len(argv) != 2 or argv[1] != "build_vocab":
     raise SystemExit("usage: python tokenization.py build_vocab --input_file=GLOBS "
                      "--output_file=vocab.txt [--vocab_size=8192] [--nodo_lower_case]")
-  patterns = [p for p in flag_values.input_file.split(",") if p]
-  files = sorted({path for pattern in patterns for path in glob.glob(pattern)})
+  # Sorted as a whole: the vocabulary does not depend on the order of the patterns.
+  files = sorted(paths.resolve_files(paths.split_list(flag_values.input_file)))
   if not files:
     raise SystemExit("build_vocab: no file matches --input_file=%s" % flag_values.input_file)
   try:

@@ -6,10 +6,10 @@ A pretraining record is a `tf.train.Example` with the seven features of the orig
 interchangeable.
 """
 
-import os
-
 from absl import logging
 import tensorflow as tf
+
+from utils import paths
 
 # Shuffle seed of the deterministic mode when none is given.
 DEFAULT_INPUT_SEED = 12345
@@ -51,20 +51,9 @@ def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_
   Raises:
     ValueError: naming the patterns and directories when no file matches.
   """
-  patterns = [p.strip() for p in (input_files or "").split(",") if p.strip()]
-  directories = [d.strip() for d in (input_files_dir or "").split(",") if d.strip()]
-  files = []
-  for pattern in patterns:
-    files += [path for path in sorted(tf.io.gfile.glob(pattern)) if not tf.io.gfile.isdir(path)]
-  for directory in directories:
-    if tf.io.gfile.isdir(directory):
-      paths = [os.path.join(directory, name) for name in sorted(tf.io.gfile.listdir(directory))
-               if not name.startswith(".")]
-    else:
-      # Not a directory: taken as a file name or glob pattern, like --input_file.
-      paths = sorted(tf.io.gfile.glob(directory))
-    files += [path for path in paths if not tf.io.gfile.isdir(path)]
-  files = list(dict.fromkeys(files))  # each path once, first place kept
+  patterns = paths.split_list(input_files)
+  directories = paths.split_list(input_files_dir)
+  files = paths.resolve_files(patterns, directories)
   if not files:
     asked = ["--input_file=%s" % p for p in patterns]
     asked += ["--%s=%s" % (dir_flag, d) for d in directories]
