@@ -9,10 +9,11 @@ interchangeable.
 from absl import logging
 import tensorflow as tf
 
+from utils import job
 from utils import paths
 
-# Shuffle seed of the deterministic mode when none is given.
-DEFAULT_INPUT_SEED = 12345
+# Shuffle seed of the deterministic mode when none is given: the job's deterministic seed.
+DEFAULT_INPUT_SEED = job.DETERMINISTIC_SEED
 
 
 def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
