@@ -121,5 +121,6 @@ def test_run_main_turns_usage_errors_into_exit_code_2(capsys):
 
 def test_init_checkpoint_that_cannot_be_read(tmp_path):
   missing = str(tmp_path / "none")
-  with pytest.raises(job.UsageError, match=re.escape("--init_checkpoint=%s cannot be read" % missing)):
+  message = "--init_checkpoint=%s cannot be read" % missing
+  with pytest.raises(job.UsageError, match=re.escape(message)):
     job.check_init_checkpoint(missing)

@@ -25,7 +25,7 @@ def test_helpers_answer_as_a_single_process_before_init():
 SINGLE_PROCESS = r"""
 import sys
 import run_pretraining
-from utils import hvd_utils, hooks, session_config
+from utils import hvd_utils, hooks, job, paths, records, session_config
 assert (hvd_utils.hvd_size(), hvd_utils.hvd_rank(), hvd_utils.comm_local_size()) == (1, 0, 1)
 assert not any(name == "horovod" or name.startswith("horovod.") for name in sys.modules), \
     sorted(name for name in sys.modules if name.startswith("horovod"))
@@ -33,12 +33,16 @@ print("horovod not loaded")
 """
 
 
-def test_single_process_runs_never_load_horovod():
-  proc = subprocess.run([sys.executable, "-c", SINGLE_PROCESS], cwd=REPO_ROOT,
-                        capture_output=True, text=True, timeout=180,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+def run_python(code):
+  """Runs `code` in a fresh interpreter in the repository; returns its stdout (exit 0 asserted)."""
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=180, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-  assert "horovod not loaded" in proc.stdout
+  return proc.stdout
+
+
+def test_single_process_runs_never_load_horovod():
+  assert "horovod not loaded" in run_python(SINGLE_PROCESS)
 
 
 @pytest.mark.parametrize("rank,local_rank,node_local,expected_dir,saves", [
@@ -88,8 +92,4 @@ print("works without horovod")
 
 
 def test_every_utils_module_works_without_horovod():
-  proc = subprocess.run([sys.executable, "-c", WITHOUT_HOROVOD], cwd=REPO_ROOT,
-                        capture_output=True, text=True, timeout=180,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-  assert "works without horovod" in proc.stdout
+  assert "works without horovod" in run_python(WITHOUT_HOROVOD)
