@@ -363,6 +363,19 @@ def test_vocabulary_mismatch_is_refused(data, tmp_path):
   assert "vocab_size=50" in proc.stderr and "part-0.tfrecord" in proc.stderr
 
 
+def test_config_without_a_size_key_is_a_usage_error(data, tmp_path):
+  # Without the check, the run silently builds BERT-base's 12 layers for a 2-layer config.
+  config_path = tmp_path / "two_layers.json"
+  config_path.write_text(json.dumps({k: v for k, v in CONFIG.items()
+                                     if k != "num_hidden_layers"}))
+  proc = run_job(common_flags(data, tmp_path / "out", do_train=True,
+                              num_train_steps=1,
+                              bert_config_file=config_path), check=False, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "--bert_config_file" in proc.stderr and "two_layers.json" in proc.stderr
+  assert "'num_hidden_layers'" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_corrupt_record_names_the_file(data, tmp_path):
   bad_dir = tmp_path / "bad"
   bad_dir.mkdir()
