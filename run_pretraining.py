@@ -22,6 +22,7 @@ import optimization
 from utils import dllogger_setup
 from utils import hooks as hooks_lib
 from utils import hvd_utils
+from utils import output_lock
 from utils import session_config as session_config_lib
 # The input pipeline and the record checks live in utils/; re-exported here because the original
 # release's run_pretraining.py exposes input_fn_builder and callers import it from this module.
@@ -615,11 +616,17 @@ def run(f):
     _check_init_checkpoint(f.init_checkpoint)
 
   output_dir = hvd_utils.worker_output_dir(f.output_dir, rank, local_rank, f.node_local_output_dir)
-  tf.io.gfile.makedirs(output_dir)
+  # One job per --output_dir: the process that writes it holds its lock until it exits.
+  try:
+    output_lock.make_directory(output_dir)
+    if output_dir == f.output_dir:  # the process that writes --output_dir holds its lock
+      output_lock.lock_output_dir(f.output_dir)  # released at exit
+  except ValueError as e:
+    raise UsageError(str(e))
   saves = f.checkpoint_all_workers or hvd_utils.saves_checkpoints(rank, local_rank,
                                                                   f.node_local_output_dir)
   dllog_path = f.dllog_path or os.path.join(f.output_dir, "bert_dllog.json")
-  run_logger = dllogger_setup.RunLogger(dllog_path, rank=rank)
+  run_logger = dllogger_setup.open_run_log(dllog_path, rank, _checkpoint_step(f.output_dir))
   learning_rate = f.learning_rate * size
   global_batch_size = f.train_batch_size * f.num_accumulation_steps * size
   logging.info("workers: %d; global batch: %d x %d accumulation x %d workers = %d; learning "
