@@ -13,6 +13,8 @@ import time
 import psutil
 import tensorflow as tf
 
+import tokenization
+from tests.test_create_pretraining_data import make_corpus
 from tests.test_run_pretraining import REPO_ROOT
 from tests.test_run_pretraining import SCRIPT
 from tests.test_run_pretraining import _horovodrun
@@ -190,3 +192,40 @@ def test_corrupt_record_names_the_file_and_record(data, tmp_path):
   assert proc.returncode != 0
   assert "broken.tfrecord: record " in proc.stderr, proc.stderr[-3000:]
   assert time.time() - started < 150
+
+
+def test_killed_generator_takes_its_workers_along_and_publishes_nothing(tmp_path):
+  inputs = make_corpus(tmp_path, num_files=4, documents_per_file=400)
+  vocab_file = str(tmp_path / "vocab.txt")
+  tokenization.build_vocab(inputs, 300, vocab_file, min_frequency=2)
+  outputs = [str(tmp_path / ("out-%d.tfrecord" % i)) for i in range(4)]
+  args = [sys.executable, "create_pretraining_data.py", "--input_file=%s" % ",".join(inputs),
+          "--output_file=%s" % ",".join(outputs), "--vocab_file=%s" % vocab_file,
+          "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=30",
+          "--num_workers=2"]
+  parent = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+  try:
+    _wait_for(lambda: len(psutil.Process(parent.pid).children()) == 2, parent,
+              "two worker processes", timeout=60)
+    workers = psutil.Process(parent.pid).children()
+    parent.send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    parent.wait(timeout=30)
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    took = time.time() - killed_at
+  finally:
+    _stop(parent)
+  assert not alive, "workers still running after their parent was killed: %s" % alive
+  assert took < 5
+  time.sleep(1)  # anything a surviving worker would publish
+  names = os.listdir(str(tmp_path))
+  assert not [n for n in names if n.endswith(".tfrecord")], names  # no output looks finished
+  # A rerun starts clean: the whole set, no leftovers.
+  started = time.time()
+  proc = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  names = os.listdir(str(tmp_path))
+  assert sorted(n for n in names if ".tfrecord" in n) == sorted(os.path.basename(o)
+                                                                for o in outputs)
+  assert time.time() - started < 240
