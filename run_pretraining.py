@@ -683,6 +683,9 @@ def run(f):
       except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
         raise name_bad_input(e, train_files, f.max_seq_length, f.max_predictions_per_seq,
                              bert_config.vocab_size)
+      except _tf1.train.NanLossDuringTrainingError:
+        raise hooks_lib.nan_loss_error(_checkpoint_step(f.output_dir), f.output_dir,
+                                       f.learning_rate, f.manual_fp16, f.init_loss_scale)
 
   if f.do_eval and rank == 0:
     eval_input_fn = input_fn_builder(
@@ -717,6 +720,9 @@ def main(argv):
   except UsageError as e:
     print("run_pretraining.py: error: %s" % e, file=sys.stderr, flush=True)
     return 2
+  except hooks_lib.TrainingDivergedError as e:
+    print("run_pretraining.py: error: %s" % e, file=sys.stderr, flush=True)
+    return 1
 
 
 if __name__ == "__main__":

@@ -341,6 +341,32 @@ def test_config_without_a_size_key_is_a_usage_error(data, tmp_path):
   assert "'num_hidden_layers'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_output_dir_under_a_regular_file_is_a_usage_error(data, tmp_path):
+  regular = tmp_path / "results"
+  regular.write_text("a file, not a directory")
+  proc = run_job(common_flags(data, regular / "run", do_train=True, num_train_steps=1),
+                 check=False, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "--output_dir=%s" % (regular / "run") in proc.stderr
+  assert "%s is a regular file" % regular in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_nan_loss_under_fp16_says_what_to_change(data, tmp_path):
+  nan_dir = tmp_path / "nan"
+  nan_dir.mkdir()
+  batch = helpers.random_batch(np.random.RandomState(5), 8, SEQ, CONFIG["vocab_size"], PRED)
+  batch["masked_lm_weights"][:, 0] = np.nan
+  helpers.write_batch_records(nan_dir / "nan.tfrecord", batch)
+  proc = run_job(common_flags(data, tmp_path / "out", do_train=True, num_train_steps=3,
+                              manual_fp16=True, init_loss_scale=2**15,
+                              input_files_dir=nan_dir), check=False, timeout=180)
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "the training loss became NaN" in proc.stderr
+  assert "--learning_rate (now 0.001 per worker)" in proc.stderr
+  assert "--init_loss_scale (now 32768)" in proc.stderr
+  assert "no checkpoint was saved" in proc.stderr and "Traceback" not in proc.stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # The two-phase launcher
 

@@ -86,3 +86,12 @@ def test_every_utils_module_works_without_horovod():
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   assert "works without horovod" in proc.stdout
+
+
+def test_horovod_without_a_launcher_warns_it_trains_one_worker():
+  code = "from utils import hvd_utils; hvd = hvd_utils.hvd_init(); print('size', hvd.size())"
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "size 1" in proc.stdout
+  assert "Horovod runs 1 worker: started without horovodrun / mpirun" in proc.stderr
