@@ -616,7 +616,7 @@ def run(f):
     _check_init_checkpoint(f.init_checkpoint)
 
   output_dir = hvd_utils.worker_output_dir(f.output_dir, rank, local_rank, f.node_local_output_dir)
-  # One job per --output_dir: the process that writes it holds its lock until it exits.
+  # The directory (a usage error when it cannot be made), then one job per --output_dir.
   try:
     output_lock.make_directory(output_dir)
     if output_dir == f.output_dir:  # the process that writes --output_dir holds its lock
