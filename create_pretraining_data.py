@@ -30,12 +30,16 @@ pieces are masked together.
 
 import bisect
 import collections
+import ctypes
 import functools
+import glob
 import multiprocessing
 import multiprocessing.connection
 import os
 import random
 import shutil
+import signal
+import sys
 import time
 
 from absl import app
@@ -44,8 +48,11 @@ from absl import logging
 import numpy as np
 
 import tokenization
+from utils import output_lock
 from utils import paths
 
+# prctl(2) option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
 # Instances assembled, masked and serialised per numpy batch.
 _BATCH_SIZE = 1024
 # Feature order of the written tf.train.Example (as the original writes them).
@@ -740,7 +747,7 @@ def process_file(task):
 
   Args:
     task: (file_index, input_file, output_path, vocab_file, do_lower_case, options);
-      `output_path` is written whole, through a temporary file renamed at the end.
+      `output_path` is a ".partial" name that the caller publishes when the whole set is written.
 
   Returns:
     (file_index, number of records written).
@@ -760,15 +767,16 @@ def process_file(task):
   if file_index == 0 and len(pairs):
     _log_example(tokenizer, corpus, pairs[0])
   crc = _crc32c()
-  temporary = output_path + ".partial"
   written = 0
-  with paths.open_file(temporary, "wb") as writer:
+  with paths.open_file(output_path, "wb") as writer:
     for framed, count in instances_to_records(corpus, pairs, tokenizer, options, py_rng, np_rng,
                                               crc):
       writer.write(framed.tobytes())
       written += count
-  paths.rename(temporary, output_path)
   return file_index, written
+
+
+
 
 
 def default_num_workers():
@@ -792,11 +800,18 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
     do_lower_case: lower-case and strip accents (uncased models).
     num_workers: processes; default: all cores. The output does not depend on it.
 
+  The outputs appear under their names only when the whole set is written: every file is written
+  as "<name>.partial" (parts of a shared output as "<name>.part-NNNNN.partial"), and all are
+  renamed at the end. A run that fails removes what it wrote; a run killed outright leaves only
+  ".partial" files, which the next run over the same outputs removes first, with the outputs of
+  earlier runs, so it starts clean.
+
   Returns:
     dict output path -> number of records written.
 
   Raises:
-    ValueError: naming the problem (options, vocabulary, or an input without any text).
+    ValueError: naming the problem (options, vocabulary, an input without any text, an output
+      directory that cannot be created).
   """
   validate_options(options)
   tokenizer = load_tokenizer(vocab_file, do_lower_case)
@@ -809,9 +824,10 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
   parts = collections.OrderedDict((output, []) for output in output_files)  # in input order
   for index, path in enumerate(input_files):
     output = output_files[index % len(output_files)]
-    target = output if direct else "%s.part-%05d" % (output, index)
+    target = _partial(output if direct else "%s.part-%05d" % (output, index))
     tasks.append((index, path, target, vocab_file, do_lower_case, options))
     parts[output].append(target)
+  _start_clean(output_files)
 
   start = time.time()
   counts = [0] * len(input_files)
@@ -827,14 +843,15 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
       raise ValueError("empty corpus: no line of %s has a token" % ", ".join(input_files))
     if not direct:
       for output, output_parts in parts.items():
-        _concatenate(output_parts, output)
+        _concatenate(output_parts, _partial(output))
+    for output in output_files:  # the whole set is written: publish it
+      paths.rename(_partial(output), output)
   except BaseException:
     # Leave nothing that could pass for a finished output.
     for task in tasks:
-      paths.remove_if_exists(task[2] + ".partial")
       paths.remove_if_exists(task[2])
     for output in output_files:
-      paths.remove_if_exists(output + ".partial")
+      paths.remove_if_exists(_partial(output))
       paths.remove_if_exists(output)
     raise
   totals = collections.OrderedDict((output, 0) for output in output_files)
@@ -843,8 +860,53 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
   return totals
 
 
-def _run_in_child(task, connection, threads):
+def _partial(path):
+  """The name `path` is written under until the whole output set is complete."""
+  return path + ".partial"
+
+
+def _start_clean(output_files):
+  """Creates the outputs' directories and removes what an earlier run left under their names.
+
+  Raises:
+    ValueError: naming --output_file when a directory cannot be created.
+  """
+  leftovers = []
+  for output in output_files:
+    directory = os.path.dirname(output)
+    if directory:
+      output_lock.make_directory(directory, flag="--output_file")
+    if "://" in output:
+      candidates = [output, _partial(output)]
+    else:
+      candidates = [output] + sorted(glob.glob(glob.escape(output) + ".partial")
+                                     + glob.glob(glob.escape(output) + ".part-*"))
+    for path in candidates:
+      if path != output and ("://" in path or os.path.exists(path)):
+        leftovers.append(path)
+      paths.remove_if_exists(path)
+  if leftovers:
+    logging.warning("removed the leftovers of an interrupted run: %s", ", ".join(leftovers))
+
+
+def _die_with_parent(parent_pid):
+  """Makes the kernel kill this (forked) process when its parent dies, even by kill -9.
+
+  Otherwise the workers of a killed generator run on and publish some outputs and never the rest.
+  Linux only (prctl); elsewhere the workers outlive a parent killed outright.
+  """
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  except (OSError, AttributeError):  # not Linux
+    return
+  if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    os._exit(1)
+
+
+def _run_in_child(task, connection, threads, parent_pid):
   """Body of a worker process: runs `process_file(task)` and sends its result or error."""
+  _die_with_parent(parent_pid)
   os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizer's share of the cores
   try:
     connection.send(("ok", process_file(task)))
@@ -880,8 +942,8 @@ def _run_tasks(tasks, num_workers):
       while pending and len(running) < num_workers:
         task = pending.pop()
         receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(target=_run_in_child, args=(task, sender, threads),
-                                  daemon=True)
+        process = context.Process(target=_run_in_child,
+                                  args=(task, sender, threads, os.getpid()), daemon=True)
         process.start()
         sender.close()
         running[process.sentinel] = (process, receiver, task)
@@ -908,12 +970,10 @@ def _run_tasks(tasks, num_workers):
 
 def _concatenate(parts, output):
   """Concatenates the TFRecord files `parts` into `output` and removes them."""
-  temporary = output + ".partial"
-  with paths.open_file(temporary, "wb") as writer:
+  with paths.open_file(output, "wb") as writer:
     for part in parts:
       with paths.open_file(part, "rb") as reader:
         shutil.copyfileobj(reader, writer, 1 << 20)
-  paths.rename(temporary, output)
   for part in parts:
     paths.remove_if_exists(part)
 
@@ -965,8 +1025,9 @@ def main(_):
                                      do_lower_case=flag_values.do_lower_case,
                                      num_workers=flag_values.num_workers)
   except (ValueError, RuntimeError) as e:
-    # Bad flags or input, or a dead worker: one line naming the problem, exit status 1.
-    raise SystemExit("create_pretraining_data: error: %s" % e)
+    # One line naming the problem: exit status 2 for bad flags or input, 1 for a dead worker.
+    print("create_pretraining_data: error: %s" % e, file=sys.stderr, flush=True)
+    raise SystemExit(2 if isinstance(e, ValueError) else 1)
   for output, count in totals.items():
     logging.info("wrote %d instances to %s", count, output)
   logging.info("wrote %d instances in total", sum(totals.values()))

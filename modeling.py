@@ -112,17 +112,22 @@ class BertConfig(object):
   def from_dict(cls, json_object, source="config"):
     """Builds a `BertConfig` from a dict of `bert_config.json` keys.
 
-    Unknown keys (released multilingual configs carry some) are logged as a warning and ignored.
+    The size keys (`_POSITIVE_INTS`: vocab_size, hidden_size, num_hidden_layers, ...) are
+    required: a config file that lacks one would otherwise build BERT-base sizes for it without a
+    word (the original release's behaviour). The release's defaults stay available through an
+    explicit `BertConfig(vocab_size=...)` call. The other keys (activation, dropout, initializer
+    range) default to the release's values, logged. Unknown keys (released multilingual configs
+    carry some) are logged as a warning and ignored.
 
     Args:
-      json_object: dict with at least "vocab_size".
-      source: where the dict came from, used in messages.
+      json_object: dict with at least the size keys.
+      source: where the dict came from (a file name), used in messages.
 
     Returns:
       A validated `BertConfig`.
 
     Raises:
-      ValueError: when "vocab_size" is missing or a value is invalid.
+      ValueError: naming `source` and the key, when a size key is missing or a value is invalid.
     """
     if not isinstance(json_object, dict):
       raise ValueError("%s: a BERT config must be a JSON object, got %s"
@@ -131,8 +136,15 @@ class BertConfig(object):
     unknown = sorted(set(json_object) - known)
     if unknown:
       logging.warning("%s: ignoring unknown BERT config keys: %s", source, ", ".join(unknown))
-    if "vocab_size" not in json_object:
-      raise ValueError("%s: bert config: 'vocab_size' is required" % source)
+    missing = [key for key in cls._POSITIVE_INTS if key not in json_object]
+    if missing:
+      raise ValueError("%s: bert config: missing required key%s %s (the model sizes are never "
+                       "guessed)" % (source, "s" if len(missing) > 1 else "",
+                                     ", ".join(repr(key) for key in missing)))
+    defaulted = [key for key in cls._DEFAULTS if key not in json_object]
+    if defaulted:
+      logging.info("%s: bert config keys not given, the original release's defaults used: %s",
+                   source, ", ".join("%s=%r" % (key, cls._DEFAULTS[key]) for key in defaulted))
     kwargs = {key: json_object[key] for key in known if key in json_object}
     try:
       return cls(**kwargs)

@@ -544,7 +544,8 @@ def run(f):
   output_dir, saves = job.worker_output_dir(workers, f.output_dir, f.node_local_output_dir,
                                             f.checkpoint_all_workers)
   dllog_path = f.dllog_path or os.path.join(f.output_dir, "bert_dllog.json")
-  run_logger = dllogger_setup.RunLogger(dllog_path, rank=workers.rank)
+  run_logger = dllogger_setup.open_run_log(dllog_path, workers.rank,
+                                            job.checkpoint_step(f.output_dir))
   schedule, precision, accumulation, distribution = training_settings(f, workers)
   global_batch_size = f.train_batch_size * f.num_accumulation_steps * workers.size
   logging.info("workers: %d; global batch: %d x %d accumulation x %d workers = %d; learning "
@@ -587,7 +588,9 @@ def run(f):
         is_training=True, num_workers=workers.size, worker_index=workers.rank,
         deterministic=f.deterministic_run)
     job.train(estimator, train_input_fn, f.num_train_steps, f.output_dir, hooks,
-              explain_input_error=explain(train_files))
+              explain_input_error=explain(train_files),
+              explain_nan_loss=lambda step: hooks_lib.nan_loss_error(
+                  step, f.output_dir, f.learning_rate, f.manual_fp16, f.init_loss_scale))
 
   if f.do_eval and workers.rank == 0:
     eval_input_fn = input_fn_builder(

@@ -47,8 +47,8 @@ fi
 start=$(date +%s)
 "${launcher[@]}" "$py" run_pretraining.py "${horovod_flag[@]}" \
   --bert_config_file="$out/bert_config.json" \
-  --input_file="$data/seq128/train-*.tfrecord" \
-  --eval_files_dir="$data/seq128/eval-*.tfrecord" \
+  --input_files_dir="$data/seq128/train" \
+  --eval_files_dir="$data/seq128/eval" \
   --output_dir="$out" \
   --do_train --do_eval \
   --max_seq_length=128 --max_predictions_per_seq=20 \

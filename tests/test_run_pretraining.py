@@ -1,15 +1,14 @@
 """run_pretraining.py end to end: real processes, small models, outer timeouts.
 
 Single process (train, resume, init_checkpoint, eval metrics against numpy, the TPUEstimator path),
-Horovod launches (horovodrun --gloo and mpirun), a killed worker, and bad flags / bad data.
+Horovod launches (horovodrun --gloo and mpirun) and bad flags / bad data. Killed workers, resumed
+runs and corrupt records are drilled in tests/test_fault_drills.py.
 """
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -299,40 +298,6 @@ def test_mpirun_only_rank0_writes_and_few_files_shard_by_record(data, tmp_path):
   assert list(out.glob("events.out.tfevents.*"))
 
 
-def _python_children(pid):
-  """pids of the python processes below `pid` (the launched workers)."""
-  import psutil  # pylint: disable=g-import-not-at-top
-  return [p for p in psutil.Process(pid).children(recursive=True)
-          if p.cmdline()[:2] == [sys.executable, SCRIPT]]
-
-
-def test_killed_worker_stops_the_job_quickly(data, tmp_path):
-  out = tmp_path / "out"
-  cmd = _horovodrun() + [sys.executable, SCRIPT] + common_flags(
-      data, out, do_train=True, horovod=True, num_train_steps=100000, save_checkpoints_steps=1000)
-  launcher = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-  try:
-    log = out / "bert_dllog.json"
-    deadline = time.time() + 180
-    while time.time() < deadline and not (log.exists() and log.read_text().count("DLLL") >= 3):
-      assert launcher.poll() is None, "the job ended before the kill"
-      time.sleep(0.5)
-    assert log.exists(), "training never started"
-    workers = _python_children(launcher.pid)
-    assert len(workers) == 2, workers
-    victim = [p for p in workers if p.environ().get("HOROVOD_RANK") == "1"]
-    assert victim, "rank 1 not found"
-    victim[0].send_signal(signal.SIGKILL)
-    killed_at = time.time()
-    code = launcher.wait(timeout=90)
-    assert time.time() - killed_at < 60
-    assert code != 0
-  finally:
-    if launcher.poll() is None:
-      os.killpg(launcher.pid, signal.SIGKILL)
-
-
 # ---------------------------------------------------------------------------------------------
 # Bad flags and bad data
 
@@ -367,19 +332,43 @@ def test_vocabulary_mismatch_is_refused(data, tmp_path):
   assert "deprecated" not in proc.stderr, proc.stderr[-3000:]
 
 
-def test_corrupt_record_names_the_file(data, tmp_path):
-  bad_dir = tmp_path / "bad"
-  bad_dir.mkdir()
-  good = open(os.path.join(data["single_dir"], "only.tfrecord"), "rb").read()
-  # Flip a byte in the middle of the file: the first record is intact (pre-flight passes), a
-  # later record's CRC fails during training.
-  corrupt = bytearray(good)
-  corrupt[len(corrupt) // 2] ^= 0xFF
-  (bad_dir / "broken.tfrecord").write_bytes(bytes(corrupt))
-  proc = run_job(common_flags(data, tmp_path / "out", do_train=True, num_train_steps=50,
-                              input_files_dir=bad_dir), check=False, timeout=180)
-  assert proc.returncode != 0
-  assert "broken.tfrecord" in proc.stderr
+def test_config_without_a_size_key_is_a_usage_error(data, tmp_path):
+  # Without the check, the run silently builds BERT-base's 12 layers for a 2-layer config.
+  config_path = tmp_path / "two_layers.json"
+  config_path.write_text(json.dumps({k: v for k, v in CONFIG.items()
+                                     if k != "num_hidden_layers"}))
+  proc = run_job(common_flags(data, tmp_path / "out", do_train=True,
+                              num_train_steps=1,
+                              bert_config_file=config_path), check=False, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "--bert_config_file" in proc.stderr and "two_layers.json" in proc.stderr
+  assert "'num_hidden_layers'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_output_dir_under_a_regular_file_is_a_usage_error(data, tmp_path):
+  regular = tmp_path / "results"
+  regular.write_text("a file, not a directory")
+  proc = run_job(common_flags(data, regular / "run", do_train=True, num_train_steps=1),
+                 check=False, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "--output_dir=%s" % (regular / "run") in proc.stderr
+  assert "%s is a regular file" % regular in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_nan_loss_under_fp16_says_what_to_change(data, tmp_path):
+  nan_dir = tmp_path / "nan"
+  nan_dir.mkdir()
+  batch = helpers.random_batch(np.random.RandomState(5), 8, SEQ, CONFIG["vocab_size"], PRED)
+  batch["masked_lm_weights"][:, 0] = np.nan
+  helpers.write_batch_records(nan_dir / "nan.tfrecord", batch)
+  proc = run_job(common_flags(data, tmp_path / "out", do_train=True, num_train_steps=3,
+                              manual_fp16=True, init_loss_scale=2**15,
+                              input_files_dir=nan_dir), check=False, timeout=180)
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "the training loss became NaN" in proc.stderr
+  assert "--learning_rate (now 0.001 per worker)" in proc.stderr
+  assert "--init_loss_scale (now 32768)" in proc.stderr
+  assert "no checkpoint was saved" in proc.stderr and "Traceback" not in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -82,6 +82,26 @@ def test_append_keeps_earlier_lines(tmp_path):
   assert steps == [1, 2]
 
 
+def test_run_log_of_a_restart_appends_and_marks_the_restart(tmp_path):
+  log_path = str(tmp_path / "out" / "bert_dllog.json")
+  first = dllogger_setup.open_run_log(log_path, 0, 0, backend="builtin", stdout=False)
+  first.log(step=1, data={"total_loss": 7.0})
+  first.log(step=2, data={"total_loss": 6.0})
+  first.close()
+  # Only rank 0 writes: another rank's logger adds nothing, restart line included.
+  dllogger_setup.open_run_log(log_path, 1, 2, backend="builtin", stdout=False).close()
+  second = dllogger_setup.open_run_log(log_path, 0, 2, backend="builtin", stdout=False)
+  second.log(step=3, data={"total_loss": 5.0})
+  second.close()
+  records = [dllogger_setup.parse_log_line(line) for line in open(log_path)]
+  assert [r["step"] for r in records] == [1, 2, "RESTART", 3]
+  assert records[2]["data"] == {"resumed_from_step": 2}
+  # A first run into an empty directory has no restart line.
+  fresh = str(tmp_path / "fresh.json")
+  dllogger_setup.open_run_log(fresh, 0, 0, backend="builtin", stdout=False).close()
+  assert open(fresh).read() == ""
+
+
 def test_bad_input_is_rejected_with_a_clear_error(tmp_path):
   logger = dllogger_setup.RunLogger(str(tmp_path / "log.json"), backend="builtin", stdout=False)
   with pytest.raises(ValueError, match="step"):

@@ -265,6 +265,33 @@ def test_training_hook_short_run_ends_cleanly(graph, tmp_path, num_updates):
   assert summary["total_time"] == pytest.approx(sum(durations))
 
 
+def test_training_hook_logs_skipped_updates_apart_from_the_steps(graph, tmp_path):
+  # The global step advances only when `apply` is fed True (as the optimizer does for finite
+  # gradients). Skipped updates must not be written as (repeated) step lines.
+  for name in FED_TENSORS:
+    tf.identity(_tf1.placeholder(tf.float32, [], name=name + "_value"), name=name)
+  apply = _tf1.placeholder(tf.bool, [], name="apply")
+  global_step = _tf1.train.get_or_create_global_step()
+  new_step = global_step.assign_add(tf.cast(apply, tf.int64))
+  tf.identity(new_step, name="step_update")
+  applied_pattern = [False, False, False, True, False, True, True]  # 4 skipped, 3 applied
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, display_loss_steps=1,
+                               clock=clock_for([0.1] * len(applied_pattern)))
+  graph_tensor = lambda name: graph.get_tensor_by_name(name + "_value:0")  # noqa: E731
+  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+    for k, applies in enumerate(applied_pattern):
+      feed = {graph_tensor(name): 1.0 + k for name in FED_TENSORS}
+      feed[apply] = applies
+      session.run(new_step, feed_dict=feed)
+  records = read_records(log_path)
+  assert [r["step"] for r in records] == [1, 2, 3, []]
+  assert [r["data"]["total_loss"] for r in records[:3]] == [4.0, 6.0, 7.0]
+  assert records[-1]["data"]["skipped_updates"] == 4
+  assert records[-1]["data"]["update_steps"] == 7
+
+
 def test_training_hook_on_rank1_writes_nothing(graph, tmp_path, capsys):
   rng = np.random.RandomState(5)
   feeds = random_feeds(rng, 3)

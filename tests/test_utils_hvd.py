@@ -93,3 +93,12 @@ print("works without horovod")
 
 def test_every_utils_module_works_without_horovod():
   assert "works without horovod" in run_python(WITHOUT_HOROVOD)
+
+
+def test_horovod_without_a_launcher_warns_it_trains_one_worker():
+  code = "from utils import hvd_utils; hvd = hvd_utils.hvd_init(); print('size', hvd.size())"
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "size 1" in proc.stdout
+  assert "Horovod runs 1 worker: started without horovodrun / mpirun" in proc.stderr

@@ -35,6 +35,9 @@ from utils import checks
 SUMMARY_STEP = ()
 # Prefix of every line of the file.
 LINE_PREFIX = "DLLL "
+# The step of the line that marks a restart in an appended log (dllogger takes string steps, as
+# its "PARAMETER" lines).
+RESTART_STEP = "RESTART"
 
 _BACKENDS = ("auto", "dllogger", "builtin")
 
@@ -263,6 +266,31 @@ class RunLogger(object):
 
   def __exit__(self, *unused_exc_info):
     self.close()
+
+
+def open_run_log(log_path, rank, resumed_from_step, **kwargs):
+  """The run log of a job that may be a restart: appends, and marks where a restart begins.
+
+  A job started again on the same output directory (after a crash or a kill) must keep the earlier
+  run's lines, the ones that tell what happened before the crash: the file is never truncated.
+  When it already holds lines, a line with step `RESTART_STEP` and data
+  {"resumed_from_step": resumed_from_step} separates the runs.
+
+  Args:
+    log_path: file for the `DLLL` lines, or None (stdout only).
+    rank: this worker's rank (only rank 0 writes).
+    resumed_from_step: global step the run starts from (the newest checkpoint's, 0 without one).
+    **kwargs: further `RunLogger` arguments (stdout, backend, now).
+
+  Returns:
+    the `RunLogger`, opened for appending.
+  """
+  restarted = bool(rank == 0 and log_path and os.path.isfile(log_path)
+                   and os.path.getsize(log_path) > 0)
+  logger = RunLogger(log_path, rank=rank, append=True, **kwargs)
+  if restarted:
+    logger.log(step=RESTART_STEP, data={"resumed_from_step": int(resumed_from_step)})
+  return logger
 
 
 def _import_dllogger(required):

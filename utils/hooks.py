@@ -66,8 +66,11 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     mlm_loss, nsp_loss, total_loss, learning_rate (and loss_scaler in fp16): values of the last
                        micro-step
 
-  and logs them with `step` = the global step after the update, for the first update of the run and
-  whenever that step is a multiple of `display_loss_steps`. At `end()` it logs a summary line
+  and logs them with `step` = the global step after the update, for the first applied update of the
+  run and whenever that step is a multiple of `display_loss_steps`. An update the optimizer skipped
+  (non-finite gradients: the global step did not advance, the fp16 loss scale was lowered) gets no
+  step line, which would repeat the step of the last applied update: it is logged as a skipped
+  update (absl log, rank 0) and counted in the summary's `skipped_updates`. At `end()` it logs a summary line
   (step []) whose `throughput_train` is the throughput average: global batch x updates / time over
   the updates after the first `warmup_steps` (and without the updates that wrote a checkpoint, when
   `save_checkpoints_steps` is given). It is None (JSON null) when no update qualifies, e.g. a run
@@ -118,6 +121,9 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
   def _reset(self):
     """Clears the per-run measurements."""
     self._initial_step = 0
+    self._last_step = None  # global step after the previous update (None: not known)
+    self._applied_updates = 0
+    self._skipped_updates = 0
     self._run_start = None
     self._micro_steps = 0
     self._micro_time = 0.0
@@ -172,6 +178,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     del coord  # unused
     if self._global_step_tensor is not None:
       self._initial_step = int(session.run(self._global_step_tensor))
+      self._last_step = self._initial_step
 
   def before_run(self, run_context):
     self._run_start = self._clock()
@@ -203,7 +210,17 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     if self._counts_for_average(len(self.update_times), step):
       self._steady_time += update_time
       self._steady_updates += 1
-    if len(self.update_times) == 1 or step % self._display_loss_steps == 0:
+    applied = step != self._last_step
+    self._last_step = step
+    if not applied:
+      self._skipped_updates += 1
+      if self._logger.enabled:
+        logging.info("update skipped at step %d (non-finite gradients)%s", step,
+                     "; loss scale now %g" % results["loss_scale"] if "loss_scale" in results
+                     else "")
+      return
+    self._applied_updates += 1
+    if self._applied_updates == 1 or step % self._display_loss_steps == 0:
       self._logger.log(step=step, data=self._update_data(results, update_time, avg_loss_step))
 
   def _counts_for_average(self, update_index, step):
@@ -234,7 +251,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     Returns:
       OrderedDict: throughput_train (the throughput average, sequences/s, or None when no update
       qualifies), total_time (seconds of all updates), update_steps, steady_update_steps (updates
-      in the average), steady_time (their seconds).
+      in the average), steady_time (their seconds), skipped_updates (updates the optimizer
+      skipped, included in update_steps).
     """
     if self._steady_updates > 0 and self._steady_time > 0:
       throughput = self._global_batch_size * self._steady_updates / self._steady_time
@@ -246,6 +264,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
         ("update_steps", len(self.update_times)),
         ("steady_update_steps", self._steady_updates),
         ("steady_time", self._steady_time),
+        ("skipped_updates", self._skipped_updates),
     ])
 
   def end(self, session):
@@ -347,6 +366,36 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     if self._logger.enabled and summary["throughput_val"] is not None:
       logging.info("Evaluation throughput (sequences/s) = %.2f over %d batches",
                    summary["throughput_val"], summary["timed_eval_batches"])
+
+
+class TrainingDivergedError(RuntimeError):
+  """The training loss became NaN; the message says what to change."""
+
+
+def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False,
+                   init_loss_scale=None):
+  """The error to stop a job with when the Estimator's NaN-loss check fired.
+
+  Args:
+    checkpoint_step: global step of the newest checkpoint (0: none).
+    output_dir: where the checkpoints are.
+    learning_rate: --learning_rate (per worker).
+    manual_fp16: the encoder ran in fp16.
+    init_loss_scale: --init_loss_scale (fp16).
+
+  Returns:
+    a `TrainingDivergedError` naming the flags to change and where a rerun resumes.
+  """
+  advice = ["lower --learning_rate (now %g per worker) or raise --num_warmup_steps" % learning_rate]
+  if manual_fp16:
+    advice.append("fp16 activations may overflow: lower --init_loss_scale (now %d), or train in "
+                  "fp32 (without --manual_fp16)" % init_loss_scale)
+  advice.append("check the input records (a NaN masked_lm_weights value makes a NaN loss)")
+  resume = ("running the same command again resumes from the newest checkpoint (step %d in %s)"
+            % (checkpoint_step, output_dir) if checkpoint_step else
+            "no checkpoint was saved: a rerun starts from step 0")
+  return TrainingDivergedError("the training loss became NaN. What to try: %s. After a change, %s."
+                               % ("; ".join(advice), resume))
 
 
 def weight_sync_enabled(force_weight_sync, environ=None):

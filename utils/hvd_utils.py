@@ -18,6 +18,7 @@ import importlib
 import os
 import sys
 
+from absl import logging
 import tensorflow as tf
 
 from utils import checks
@@ -57,6 +58,10 @@ def hvd_init():
         "Horovod is not installed (import of %s failed): install it (see README, `make env`) "
         "or run a single process without --horovod" % _HOROVOD_MODULE)
   module.init()
+  if module.size() == 1:
+    # Started without a launcher, --horovod trains silently as one worker: say so.
+    logging.warning("Horovod runs 1 worker: started without horovodrun / mpirun (or with -np 1)? "
+                    "Training as a single worker.")
   return module
 
 

@@ -6,6 +6,8 @@ A pretraining record is a `tf.train.Example` with the seven features of the orig
 interchangeable.
 """
 
+import random
+
 from absl import logging
 import tensorflow as tf
 
@@ -14,6 +16,8 @@ from utils import paths
 
 # Shuffle seed of the deterministic mode when none is given: the job's deterministic seed.
 DEFAULT_INPUT_SEED = job.DETERMINISTIC_SEED
+# Training epochs: as many as the job asks for (the Estimator stops at --num_train_steps).
+_EPOCHS_FOREVER = 2**62
 
 
 def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
@@ -100,35 +104,79 @@ def _decode_batch(records, name_to_features):
           for name, value in features.items()}
 
 
+def _epoch_seeds(seed, epoch):
+  """Seeds of one epoch's shuffles: (file order [2] int64, record order int64), from seed, epoch.
+
+  Each epoch's order is a function of (seed, epoch) alone, so any epoch can be rebuilt without
+  replaying the ones before it.
+  """
+  epoch = tf.cast(epoch, tf.int64)
+  seed = tf.constant(seed, tf.int64)
+  return tf.stack([seed, epoch]), seed * 1000003 + epoch
+
+
+def _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic, seed,
+               shuffle_buffer_size, epoch):
+  """Every record of this worker's shard once, in a shuffled order of epoch `epoch`.
+
+  Args:
+    files, by_record, num_workers, worker_index, num_cpu_threads, deterministic: see
+      `_serialized_records`.
+    seed: int, the base seed of the shuffles.
+    shuffle_buffer_size: records in the shuffle buffer.
+    epoch: int64 scalar Tensor, the epoch's index.
+
+  Returns:
+    finite tf.data.Dataset of scalar tf.string.
+  """
+  file_seed, record_seed = _epoch_seeds(seed, epoch)
+  if by_record:
+    # Every worker must see the files in the same order for the shards to partition the records.
+    d = tf.data.TFRecordDataset(files).shard(num_workers, worker_index)
+  else:
+    order = tf.random.experimental.stateless_shuffle(tf.constant(files), seed=file_seed)
+    d = tf.data.Dataset.from_tensor_slices(order)
+    cycle_length = max(1, min(num_cpu_threads, len(files)))
+    if deterministic:  # sequential interleave: a fixed order by construction
+      d = d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length)
+    else:
+      d = d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
+                       num_parallel_calls=cycle_length, deterministic=False)
+  return d.shuffle(buffer_size=shuffle_buffer_size, seed=record_seed)
+
+
 def _serialized_records(files, by_record, num_workers, worker_index, is_training, num_cpu_threads,
-                        deterministic, seed):
-  """The serialised records of this worker's shard, before shuffling and batching.
+                        deterministic, seed, shuffle_buffer_size=100):
+  """The serialised records of this worker's shard, before batching.
+
+  Training reads epoch after epoch, forever: each epoch reads every record of the shard once
+  (files in a new order, interleaved `num_cpu_threads` at a time when sharded by file; records
+  shuffled in a buffer of `shuffle_buffer_size`), and the next epoch starts only when it is done, so
+  no record is read twice before every record was read once. Evaluation reads the files once, in
+  order.
 
   Args:
     files, by_record: from `shard_input_files`.
     num_workers, worker_index: the workers sharing the input.
-    is_training: training reads repeatedly, files shuffled and interleaved (when sharded by file);
-      evaluation reads the files once, in order.
+    is_training: epochs of shuffled records (training) or the records once, in order.
     num_cpu_threads: files read at a time (training).
     deterministic: read the interleaved files in a fixed order.
-    seed: shuffle seed, or None.
+    seed: int, base seed of the shuffles (training).
+    shuffle_buffer_size: records in the shuffle buffer (training).
 
   Returns:
     tf.data.Dataset of scalar tf.string.
   """
-  if is_training and not by_record:
-    d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-    d = d.repeat()
-    d = d.shuffle(buffer_size=len(files), seed=seed)
-    cycle_length = max(1, min(num_cpu_threads, len(files)))
-    if deterministic:  # sequential interleave: a fixed order by construction
-      return d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length)
-    return d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
-                        num_parallel_calls=cycle_length, deterministic=False)
-  d = tf.data.TFRecordDataset(files)
-  if by_record:
-    d = d.shard(num_workers, worker_index)
-  return d.repeat() if is_training else d
+  if not is_training:
+    d = tf.data.TFRecordDataset(files)
+    return d.shard(num_workers, worker_index) if by_record else d
+
+  def epoch_records(epoch):
+    return _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic,
+                      seed, shuffle_buffer_size, epoch)
+
+  # flat_map ends one epoch's dataset before it starts the next.
+  return tf.data.Dataset.range(_EPOCHS_FOREVER).flat_map(epoch_records)
 
 
 def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
@@ -136,9 +184,10 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
                      deterministic=False, seed=None, shuffle_buffer_size=100):
   """Builds the `input_fn` of the Estimator / TPUEstimator.
 
-  Training: this worker's shard (see `shard_input_files`), repeated forever; files shuffled and read
-  `num_cpu_threads` at a time (interleaved), records shuffled, parsed and batched with
-  drop_remainder=True (static batch shape), prefetched. Evaluation: the files in the given order,
+  Training: this worker's shard (see `shard_input_files`) epoch after epoch, each epoch every record
+  once before any record a second time (`_serialized_records`: files shuffled and read
+  `num_cpu_threads` at a time, records shuffled, a new order each epoch), parsed and batched with
+  drop_remainder=True (static batch shape; a batch may span two epochs), prefetched. Evaluation: the files in the given order,
   no shuffle, no repeat, every record once (the last batch may be smaller).
 
   Args:
@@ -151,8 +200,8 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     num_workers: number of workers sharing the input (Horovod size).
     worker_index: this worker (Horovod rank).
     deterministic: seeded shuffles, one thread, the same batches on every run.
-    seed: shuffle seed (offset by `worker_index`); None: unseeded, or `DEFAULT_INPUT_SEED` when
-      `deterministic`.
+    seed: shuffle seed (offset by `worker_index`); None: a random one, or `DEFAULT_INPUT_SEED`
+      when `deterministic`.
     shuffle_buffer_size: records in the shuffle buffer (training).
 
   Returns:
@@ -165,7 +214,9 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     raise ValueError("input_fn_builder: no input files")
   if deterministic and seed is None:
     seed = DEFAULT_INPUT_SEED
-  shuffle_seed = None if seed is None else seed + worker_index
+  if seed is None:  # a new order on every run
+    seed = random.SystemRandom().randrange(2**31)
+  shuffle_seed = seed + worker_index
 
   def input_fn(params):
     """Returns the dataset; `params` may carry "batch_size" (TPUEstimator)."""
@@ -173,9 +224,7 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     name_to_features = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
     files, by_record = shard_input_files(input_files, num_workers, worker_index)
     d = _serialized_records(files, by_record, num_workers, worker_index, is_training,
-                            num_cpu_threads, deterministic, shuffle_seed)
-    if is_training:
-      d = d.shuffle(buffer_size=shuffle_buffer_size, seed=shuffle_seed)
+                            num_cpu_threads, deterministic, shuffle_seed, shuffle_buffer_size)
     d = d.batch(size, drop_remainder=is_training)
     def decode(records):
       return _decode_batch(records, name_to_features)

@@ -24,6 +24,7 @@ import tensorflow as tf
 import gpu_environment
 from utils import hooks as hooks_lib
 from utils import hvd_utils
+from utils import output_lock
 from utils import session_config as session_config_lib
 
 _tf1 = tf.compat.v1
@@ -50,7 +51,8 @@ def require(condition, message, *args):
 
 
 def run_main(script_name, run, flag_values):
-  """Runs `run(flag_values)`; a UsageError becomes "<script>: error: ..." on stderr and exit 2.
+  """Runs `run(flag_values)`; a UsageError becomes "<script>: error: ..." on stderr and exit 2,
+  a diverged training (NaN loss) the same message with its advice and exit 1.
 
   Args:
     script_name: e.g. "run_pretraining.py", for the message.
@@ -65,6 +67,9 @@ def run_main(script_name, run, flag_values):
   except UsageError as e:
     print("%s: error: %s" % (script_name, e), file=sys.stderr, flush=True)
     return 2
+  except hooks_lib.TrainingDivergedError as e:
+    print("%s: error: %s" % (script_name, e), file=sys.stderr, flush=True)
+    return 1
 
 
 Workers = collections.namedtuple("Workers", ["hvd", "rank", "size", "local_rank", "local_size"])
@@ -104,7 +109,8 @@ def start_workers(use_horovod, environ=None):
 
 
 def worker_output_dir(workers, output_dir, node_local_output_dir, checkpoint_all_workers):
-  """Creates this worker's output directory (see `hvd_utils.worker_output_dir`).
+  """Creates this worker's output directory (see `hvd_utils.worker_output_dir`) and, in the
+  process that writes `output_dir` itself, takes the directory's lock (`output_lock`).
 
   Args:
     workers: `Workers`.
@@ -117,7 +123,14 @@ def worker_output_dir(workers, output_dir, node_local_output_dir, checkpoint_all
   """
   directory = hvd_utils.worker_output_dir(output_dir, workers.rank, workers.local_rank,
                                           node_local_output_dir)
-  tf.io.gfile.makedirs(directory)
+  # The directory (a usage error when it cannot be made), then one job per --output_dir: the
+  # process that writes --output_dir holds its lock until it exits.
+  try:
+    output_lock.make_directory(directory)
+    if directory == output_dir:
+      output_lock.lock_output_dir(output_dir)
+  except ValueError as e:
+    raise UsageError(str(e))
   saves = checkpoint_all_workers or hvd_utils.saves_checkpoints(
       workers.rank, workers.local_rank, node_local_output_dir)
   return directory, saves
@@ -271,7 +284,8 @@ def _explained(error, explain_input_error):
   return explain_input_error(error) if explain_input_error is not None else error
 
 
-def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_error=None):
+def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_error=None,
+          explain_nan_loss=None):
   """Trains to `max_steps`, unless the checkpoints in `progress_dir` are already there.
 
   Every worker decides from the same (rank 0's) checkpoints, so none waits alone in a collective.
@@ -284,6 +298,8 @@ def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_err
     hooks: from `training_hooks`.
     explain_input_error: optional function error -> error, naming the bad input after the input
       pipeline raised a DataLossError or InvalidArgumentError.
+    explain_nan_loss: optional function checkpoint_step -> `hooks.TrainingDivergedError`, saying
+      what to change after the Estimator's NaN-loss check stopped the run.
   """
   done_steps = checkpoint_step(progress_dir)
   if done_steps >= max_steps:
@@ -295,6 +311,10 @@ def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_err
     estimator.train(input_fn=input_fn, hooks=hooks, max_steps=max_steps)
   except INPUT_ERRORS as e:
     raise _explained(e, explain_input_error)
+  except _tf1.train.NanLossDuringTrainingError as e:
+    if explain_nan_loss is None:
+      raise
+    raise explain_nan_loss(checkpoint_step(progress_dir)) from e
 
 
 def write_eval_results(path, result):
