@@ -429,7 +429,10 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
   Returns:
     The train op. Named tensors: `learning_rate` (the rate of this step's update),
     `step_update` (global step after this step), `update_step` (bool, with N > 1: this micro-step
-    completed a cycle) and `loss_scale` (with loss scaling: the scale this step's loss used).
+    completed a cycle), `global_norm` (the update's gradient norm, unscaled and before clipping;
+    NaN on micro-steps that apply no update), and with loss scaling `loss_scale` (the scale this
+    step's loss used) and `skipped_updates` (int64, non-finite updates skipped so far, counted by
+    the variable `skipped_update_count`).
 
   Raises:
     ValueError: for invalid arguments or a loss without gradients.
@@ -461,11 +464,16 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
   reduced_precision = manual_fp16 or amp_active
   loss_scaler = None
   loss_scale = tf.constant(1.0)
+  skipped_count = None
   if reduced_precision:
     loss_scaler = _tf1.mixed_precision.DynamicLossScale(
         initial_loss_scale=init_loss_scale, increment_period=loss_scale_increment_period,
         multiplier=LOSS_SCALE_MULTIPLIER)
     loss_scale = tf.identity(loss_scaler(), name="loss_scale")
+    with tf.init_scope():
+      # Updates skipped as non-finite, saved in checkpoints so that a resumed run keeps counting.
+      skipped_count = _tf1.get_variable("skipped_update_count", shape=[], dtype=tf.int64,
+                                        trainable=False, initializer=_tf1.zeros_initializer())
   allreduce_dtype = tf.float16 if reduced_precision else tf.float32
 
   reduce_gradients = None
@@ -489,7 +497,8 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
   def finish_update(update_grads):
     """Post-accumulation allreduce, unscale, check, clip, increment, apply.
 
-    Returns the global step after this update (unchanged when the update was skipped)."""
+    Returns the global step after this update (unchanged when the update was skipped) and the
+    update's unscaled, unclipped gradient norm."""
     if reduce_gradients is not None and allreduce_post_accumulation:
       update_grads = reduce_gradients(update_grads)
     # One pass over the gradients (an L2Loss each) gives both the clipping norm and the
@@ -497,7 +506,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
     # squares does not overflow (an overflowing norm would turn the clipped update into NaN, so
     # such an update is skipped as well). Unscaling and clipping are one factor that the fused
     # update applies, instead of two more passes over the gradients.
-    global_norm = tf.linalg.global_norm(update_grads)
+    global_norm = tf.linalg.global_norm(update_grads, name="gradient_norm")
     if reduced_precision:
       global_norm = global_norm / loss_scale
     all_finite = tf.math.is_finite(global_norm)
@@ -522,17 +531,28 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
       with tf.control_dependencies([apply_op]):
         return tf.identity(step_after)
 
-    step_after = tf.cond(all_finite, apply_update, lambda: tf.identity(step_before))
+    def skip_update():
+      count = [] if skipped_count is None else [skipped_count.assign_add(1, read_value=False)]
+      with tf.control_dependencies(count):
+        return tf.identity(step_before)
+
+    step_after = tf.cond(all_finite, apply_update, skip_update)
     with tf.control_dependencies(side_effects):
-      return tf.identity(step_after)
+      return tf.identity(step_after), global_norm
 
   if num_accumulation_steps == 1:
-    step_after = finish_update(grads)
+    step_after, global_norm = finish_update(grads)
   else:
     is_update, accumulated, accumulate_op = _accumulate(grads, tvars, num_accumulation_steps)
     is_update = tf.identity(is_update, name="update_step")
     with tf.control_dependencies([accumulate_op]):
-      step_after = tf.cond(is_update, lambda: finish_update(accumulated),
-                           lambda: tf.identity(step_before))
+      # A micro-step that applies no update has no norm: NaN.
+      step_after, global_norm = tf.cond(
+          is_update, lambda: finish_update(accumulated),
+          lambda: (tf.identity(step_before), tf.constant(float("nan"))))
+  tf.identity(global_norm, name="global_norm")
   step_update = tf.identity(step_after, name="step_update")
+  if skipped_count is not None:
+    with tf.control_dependencies([step_update]):
+      tf.identity(skipped_count.read_value(), name="skipped_updates")
   return tf.group(step_update, name="train_op")
