@@ -660,7 +660,10 @@ def run(f):
         hooks.append(hooks_lib.TrainingLogHook(
             run_logger, global_batch_size, num_accumulation_steps=f.num_accumulation_steps,
             display_loss_steps=f.display_loss_steps,
-            save_checkpoints_steps=f.save_checkpoints_steps if saves else None))
+            save_checkpoints_steps=f.save_checkpoints_steps if saves else None,
+            num_train_steps=f.num_train_steps,
+            # TensorBoard run "train", beside the Estimator's "eval".
+            summary_dir=os.path.join(output_dir, "train")))
       if hooks_lib.weight_sync_enabled(f.force_weight_sync):
         hooks.append(hooks_lib.WeightSyncHook(f.num_accumulation_steps))
       if size > 1:
