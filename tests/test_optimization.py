@@ -222,6 +222,16 @@ def _train(batches, micro_batch, num_accumulation_steps, optimizer_type, lr=0.05
   return weights, records
 
 
+def _initial_weights(batch):
+  """The initial variable values of helpers.softmax_regression_loss (built on `batch`)."""
+  with tf.Graph().as_default():
+    helpers.softmax_regression_loss({"ids": tf.constant(batch["ids"]),
+                                     "x": tf.constant(batch["x"])}, tf.constant(batch["y"]))
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      return {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+
+
 def _np_model_grads(weights, batch):
   """Gradients of the mean softmax cross-entropy of helpers.softmax_regression_loss, in numpy (float64)."""
   table, kernel, bias = (weights["emb/table"].astype(np.float64),
@@ -246,12 +256,7 @@ def _np_model_grads(weights, batch):
 def test_first_lamb_update_uses_step_one_and_the_lr_of_step_zero():
   rng = np.random.RandomState(2)
   batch = helpers.softmax_regression_data(rng, 8)
-  with tf.Graph().as_default():
-    ids = tf.constant(batch["ids"])
-    loss = helpers.softmax_regression_loss({"ids": ids, "x": tf.constant(batch["x"])}, tf.constant(batch["y"]))
-    with _tf1.Session() as sess:
-      sess.run(_tf1.global_variables_initializer())
-      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  initial = _initial_weights(batch)
   weights, records = _train([batch], 8, 1, "lamb", lr=0.05)
 
   # numpy: clip by global norm 1.0, then LAMB with t = 1 and the LR of step 0 (= 0.05, no warmup).
@@ -329,12 +334,7 @@ def test_accumulation_equals_one_big_batch_with_clipping(optimizer_type, loss_mu
   assert [bool(r["update"]) for r in records] == [False, False, False, True] * 3
   assert [int(r["step"]) for r in records] == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
   # The clip was active on the first update (numpy gradient norm of the first batch > 1).
-  with tf.Graph().as_default():
-    helpers.softmax_regression_loss({"ids": tf.constant(batches[0]["ids"]), "x": tf.constant(batches[0]["x"])},
-           tf.constant(batches[0]["y"]))
-    with _tf1.Session() as sess:
-      sess.run(_tf1.global_variables_initializer())
-      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  initial = _initial_weights(batches[0])
   grads = _np_model_grads(initial, batches[0])
   if loss_multiplier == 1.0:
     assert np.sqrt(sum(np.sum(g * g) for g in grads.values())) > 1.0
@@ -347,12 +347,7 @@ def test_accumulation_equals_one_big_batch_with_clipping(optimizer_type, loss_mu
 def test_global_norm_is_the_unclipped_norm_of_the_update(micro_batch, num_accumulation_steps):
   rng = np.random.RandomState(7)
   batch = helpers.softmax_regression_data(rng, 8)
-  with tf.Graph().as_default():
-    helpers.softmax_regression_loss({"ids": tf.constant(batch["ids"]),
-                                     "x": tf.constant(batch["x"])}, tf.constant(batch["y"]))
-    with _tf1.Session() as sess:
-      sess.run(_tf1.global_variables_initializer())
-      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  initial = _initial_weights(batch)
   _, records = _train([batch], micro_batch, num_accumulation_steps, "lamb")
   grads = _np_model_grads(initial, batch)
   expected = np.sqrt(sum(np.sum(g * g) for g in grads.values()))
@@ -366,12 +361,7 @@ def test_global_norm_is_the_unclipped_norm_of_the_update(micro_batch, num_accumu
 def test_accumulators_hold_the_big_batch_gradient():
   rng = np.random.RandomState(4)
   batch = helpers.softmax_regression_data(rng, 8)
-  with tf.Graph().as_default():
-    helpers.softmax_regression_loss({"ids": tf.constant(batch["ids"]),
-                                     "x": tf.constant(batch["x"])}, tf.constant(batch["y"]))
-    with _tf1.Session() as sess:
-      sess.run(_tf1.global_variables_initializer())
-      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  initial = _initial_weights(batch)
   weights, _ = _train([batch], 2, 4, "lamb")
   # After one cycle of 4 micro-batches of 2, each accumulator holds the gradient of the mean loss
   # over all 8 rows (each micro-step contributes its mean gradient / 4).

@@ -97,30 +97,16 @@ def read_dllog(path):
   return lines
 
 
-# TensorBoard tag -> key of the per-update log line holding the same value.
-SCALAR_LOG_KEYS = {"learning_rate": "learning_rate", "total_loss": "total_loss",
-                   "mlm_loss": "mlm_loss", "nsp_loss": "nsp_loss",
-                   "throughput_train": "throughput_train", "global_norm": "global_norm",
-                   "loss_scale": "loss_scaler", "skipped_updates": "skipped_updates"}
-
-
 def assert_scalars_match_log(summary_dir, step_lines):
   """The events file in `summary_dir` holds, for each tag, the values of `step_lines` (the
   per-update log lines, in order) at their steps; returns the tags found."""
-  events = [os.path.join(summary_dir, n) for n in os.listdir(summary_dir)
-            if n.startswith("events.out.tfevents.")]
-  assert len(events) == 1, events
-  scalars = {}
-  for event in _tf1.train.summary_iterator(events[0]):
-    for value in event.summary.value:
-      scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+  scalars = helpers.read_scalars(str(summary_dir))
   for tag, points in scalars.items():
-    key = SCALAR_LOG_KEYS[tag]
+    key = helpers.SCALAR_LOG_KEYS[tag]
     assert [step for step, _ in points] == [l["step"] for l in step_lines], tag
     np.testing.assert_allclose([v for _, v in points], [l["data"][key] for l in step_lines],
                                rtol=1e-6, err_msg=tag)
   return set(scalars)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,7 +139,7 @@ def test_train_logs_and_checkpoints(data, tmp_path):
              for l in steps)
   # TensorBoard: the run "train" holds the logged values at the logged steps (fp32: no loss scale).
   assert assert_scalars_match_log(out / "train", steps) == (
-      set(SCALAR_LOG_KEYS) - {"loss_scale", "skipped_updates"})
+      set(helpers.SCALAR_LOG_KEYS) - {"loss_scale", "skipped_updates"})
 
 
 def test_fp16_overflow_shows_in_loss_scale_and_skipped_updates(data, tmp_path):
@@ -173,7 +159,7 @@ def test_fp16_overflow_shows_in_loss_scale_and_skipped_updates(data, tmp_path):
     assert scales[k] == (scales[k - 1] / 2 if skipped[k - 1] else scales[k - 1])
   assert steps[0]["data"]["skipped_updates"] == 1
   assert checkpoint_values(out)["skipped_update_count"] == sum(skipped)
-  assert assert_scalars_match_log(out / "train", steps) == set(SCALAR_LOG_KEYS)
+  assert assert_scalars_match_log(out / "train", steps) == set(helpers.SCALAR_LOG_KEYS)
 
 
 def _continue_in_process(checkpoint, record_dir, num_train_steps, updates):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import helpers
 from utils import dllogger_setup
 from utils import hooks
 
@@ -174,10 +175,11 @@ def test_training_hook_with_accumulation_and_fp16(graph, tmp_path):
   feeds = random_feeds(rng, accumulation * num_updates)
   durations = list(rng.uniform(0.1, 0.5, len(feeds)))
   log_path = str(tmp_path / "log.json")
+  summary_dir = str(tmp_path / "train")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch,
                                num_accumulation_steps=accumulation, display_loss_steps=display,
-                               use_fp16=True, clock=clock_for(durations))
+                               use_fp16=True, summary_dir=summary_dir, clock=clock_for(durations))
   train_op, placeholders = build_graph(accumulation)
   run_micro_steps(hook, train_op, placeholders, feeds)
 
@@ -187,6 +189,14 @@ def test_training_hook_with_accumulation_and_fp16(graph, tmp_path):
   assert [r["step"] for r in records] == [1, 2, 4, 6, 8, []]
   for record, (_, data) in zip(records, expected):
     assert_data_close(record["data"], data)
+  # TensorBoard: each tag at the logged steps with the logged value (the loss scale under its
+  # graph name; simple_value is a float32).
+  scalars = helpers.read_scalars(summary_dir)
+  assert set(scalars) == set(helpers.SCALAR_LOG_KEYS)
+  for tag, key in helpers.SCALAR_LOG_KEYS.items():
+    assert [step for step, _ in scalars[tag]] == [1, 2, 4, 6, 8], tag
+    for (step, value), (_, data) in zip(scalars[tag], expected):
+      assert value == pytest.approx(data[key], rel=1e-6), (tag, step)
   update_times = [sum(durations[i:i + accumulation]) for i in range(0, len(feeds), accumulation)]
   steady = update_times[6:]
   assert records[-1]["data"]["throughput_train"] == pytest.approx(
@@ -311,49 +321,6 @@ def test_training_hook_rejects_bad_arguments():
     hooks.TrainingLogHook(logger, global_batch_size=8, display_loss_steps=1.5)
   with pytest.raises(ValueError, match="logger"):
     hooks.TrainingLogHook("log.json", global_batch_size=8)
-
-
-def read_scalars(summary_dir):
-  """{tag: [(step, value), ...]} of the one events file in `summary_dir`, in file order."""
-  (events_file,) = [os.path.join(summary_dir, n) for n in os.listdir(summary_dir)
-                    if n.startswith("events.out.tfevents.")]
-  scalars = {}
-  for event in _tf1.train.summary_iterator(events_file):
-    for value in event.summary.value:
-      scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-  return scalars
-
-
-def test_training_hook_writes_the_logged_values_as_tensorboard_scalars(graph, tmp_path):
-  rng = np.random.RandomState(10)
-  accumulation, num_updates, display, global_batch = 2, 7, 3, 16
-  feeds = random_feeds(rng, accumulation * num_updates)
-  durations = list(rng.uniform(0.1, 0.5, len(feeds)))
-  log_path = str(tmp_path / "log.json")
-  summary_dir = str(tmp_path / "train")
-  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch,
-                               num_accumulation_steps=accumulation, display_loss_steps=display,
-                               summary_dir=summary_dir, clock=clock_for(durations))
-  train_op, placeholders = build_graph(accumulation)
-  run_micro_steps(hook, train_op, placeholders, feeds)
-
-  expected = expected_lines(feeds, durations, accumulation, global_batch, display, fp16=True)
-  assert [s for s, _ in expected] == [1, 3, 6]
-  # Each tag at the logged steps, with the value of the log (the loss scale under its graph name).
-  tags = {"learning_rate": "learning_rate", "total_loss": "total_loss", "mlm_loss": "mlm_loss",
-          "nsp_loss": "nsp_loss", "throughput_train": "throughput_train",
-          "global_norm": "global_norm", "loss_scale": "loss_scaler",
-          "skipped_updates": "skipped_updates"}
-  scalars = read_scalars(summary_dir)
-  assert set(scalars) == set(tags)
-  logged = {r["step"]: r["data"] for r in read_records(log_path) if r["step"] != []}
-  for tag, key in tags.items():
-    assert [step for step, _ in scalars[tag]] == [1, 3, 6], tag
-    for step, value in scalars[tag]:
-      # simple_value is a float32.
-      assert value == pytest.approx(dict(expected)[step][key], rel=1e-6), (tag, step)
-      assert value == pytest.approx(logged[step][key], rel=1e-6), (tag, step)
 
 
 def test_training_hook_on_rank1_writes_no_events_file(graph, tmp_path):
