@@ -214,6 +214,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     self._fetches = fetches
     self._global_step_tensor = _tf1.train.get_global_step()
     self._reset()
+    self._close_summary_writer()
     if self._summary_dir and self._logger.enabled:
       self._summary_writer = _tf1.summary.FileWriter(self._summary_dir)
       logging.info("training scalars for TensorBoard every %d updates in %s",
@@ -292,6 +293,11 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     # Flushed at once: someone watching a long run sees every point as it is logged.
     self._summary_writer.flush()
 
+  def _close_summary_writer(self):
+    if self._summary_writer is not None:
+      self._summary_writer.close()
+      self._summary_writer = None
+
   def _counts_for_average(self, update_index, step):
     """Whether update number `update_index` of the run (1-based) enters the throughput average."""
     if update_index <= self._warmup_steps:
@@ -341,9 +347,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
   def end(self, session):
     """Logs the summary line (step []) and closes the TensorBoard events file."""
     del session  # unused
-    if self._summary_writer is not None:
-      self._summary_writer.close()
-      self._summary_writer = None
+    self._close_summary_writer()
     summary = self.summary()
     self._emit(dllogger_setup.SUMMARY_STEP, summary)
     if self._logger.enabled:
