@@ -537,6 +537,11 @@ class LossScaling(object):
         initial_loss_scale=init_loss_scale, increment_period=increment_period,
         multiplier=LOSS_SCALE_MULTIPLIER)
     self.scale = tf.identity(self._scaler(), name=graph_names.LOSS_SCALE)
+    with tf.init_scope():
+      # Updates skipped as non-finite, saved in checkpoints so that a resumed run keeps counting.
+      self._skipped_count = _tf1.get_variable(
+          "skipped_update_count", shape=[], dtype=tf.int64, trainable=False,
+          initializer=_tf1.zeros_initializer())
 
   def unscale(self, value):
     """`value` (float32 Tensor computed from scaled gradients) / the scale."""
@@ -546,6 +551,14 @@ class LossScaling(object):
     """The op updating the scale from the finiteness of `global_norm` (float32 scalar)."""
     scale_update, _ = self._scaler.update([global_norm])
     return scale_update
+
+  def count_skip(self):
+    """The op adding one to the skipped-update count (run in the non-finite branch)."""
+    return self._skipped_count.assign_add(1, read_value=False)
+
+  def skipped_updates(self):
+    """int64 scalar Tensor: the updates skipped so far (read after this step's update)."""
+    return self._skipped_count.read_value()
 
 
 class NoLossScaling(object):
@@ -561,6 +574,13 @@ class NoLossScaling(object):
 
   def update(self, global_norm):
     del global_norm
+    return None
+
+  def count_skip(self):
+    """None: an fp32 step keeps no count (a skip shows as a non-finite `global_norm`)."""
+    return None
+
+  def skipped_updates(self):
     return None
 
 
@@ -631,20 +651,27 @@ def apply_if_finite(grads, tvars, optimizer, global_step, step_before, loss_scal
     loss_scaling: `LossScaling` or `NoLossScaling`.
 
   Returns:
-    int64 scalar Tensor: the global step after this update (unchanged when it was skipped); it
-    depends on the update and on the loss-scale update.
+    (step_after, global_norm): int64 scalar Tensor, the global step after this update (unchanged
+    when it was skipped), which depends on the update and on the loss-scale update; and float32
+    scalar Tensor, the update's gradient norm, unscaled and before clipping.
   """
-  global_norm = loss_scaling.unscale(tf.linalg.global_norm(grads))
+  global_norm = loss_scaling.unscale(tf.linalg.global_norm(grads, name="gradient_norm"))
   all_finite = tf.math.is_finite(global_norm)
   # The scaler decides on the same finiteness as the update (is_finite of the norm).
   scale_update = loss_scaling.update(global_norm)
+
+  def skip_update():
+    count_skip = loss_scaling.count_skip()
+    with tf.control_dependencies([count_skip] if count_skip is not None else []):
+      return tf.identity(step_before)
+
   step_after = tf.cond(
       all_finite,
       lambda: _apply_clipped(grads, tvars, optimizer, global_step, step_before, global_norm,
                              loss_scaling),
-      lambda: tf.identity(step_before))
+      skip_update)
   with tf.control_dependencies([scale_update] if scale_update is not None else []):
-    return tf.identity(step_after)
+    return tf.identity(step_after), global_norm
 
 
 def _apply_clipped(grads, tvars, optimizer, global_step, step_before, global_norm, loss_scaling):
@@ -665,7 +692,7 @@ def _apply_clipped(grads, tvars, optimizer, global_step, step_before, global_nor
 
 def _reduce_and_apply(grads, tvars, reduce_gradients, optimizer, global_step, step_before,
                       loss_scaling):
-  """`apply_if_finite` of `grads` after `reduce_gradients` (None: no reduction)."""
+  """`apply_if_finite` of `grads` after `reduce_gradients` (None: no reduction): (step, norm)."""
   if reduce_gradients is not None:
     grads = reduce_gradients(grads)
   return apply_if_finite(grads, tvars, optimizer, global_step, step_before, loss_scaling)
@@ -687,8 +714,10 @@ def build_train_op(loss, schedule, precision=Precision(), accumulation=Accumulat
   Returns:
     The train op. Named tensors (utils/graph_names.py): `learning_rate` (the rate of this step's
     update), `step_update` (global step after this step), `update_step` (bool, with N > 1: this
-    micro-step completed a cycle) and `loss_scale` (with loss scaling: the scale this step's loss
-    used).
+    micro-step completed a cycle), `global_norm` (the update's gradient norm, unscaled and before
+    clipping; NaN on micro-steps that apply no update), and with loss scaling `loss_scale` (the
+    scale this step's loss used) and `skipped_updates` (int64, non-finite updates skipped so far,
+    counted by the variable `skipped_update_count`).
 
   Raises:
     ValueError: for invalid settings or a loss without gradients.
@@ -723,18 +752,25 @@ def build_train_op(loss, schedule, precision=Precision(), accumulation=Accumulat
     grads = reduce_gradients(grads)
 
   if num_accumulation_steps == 1:
-    step_after = _reduce_and_apply(grads, tvars, reduce_after_accumulation, optimizer,
-                                   global_step, step_before, loss_scaling)
+    step_after, global_norm = _reduce_and_apply(grads, tvars, reduce_after_accumulation,
+                                                optimizer, global_step, step_before,
+                                                loss_scaling)
   else:
     is_update, accumulated, accumulate_op = _accumulate(grads, tvars, num_accumulation_steps)
     is_update = tf.identity(is_update, name=graph_names.UPDATE_STEP)
     with tf.control_dependencies([accumulate_op]):
-      step_after = tf.cond(
+      # A micro-step that applies no update has no norm: NaN.
+      step_after, global_norm = tf.cond(
           is_update,
           lambda: _reduce_and_apply(accumulated, tvars, reduce_after_accumulation, optimizer,
                                     global_step, step_before, loss_scaling),
-          lambda: tf.identity(step_before))
+          lambda: (tf.identity(step_before), tf.constant(float("nan"))))
+  tf.identity(global_norm, name=graph_names.GLOBAL_NORM)
   step_update = tf.identity(step_after, name=graph_names.STEP_UPDATE)
+  skipped_updates = loss_scaling.skipped_updates()
+  if skipped_updates is not None:
+    with tf.control_dependencies([step_update]):
+      tf.identity(skipped_updates, name=graph_names.SKIPPED_UPDATES)
   return tf.group(step_update, name=graph_names.TRAIN_OP)
 
 

@@ -578,7 +578,10 @@ def run(f):
       log_hook = hooks_lib.TrainingLogHook(
           run_logger, global_batch_size, num_accumulation_steps=f.num_accumulation_steps,
           display_loss_steps=f.display_loss_steps,
-          save_checkpoints_steps=f.save_checkpoints_steps if saves else None)
+          save_checkpoints_steps=f.save_checkpoints_steps if saves else None,
+          num_train_steps=f.num_train_steps,
+          # TensorBoard run "train", beside the Estimator's "eval".
+          summary_dir=os.path.join(output_dir, "train"))
     hooks = job.training_hooks(
         workers, output_dir if saves else None, f.save_checkpoints_steps,
         save_graph_def=f.save_graph_def, log_hook=log_hook,

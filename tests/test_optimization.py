@@ -202,7 +202,8 @@ def _train(batches, micro_batch, num_accumulation_steps, optimizer_type, lr=0.05
         num_accumulation_steps=num_accumulation_steps, **kwargs)
     graph = _tf1.get_default_graph()
     fetch = {"step": graph.get_tensor_by_name("step_update:0"),
-             "lr": graph.get_tensor_by_name("learning_rate:0")}
+             "lr": graph.get_tensor_by_name("learning_rate:0"),
+             "norm": graph.get_tensor_by_name("global_norm:0")}
     if num_accumulation_steps > 1:
       fetch["update"] = graph.get_tensor_by_name("update_step:0")
       fetch["local_step"] = helpers.variable("local_step")
@@ -344,6 +345,21 @@ def test_accumulation_equals_one_big_batch_with_clipping(optimizer_type, loss_mu
   assert accumulated["emb/table/accum"].shape == (7, 4)
 
 
+@pytest.mark.parametrize("micro_batch,num_accumulation_steps", [(8, 1), (2, 4)])
+def test_global_norm_is_the_unclipped_norm_of_the_update(micro_batch, num_accumulation_steps):
+  rng = np.random.RandomState(7)
+  batch = helpers.softmax_regression_data(rng, 8)
+  initial = _initial_weights()
+  _, records = _train([batch], micro_batch, num_accumulation_steps, "lamb")
+  grads = _np_model_grads(initial, batch)
+  expected = np.sqrt(sum(np.sum(g * g) for g in grads.values()))
+  assert expected > 1.0  # clipping is active: the logged norm is the one before it
+  np.testing.assert_allclose(records[-1]["norm"], expected, rtol=1e-5)
+  # Micro-steps that apply no update have no norm.
+  assert all(np.isnan(r["norm"]) for r in records[:-1])
+  assert len(records) == num_accumulation_steps
+
+
 def test_accumulators_hold_the_big_batch_gradient():
   rng = np.random.RandomState(4)
   batch = helpers.softmax_regression_data(rng, 8)
@@ -365,16 +381,28 @@ def test_dynamic_loss_scale_sequence_and_skipped_updates():
     train_op = optimization.create_optimizer(
         loss, 0.1, 100, 0, manual_fp16=True, init_loss_scale=4, optimizer_type="lamb",
         loss_scale_increment_period=2)
-    scale_used = _tf1.get_default_graph().get_tensor_by_name("loss_scale:0")
+    graph = _tf1.get_default_graph()
+    scale_used = graph.get_tensor_by_name("loss_scale:0")
+    norm = graph.get_tensor_by_name("global_norm:0")
+    skipped = graph.get_tensor_by_name("skipped_updates:0")
     step = helpers.variable("global_step")
+    counter = helpers.variable("skipped_update_count")
+    assert counter.dtype.base_dtype == tf.int64 and counter not in _tf1.trainable_variables()
     with _tf1.Session() as sess:
       sess.run(_tf1.global_variables_initializer())
-      scales, used, changed, steps = [], [], [], []
+      scales, used, changed, steps, norms, skips = [], [], [], [], [], []
       for value in feeds:
         before = sess.run(w)
-        _, s_used = sess.run([train_op, scale_used], {x: value})
+        _, s_used, norm_value, skipped_value = sess.run([train_op, scale_used, norm, skipped],
+                                                        {x: value})
         after = sess.run(w)
         used.append(s_used)
+        skips.append(skipped_value)
+        # d loss / d w = x + 2 w, unscaled: the loss scale (4 to 8 here) must not show.
+        if np.isfinite(value):
+          np.testing.assert_allclose(norm_value, np.linalg.norm(value + 2.0 * before), rtol=1e-6)
+        else:
+          assert not np.isfinite(norm_value)
         scales.append(sess.run(helpers.variable("current_loss_scale")))
         changed.append(not np.array_equal(before, after))
         steps.append(sess.run(step))
@@ -383,6 +411,7 @@ def test_dynamic_loss_scale_sequence_and_skipped_updates():
   assert used == [4, 4, 8, 8, 4, 4, 2, 2]
   assert changed == [True, True, True, False, True, False, True, True]
   assert steps == [1, 2, 3, 3, 4, 4, 5, 6]
+  assert skips == [0, 0, 0, 1, 1, 2, 2, 2]
 
 
 def test_none_gradients_are_warned_by_name(caplog):

@@ -97,6 +97,17 @@ def read_dllog(path):
   return lines
 
 
+def assert_scalars_match_log(summary_dir, step_lines):
+  """The events file in `summary_dir` holds, for each tag, the values of `step_lines` (the
+  per-update log lines, in order) at their steps; returns the tags found."""
+  scalars = helpers.read_scalars(str(summary_dir))
+  for tag, points in scalars.items():
+    key = helpers.SCALAR_LOG_KEYS[tag]
+    assert [step for step, _ in points] == [l["step"] for l in step_lines], tag
+    np.testing.assert_allclose([v for _, v in points], [l["data"][key] for l in step_lines],
+                               rtol=1e-6, err_msg=tag)
+  return set(scalars)
+
 
 # ---------------------------------------------------------------------------------------------
 # Single process
@@ -124,6 +135,31 @@ def test_train_logs_and_checkpoints(data, tmp_path):
   assert summary and "throughput_train" in summary[-1]["data"]
   # The loss starts near ln(vocab) for a freshly initialised model.
   assert abs(steps[0]["data"]["mlm_loss"] - np.log(CONFIG["vocab_size"])) < 1.0
+  assert all(np.isfinite(l["data"]["global_norm"]) and l["data"]["global_norm"] > 0
+             for l in steps)
+  # TensorBoard: the run "train" holds the logged values at the logged steps (fp32: no loss scale).
+  assert assert_scalars_match_log(out / "train", steps) == (
+      set(helpers.SCALAR_LOG_KEYS) - {"loss_scale", "skipped_updates"})
+
+
+def test_fp16_overflow_shows_in_loss_scale_and_skipped_updates(data, tmp_path):
+  # An initial loss scale of 2^32 overflows the fp16 gradients (a scaled gradient above 65504 is
+  # inf): updates are skipped, each halving the scale, until the scale fits; then 2 updates apply.
+  out = tmp_path / "out"
+  run_job(common_flags(data, out, do_train=True, num_train_steps=2, manual_fp16=True,
+                       init_loss_scale=2**32, save_checkpoints_steps=100))
+  steps = [l for l in read_dllog(out / "bert_dllog.json") if l["step"] != []]
+  skipped = [not np.isfinite(l["data"]["global_norm"]) for l in steps]
+  assert skipped[0] and skipped[-2:] == [False, False], skipped
+  scales = [l["data"]["loss_scaler"] for l in steps]
+  assert scales[0] == 2.0 ** 32
+  for k in range(1, len(steps)):
+    # The count grows by one per non-finite update; the next update uses half the scale.
+    assert steps[k]["data"]["skipped_updates"] == sum(skipped[:k + 1])
+    assert scales[k] == (scales[k - 1] / 2 if skipped[k - 1] else scales[k - 1])
+  assert steps[0]["data"]["skipped_updates"] == 1
+  assert checkpoint_values(out)["skipped_update_count"] == sum(skipped)
+  assert assert_scalars_match_log(out / "train", steps) == set(helpers.SCALAR_LOG_KEYS)
 
 
 def _continue_in_process(checkpoint, record_dir, num_train_steps, updates):

@@ -1,23 +1,29 @@
 """utils/hooks.py: the training log hook, the eval timing hook and the weight-sync switch.
 
 The training log hook runs inside a real `MonitoredSession` on a small graph that has the named
-tensors of SPEC section 5: the losses, learning rate and loss scale are fed per micro-step, the
-global step and `update_step` come from real accumulation-counter variables. A scripted clock gives
-every micro-step a known duration; the expected log lines are computed here from those numbers.
+tensors of SPEC section 5: the losses, learning rate, gradient norm, loss scale and skipped-update
+count are fed per micro-step, the global step and `update_step` come from real
+accumulation-counter variables. A scripted clock gives every micro-step a known duration; the
+expected log lines (and TensorBoard scalars) are computed here from those numbers.
 """
 
 import json
+import logging
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import helpers
 from utils import dllogger_setup
 from utils import hooks
 
 _tf1 = tf.compat.v1
-FED_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "loss_scale")
+FED_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "global_norm",
+               "loss_scale", "skipped_updates")
+# The tensors the optimizer creates only when it scales the loss.
+LOSS_SCALING = ("loss_scale", "skipped_updates")
 
 
 class ScriptedClock(object):
@@ -50,7 +56,8 @@ def build_graph(num_accumulation_steps, initial_global_step=0, with_update_step=
   for name in FED_TENSORS:
     if name in omit:
       continue
-    placeholders[name] = _tf1.placeholder(tf.float32, [], name=name + "_value")
+    dtype = tf.int64 if name == "skipped_updates" else tf.float32
+    placeholders[name] = _tf1.placeholder(dtype, [], name=name + "_value")
     tf.identity(placeholders[name], name=name)
   global_step = _tf1.get_variable(
       "global_step", [], tf.int64, initializer=_tf1.constant_initializer(initial_global_step),
@@ -91,7 +98,9 @@ def random_feeds(rng, count):
   return [{"total_loss": float(rng.uniform(5, 9)), "mlm_loss": float(rng.uniform(4, 8)),
            "nsp_loss": float(rng.uniform(0.3, 0.9)),
            "learning_rate": float(rng.uniform(1e-5, 1e-3)),
-           "loss_scale": float(2 ** rng.randint(10, 16))} for _ in range(count)]
+           "global_norm": float(rng.uniform(0.5, 3.0)),
+           "loss_scale": float(2 ** rng.randint(10, 16)),
+           "skipped_updates": int(rng.randint(0, 5))} for _ in range(count)]
 
 
 def expected_lines(feeds, durations, accumulation, global_batch, display, first_step=0,
@@ -115,6 +124,9 @@ def expected_lines(feeds, durations, accumulation, global_batch, display, first_
     }
     if fp16:
       data["loss_scaler"] = last["loss_scale"]
+    data["global_norm"] = last["global_norm"]
+    if fp16:
+      data["skipped_updates"] = last["skipped_updates"]
     lines.append((step, data))
   return lines
 
@@ -134,7 +146,7 @@ def test_training_hook_without_accumulation_logs_each_update(graph, tmp_path):
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch, num_accumulation_steps=1,
                                display_loss_steps=1, clock=clock_for(durations))
-  train_op, placeholders = build_graph(1, with_update_step=False, omit=("loss_scale",))
+  train_op, placeholders = build_graph(1, with_update_step=False, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   logger.close()
 
@@ -161,10 +173,12 @@ def test_training_hook_with_accumulation_and_fp16(graph, tmp_path):
   feeds = random_feeds(rng, accumulation * num_updates)
   durations = list(rng.uniform(0.1, 0.5, len(feeds)))
   log_path = str(tmp_path / "log.json")
+  summary_dir = str(tmp_path / "train")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch,
                                num_accumulation_steps=accumulation, display_loss_steps=display,
-                               log_loss_scale=True, clock=clock_for(durations))
+                               log_loss_scale=True, summary_dir=summary_dir,
+                               clock=clock_for(durations))
   train_op, placeholders = build_graph(accumulation)
   run_micro_steps(hook, train_op, placeholders, feeds)
 
@@ -174,6 +188,14 @@ def test_training_hook_with_accumulation_and_fp16(graph, tmp_path):
   assert [r["step"] for r in records] == [1, 2, 4, 6, 8, []]
   for record, (_, data) in zip(records, expected):
     assert_data_close(record["data"], data)
+  # TensorBoard: each tag at the logged steps with the logged value (the loss scale under its
+  # graph name; simple_value is a float32).
+  scalars = helpers.read_scalars(summary_dir)
+  assert set(scalars) == set(helpers.SCALAR_LOG_KEYS)
+  for tag, key in helpers.SCALAR_LOG_KEYS.items():
+    assert [step for step, _ in scalars[tag]] == [1, 2, 4, 6, 8], tag
+    for (step, value), (_, data) in zip(scalars[tag], expected):
+      assert value == pytest.approx(data[key], rel=1e-6), (tag, step)
   update_times = [sum(durations[i:i + accumulation]) for i in range(0, len(feeds), accumulation)]
   steady = update_times[6:]
   assert records[-1]["data"]["throughput_train"] == pytest.approx(
@@ -188,7 +210,7 @@ def test_training_hook_counts_updates_without_update_step_tensor(graph, tmp_path
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
                                clock=clock_for(durations))
-  train_op, placeholders = build_graph(2, with_update_step=False, omit=("loss_scale",))
+  train_op, placeholders = build_graph(2, with_update_step=False, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
   expected = expected_lines(feeds, durations, 2, 8, display=1)
@@ -208,7 +230,7 @@ def test_training_hook_resumed_run_skips_checkpoint_steps_in_average(graph, tmp_
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch, display_loss_steps=4,
                                save_checkpoints_steps=3, clock=clock_for(durations))
-  train_op, placeholders = build_graph(1, initial_global_step=5, omit=("loss_scale",))
+  train_op, placeholders = build_graph(1, initial_global_step=5, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
   # First update of the run (step 6), then steps divisible by 4.
@@ -234,15 +256,17 @@ def test_training_hook_loss_scale(graph, tmp_path, log_loss_scale, graph_has_los
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=8, log_loss_scale=log_loss_scale,
                                clock=clock_for([0.1, 0.2]))
-  omit = () if graph_has_loss_scale else ("loss_scale",)
+  omit = () if graph_has_loss_scale else LOSS_SCALING
   train_op, placeholders = build_graph(1, omit=omit)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)[:-1]
   assert [r["step"] for r in records] == [1, 2]
   for record, feed in zip(records, feeds):
     assert ("loss_scaler" in record["data"]) is logged
+    assert ("skipped_updates" in record["data"]) is logged
     if logged:
       assert record["data"]["loss_scaler"] == feed["loss_scale"]
+      assert record["data"]["skipped_updates"] == feed["skipped_updates"]
 
 
 @pytest.mark.parametrize("num_updates", [0, 1, 3, 6])
@@ -254,7 +278,7 @@ def test_training_hook_short_run_ends_cleanly(graph, tmp_path, num_updates):
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
                                clock=clock_for(durations))
-  train_op, placeholders = build_graph(2, omit=("loss_scale",))
+  train_op, placeholders = build_graph(2, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
   assert [r["step"] for r in records] == list(range(1, num_updates + 1)) + [[]]
@@ -298,7 +322,7 @@ def test_training_hook_on_rank1_writes_nothing(graph, tmp_path, capsys):
   log_path = tmp_path / "rank1" / "log.json"
   logger = dllogger_setup.RunLogger(str(log_path), rank=1, backend="builtin")
   hook = hooks.TrainingLogHook(logger, global_batch_size=8, clock=clock_for([0.1, 0.2, 0.3]))
-  train_op, placeholders = build_graph(1, omit=("loss_scale",))
+  train_op, placeholders = build_graph(1, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   assert not log_path.exists() and not log_path.parent.exists()
   assert "DLL" not in capsys.readouterr().out
@@ -323,6 +347,48 @@ def test_training_hook_rejects_bad_arguments():
     hooks.TrainingLogHook(logger, global_batch_size=8, display_loss_steps=1.5)
   with pytest.raises(ValueError, match="logger"):
     hooks.TrainingLogHook("log.json", global_batch_size=8)
+
+
+def test_training_hook_on_rank1_writes_no_events_file(graph, tmp_path):
+  logger = dllogger_setup.RunLogger(None, rank=1, backend="builtin")
+  summary_dir = tmp_path / "train"
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, summary_dir=str(summary_dir),
+                               clock=clock_for([0.1, 0.2]))
+  train_op, placeholders = build_graph(1)
+  run_micro_steps(hook, train_op, placeholders, random_feeds(np.random.RandomState(11), 2))
+  assert not summary_dir.exists()
+
+
+def test_progress_message():
+  assert hooks.format_duration(0.9) == "0:00:00"
+  assert hooks.format_duration(3 * 3600 + 25 * 60 + 7.6) == "3:25:07"
+  assert hooks.format_duration(50 * 3600) == "50:00:00"
+  assert (hooks.progress_message(20, 600, 62.5, 0.5)
+          == "update 20 of 600 (3.3%), elapsed 0:01:02, ETA 0:04:50")
+  assert (hooks.progress_message(1, 600, 9.0, None)
+          == "update 1 of 600 (0.2%), elapsed 0:00:09, ETA unknown")
+  assert hooks.progress_message(20, None, 62.5, 0.5) == "update 20, elapsed 0:01:02"
+  assert (hooks.progress_message(600, 600, 3600.0, 2.0)
+          == "update 600 of 600 (100.0%), elapsed 1:00:00, ETA 0:00:00")
+
+
+def test_training_hook_logs_progress_with_eta(graph, tmp_path, caplog):
+  # Micro-steps of 30 s (compilation), then 10 s each, 0.25 s apart (clock_for): the first update
+  # ends 40.25 s after the run started, the next 20.5 s later (two micro-steps and two gaps).
+  logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
+                               display_loss_steps=2, num_train_steps=100,
+                               clock=clock_for([30.0, 10.0, 10.0, 10.0, 10.0, 10.0]))
+  train_op, placeholders = build_graph(2, initial_global_step=40, omit=LOSS_SCALING)
+  with caplog.at_level(logging.INFO):
+    run_micro_steps(hook, train_op, placeholders, random_feeds(np.random.RandomState(12), 6))
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("update ")]
+  # Updates end at steps 41 (the first of the run), 42 and 43 (not a multiple of 2).
+  assert lines == [
+      "update 41 of 100 (41.0%), elapsed 0:00:40, ETA unknown",
+      # 58 updates left x 20.5 s = 1189 s.
+      "update 42 of 100 (42.0%), elapsed 0:01:00, ETA 0:19:49",
+  ]
 
 
 def build_eval_graph():

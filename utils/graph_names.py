@@ -19,6 +19,11 @@ STEP_UPDATE = "step_update"
 UPDATE_STEP = "update_step"
 # float32 scalar, with loss scaling only: the loss scale this step's loss was multiplied by.
 LOSS_SCALE = "loss_scale"
+# float32 scalar: the update's gradient norm, unscaled and before clipping (NaN on a micro-step
+# that applies no update; non-finite on a skipped update).
+GLOBAL_NORM = "global_norm"
+# int64 scalar, with loss scaling only: non-finite updates skipped so far (after this step).
+SKIPPED_UPDATES = "skipped_updates"
 # The train op (a group of the step's work).
 TRAIN_OP = "train_op"
 

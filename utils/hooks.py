@@ -27,9 +27,19 @@ from utils import hvd_utils
 
 _tf1 = tf.compat.v1
 
-# Graph tensors the training log needs; `update_step` and `loss_scale` are optional.
+# Graph tensors the training log needs; `update_step`, `global_norm`, `loss_scale` and
+# `skipped_updates` are optional.
 REQUIRED_TRAIN_TENSORS = (graph_names.TOTAL_LOSS, graph_names.MLM_LOSS, graph_names.NSP_LOSS,
                           graph_names.LEARNING_RATE, graph_names.STEP_UPDATE)
+# Graph tensors that exist only when the optimizer scales the loss (fp16).
+LOSS_SCALING_TENSORS = (graph_names.LOSS_SCALE, graph_names.SKIPPED_UPDATES)
+# TensorBoard tag of each per-update log key written as a scalar; the loss scale keeps its graph
+# name there (the log uses NVIDIA's `loss_scaler`).
+SUMMARY_TAGS = collections.OrderedDict([
+    ("learning_rate", "learning_rate"), ("total_loss", "total_loss"), ("mlm_loss", "mlm_loss"),
+    ("nsp_loss", "nsp_loss"), ("throughput_train", "throughput_train"),
+    ("global_norm", "global_norm"), ("loss_scaler", "loss_scale"),
+    ("skipped_updates", "skipped_updates")])
 # Update steps left out of the throughput average at the start of a run (start-up, first-run graph
 # optimisation, XLA compilation), as NVIDIA's script does.
 DEFAULT_WARMUP_STEPS = 6
@@ -45,6 +55,36 @@ def _graph_tensor(graph, name):
     return graph.get_tensor_by_name(graph_names.tensor_name(name))
   except KeyError:
     return None
+
+
+def format_duration(seconds):
+  """`seconds` as H:MM:SS, whole seconds truncated (hours may exceed 24)."""
+  minutes, secs = divmod(int(seconds), 60)
+  hours, minutes = divmod(minutes, 60)
+  return "%d:%02d:%02d" % (hours, minutes, secs)
+
+
+def progress_message(step, num_train_steps, elapsed, seconds_per_update):
+  """The readable progress of a run.
+
+  Args:
+    step: global step after the latest update.
+    num_train_steps: global step the run ends at, or None when unknown.
+    elapsed: seconds since the run's first update started.
+    seconds_per_update: recent seconds per update, or None before there is a measure.
+
+  Returns:
+    e.g. "update 20 of 600 (3.3%), elapsed 0:01:02, ETA 0:30:58"; without `num_train_steps`
+    "update 20, elapsed 0:01:02"; "ETA unknown" without `seconds_per_update`.
+  """
+  if num_train_steps is None:
+    return "update %d, elapsed %s" % (step, format_duration(elapsed))
+  if seconds_per_update is None:
+    eta = "unknown"
+  else:
+    eta = format_duration(max(num_train_steps - step, 0) * seconds_per_update)
+  return "update %d of %d (%.1f%%), elapsed %s, ETA %s" % (
+      step, num_train_steps, 100.0 * step / num_train_steps, format_duration(elapsed), eta)
 
 
 def _check_logger(logger):
@@ -63,14 +103,20 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
 
     throughput_train = global_batch_size / (summed run time of the update's micro-steps)
     avg_loss_step    = mean of total_loss over the update's micro-steps
-    mlm_loss, nsp_loss, total_loss, learning_rate (and loss_scaler in fp16): values of the last
-                       micro-step
+    mlm_loss, nsp_loss, total_loss, learning_rate: values of the last micro-step
+    global_norm      = the update's gradient norm (unscaled, before clipping)
+    loss_scaler, skipped_updates (fp16): the loss scale of the last micro-step and the number of
+                       updates skipped so far as non-finite (the checkpointed count)
 
   and logs them with `step` = the global step after the update, for the first applied update of the
   run and whenever that step is a multiple of `display_loss_steps`. An update the optimizer skipped
   (non-finite gradients: the global step did not advance, the fp16 loss scale was lowered) gets no
   step line, which would repeat the step of the last applied update: it is logged as a skipped
-  update (absl log, rank 0) and counted in the summary's `skipped_updates`. At `end()` it logs a summary line
+  update (absl log, rank 0) and counted in the summary's `skipped_updates` (skips of this run). At
+  the logged updates it also writes the values as TensorBoard scalars (tags in SUMMARY_TAGS) to
+  `summary_dir`, under the same step, from the values already fetched (no summary op enters the
+  graph), and logs the run's progress (update k of N, elapsed, ETA from the time per update since
+  the first). At `end()` it logs a summary line
   (step []) whose `throughput_train` is the throughput average: global batch x updates / time over
   the updates after the first `warmup_steps` (and without the updates that wrote a checkpoint, when
   `save_checkpoints_steps` is given). It is None (JSON null) when no update qualifies, e.g. a run
@@ -79,7 +125,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
 
   def __init__(self, logger, global_batch_size, num_accumulation_steps=1, display_loss_steps=1,
                log_loss_scale=None, warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
-               clock=time.perf_counter):
+               num_train_steps=None, summary_dir=None, clock=time.perf_counter):
     """Configures the hook.
 
     Args:
@@ -88,12 +134,16 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
         num_accumulation_steps x workers.
       num_accumulation_steps: micro-steps per update.
       display_loss_steps: log every this many global steps.
-      log_loss_scale: log the loss scale (`loss_scale` tensor) as `loss_scaler`: True expects the
-        tensor (a warning when the graph has none), False never logs it, None (default) logs it
-        when the graph has it (the optimizer creates it only when it scales the loss).
+      log_loss_scale: log the loss scale (`loss_scale` tensor) as `loss_scaler` and the
+        `skipped_updates` count: True expects the tensors (a warning when the graph lacks one),
+        False never logs them, None (default) logs them when the graph has them (the optimizer
+        creates them only when it scales the loss).
       warmup_steps: update steps left out of the throughput average at the start of the run.
       save_checkpoints_steps: when given, the updates on which the Estimator saves a checkpoint
         (every this many global steps from the start of the run) are left out of the average.
+      num_train_steps: global step the run ends at, for the progress line's "of N" and ETA.
+      summary_dir: directory of the TensorBoard events file of the per-update scalars (written
+        by the worker whose logger is enabled, rank 0); None writes none.
       clock: function returning seconds (injected by tests); `time.perf_counter` by default.
 
     Raises:
@@ -106,6 +156,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     checks.check_integer("warmup_steps", warmup_steps, 0)
     if save_checkpoints_steps is not None:
       checks.check_integer("save_checkpoints_steps", save_checkpoints_steps, 1)
+    if num_train_steps is not None:
+      checks.check_integer("num_train_steps", num_train_steps, 1)
     self._logger = logger
     self._global_batch_size = global_batch_size
     self._num_accumulation_steps = num_accumulation_steps
@@ -113,6 +165,9 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     self._log_loss_scale = log_loss_scale
     self._warmup_steps = warmup_steps
     self._save_checkpoints_steps = save_checkpoints_steps
+    self._num_train_steps = num_train_steps
+    self._summary_dir = summary_dir
+    self._summary_writer = None
     self._clock = clock
     self._fetches = None
     self._global_step_tensor = None
@@ -124,6 +179,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     self._last_step = None  # global step after the previous update (None: not known)
     self._applied_updates = 0
     self._skipped_updates = 0
+    self._first_run_start = None
+    self._first_update_end = None
     self._run_start = None
     self._micro_steps = 0
     self._micro_time = 0.0
@@ -155,15 +212,21 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       self._add_optional_fetch(
           graph, fetches, graph_names.UPDATE_STEP,
           "counting every %d-th run as an update" % self._num_accumulation_steps)
-    if self._log_loss_scale:
-      self._add_optional_fetch(graph, fetches, graph_names.LOSS_SCALE,
-                               "the loss scale is not logged")
-    elif (self._log_loss_scale is None
-          and _graph_tensor(graph, graph_names.LOSS_SCALE) is not None):
-      fetches[graph_names.LOSS_SCALE] = _graph_tensor(graph, graph_names.LOSS_SCALE)
+    self._add_optional_fetch(graph, fetches, graph_names.GLOBAL_NORM,
+                             "the gradient norm is not logged")
+    for name in LOSS_SCALING_TENSORS:
+      if self._log_loss_scale:
+        self._add_optional_fetch(graph, fetches, name, "it is not logged")
+      elif self._log_loss_scale is None and _graph_tensor(graph, name) is not None:
+        fetches[name] = _graph_tensor(graph, name)
     self._fetches = fetches
     self._global_step_tensor = _tf1.train.get_global_step()
     self._reset()
+    self._close_summary_writer()
+    if self._summary_dir and self._logger.enabled:
+      self._summary_writer = _tf1.summary.FileWriter(self._summary_dir)
+      logging.info("training scalars for TensorBoard every %d updates in %s",
+                   self._display_loss_steps, self._summary_dir)
 
   def _add_optional_fetch(self, graph, fetches, name, consequence):
     """Adds tensor `name` to `fetches` when the graph has it; warns (rank 0) when it does not."""
@@ -182,16 +245,18 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
 
   def before_run(self, run_context):
     self._run_start = self._clock()
+    if self._first_run_start is None:
+      self._first_run_start = self._run_start
     return tf.estimator.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
-    elapsed = self._clock() - self._run_start
+    now = self._clock()
     results = run_values.results
     self._micro_steps += 1
-    self._micro_time += elapsed
+    self._micro_time += now - self._run_start
     self._micro_losses.append(float(results[graph_names.TOTAL_LOSS]))
     if self._ended_update(results):
-      self._finish_update(results)
+      self._finish_update(results, now)
 
   def _ended_update(self, results):
     """True when this run applied the optimizer (the last micro-step of an update)."""
@@ -199,8 +264,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       return bool(results[graph_names.UPDATE_STEP])
     return self._micro_steps % self._num_accumulation_steps == 0
 
-  def _finish_update(self, results):
-    """Books the update's time, logs it when due and starts the next update."""
+  def _finish_update(self, results, now):
+    """Books the update's time (it ended at `now`), logs it when due, starts the next update."""
     update_time = self._micro_time
     avg_loss_step = float(np.mean(self._micro_losses))
     self._micro_time = 0.0
@@ -220,8 +285,37 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
                      else "")
       return
     self._applied_updates += 1
+    if self._first_update_end is None:
+      self._first_update_end = now
     if self._applied_updates == 1 or step % self._display_loss_steps == 0:
-      self._logger.log(step=step, data=self._update_data(results, update_time, avg_loss_step))
+      data = self._update_data(results, update_time, avg_loss_step)
+      self._logger.log(step=step, data=data)
+      self._write_summary(step, data)
+      if self._logger.enabled:
+        logging.info("%s", self._progress(step, now))
+
+  def _progress(self, step, now):
+    """The progress line; the ETA uses the time per update since the first update ended."""
+    later_updates = len(self.update_times) - 1
+    seconds_per_update = ((now - self._first_update_end) / later_updates if later_updates
+                          else None)
+    return progress_message(step, self._num_train_steps, now - self._first_run_start,
+                            seconds_per_update)
+
+  def _write_summary(self, step, data):
+    """Writes the scalars of SUMMARY_TAGS found in `data` (None values left out) at `step`."""
+    if self._summary_writer is None:
+      return
+    values = [_tf1.Summary.Value(tag=tag, simple_value=float(data[key]))
+              for key, tag in SUMMARY_TAGS.items() if data.get(key) is not None]
+    self._summary_writer.add_summary(_tf1.Summary(value=values), global_step=step)
+    # Flushed at once: someone watching a long run sees every point as it is logged.
+    self._summary_writer.flush()
+
+  def _close_summary_writer(self):
+    if self._summary_writer is not None:
+      self._summary_writer.close()
+      self._summary_writer = None
 
   def _counts_for_average(self, update_index, step):
     """Whether update number `update_index` of the run (1-based) enters the throughput average."""
@@ -243,6 +337,10 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     data["learning_rate"] = float(results[graph_names.LEARNING_RATE])
     if graph_names.LOSS_SCALE in results:
       data["loss_scaler"] = float(results[graph_names.LOSS_SCALE])
+    if graph_names.GLOBAL_NORM in results:
+      data["global_norm"] = float(results[graph_names.GLOBAL_NORM])
+    if graph_names.SKIPPED_UPDATES in results:
+      data["skipped_updates"] = int(results[graph_names.SKIPPED_UPDATES])
     return data
 
   def summary(self):
@@ -268,8 +366,9 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     ])
 
   def end(self, session):
-    """Logs the summary line (step [])."""
+    """Logs the summary line (step []) and closes the TensorBoard events file."""
     del session  # unused
+    self._close_summary_writer()
     summary = self.summary()
     self._logger.log(step=dllogger_setup.SUMMARY_STEP, data=summary)
     if self._logger.enabled:
