@@ -367,6 +367,8 @@ def main(argv=None):
   parser.add_argument("command", nargs="+", help="the command (after --)")
   parser.add_argument("--timeout", type=float, default=3600, help="seconds the command may run")
   args = parser.parse_args(argv)
+  # An outer `timeout` (SIGTERM) must still tear the cluster down: exit through the `with`.
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
   install_packages()
   with Cluster() as cluster:
     print("[cluster] hosts %s at %s, interface %s, node-local dir %s" % (
