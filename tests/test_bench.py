@@ -42,3 +42,20 @@ def test_allreduce_traffic_counts_every_gradient_per_update():
 def test_summarise_median_min_max():
   assert throughput.summarise([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
   assert throughput.summarise([4.0, 1.0, 2.0, 3.0]) == (2.5, 1.0, 4.0)
+
+
+def test_scaling_host_list_sets_workers_and_launcher():
+  assert scaling.num_workers("hostA:1,hostB:1") == 2
+  assert scaling.num_workers("localhost:2") == 2
+  assert scaling.num_workers("a:2,b:2,c:4") == 8
+  for bad in ("hostA", "hostA:0", "hostA:1,", "a:x"):
+    try:
+      scaling.num_workers(bad)
+    except ValueError as e:
+      assert repr(bad.split(",")[-1]) in str(e)
+    else:
+      raise AssertionError("accepted %r" % bad)
+  command = scaling.horovodrun_command("hostA:1,hostB:1", "cl0")
+  assert command[1:] == ["-np", "2", "-H", "hostA:1,hostB:1", "--gloo", "--disable-cache",
+                         "--network-interface", "cl0"]
+  assert "--network-interface" not in scaling.horovodrun_command("localhost:2")
