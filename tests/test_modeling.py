@@ -274,10 +274,15 @@ def test_invalid_config_value_names_the_key(key, value):
     modeling.BertConfig.from_dict(values)
 
 
-def test_heads_not_dividing_hidden_names_both_keys():
+def test_heads_not_dividing_hidden_names_both_keys(graph):
+  # As in the original release, a configuration is checked as a whole when a model is built.
+  config = modeling.BertConfig.from_dict({"vocab_size": 10, "hidden_size": 30,
+                                          "num_attention_heads": 4})
   with pytest.raises(ValueError, match="hidden_size.*num_attention_heads"):
-    modeling.BertConfig.from_dict({"vocab_size": 10, "hidden_size": 30,
-                                   "num_attention_heads": 4})
+    config.validate()
+  with pytest.raises(ValueError, match="hidden_size.*num_attention_heads"):
+    modeling.BertModel(config, is_training=False, input_ids=tf.zeros([2, 8], tf.int32))
+  assert not _tf1.global_variables()  # refused before building anything
 
 
 def test_missing_vocab_size_and_bad_file(tmp_path):
