@@ -494,9 +494,20 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
     `step_update` (global step after this step), `update_step` (bool, with N > 1: this micro-step
     completed a cycle) and `loss_scale` (with loss scaling: the scale this step's loss used).
 
+  The original release's positional call `create_optimizer(loss, init_lr, num_train_steps,
+  num_warmup_steps, use_tpu)` (its run_classifier.py and run_squad.py) is recognised by a bool
+  where `hvd` goes: it means `use_tpu`, without Horovod, with the defaults above (AdamWeightDecay,
+  fp32, no accumulation).
+
   Raises:
     ValueError: for invalid arguments or a loss without gradients.
   """
+  if isinstance(hvd, bool):
+    # The release's signature ends in `use_tpu` where ours has `hvd` (a module or None).
+    if use_tpu:
+      raise ValueError("create_optimizer: use_tpu given twice, positionally as in the original "
+                       "release (after num_warmup_steps) and by keyword")
+    hvd, use_tpu = None, hvd
   _validate_create_optimizer(num_accumulation_steps, init_loss_scale, use_tpu, hvd)
   global_step = _tf1.train.get_or_create_global_step()
   # The one read of the step before this update: the LR and the increment are both computed from
