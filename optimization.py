@@ -1,7 +1,7 @@
 """The training step: learning-rate schedule, LAMB / AdamWeightDecay, loss scaling, accumulation,
 Horovod allreduce, and the global-step ordering that LAMB's bias correction needs.
 
-Everything `create_optimizer` builds follows one gradient path (SPEC section 6):
+Everything `create_optimizer` builds follows one gradient path (docs/DESIGN.md section 6):
 
   gradients of loss * loss_scale / num_accumulation_steps
   -> drop None gradients -> IndexedSlices made dense

@@ -181,7 +181,7 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
 
   Args:
     bert_config: `modeling.BertConfig`.
-    features: dict of Tensors (SPEC section 3): input_ids, input_mask, segment_ids
+    features: dict of Tensors (docs/DESIGN.md section 3): input_ids, input_mask, segment_ids
       [batch, seq]; masked_lm_positions, masked_lm_ids, masked_lm_weights [batch, predictions];
       next_sentence_labels [batch, 1].
     is_training: apply dropout.
@@ -215,7 +215,8 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
 
 
 # -------------------------------------------------------------------------------------------------
-# Input pipeline: TFRecords of tf.train.Example (SPEC section 3), sharded per worker (section 7).
+# Input pipeline: TFRecords of tf.train.Example (docs/DESIGN.md section 3), sharded per worker
+# (section 7).
 # -------------------------------------------------------------------------------------------------
 
 # -------------------------------------------------------------------------------------------------
@@ -294,7 +295,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
         bert_config, features, is_training,
         compute_type=tf.float16 if manual_fp16 else tf.float32,
         use_one_hot_embeddings=use_one_hot_embeddings)
-    # The graph names of SPEC section 5, read by the logging hook.
+    # The graph names of docs/DESIGN.md section 5, read by the logging hook.
     tf.identity(built["mlm_loss"], name="mlm_loss")
     tf.identity(built["nsp_loss"], name="nsp_loss")
     total_loss = tf.identity(built["total_loss"], name="total_loss")

@@ -38,7 +38,7 @@ def test_output_shapes_tiny_config(graph):
 
 
 def _expected_variables(num_layers, hidden, intermediate, vocab, types, positions):
-  """Checkpoint names and shapes of SPEC section 4, spelled out here independently."""
+  """Checkpoint names and shapes of docs/DESIGN.md section 4, spelled out here independently."""
   h, i = hidden, intermediate
   expected = {
       "bert/embeddings/word_embeddings": [vocab, h],

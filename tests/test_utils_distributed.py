@@ -154,7 +154,7 @@ def test_scoped_allocator_is_rejected_by_horovods_allreduce_kernel(session_confi
   """Why the scoped allocator is opt-in (docs/DECISIONS.md): with it, Grappler rewrites the two
   allreduces into one over a shared buffer, and Horovod 0.28.1's kernel, which allocates its own
   output, refuses to run. When a Horovod release supports it, this test fails: then make it the
-  default again (SPEC section 7)."""
+  default again (docs/DESIGN.md section 7)."""
   for result in session_config_results:
     outcome = result["scoped_allocator"]
     assert "error" in outcome, outcome

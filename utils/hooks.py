@@ -1,15 +1,15 @@
 """SessionRunHooks of the pretraining job: training log, eval timing, weight sync.
 
-Each hook gets everything it needs in its constructor and reads the graph tensors of SPEC section 5
-by name. The hooks run on every worker (the graph is the same everywhere, so collectives never
-stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank 0 only.
+Each hook gets everything it needs in its constructor and reads the graph tensors of docs/DESIGN.md
+section 5 by name. The hooks run on every worker (the graph is the same everywhere, so collectives
+never stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank 0 only.
 
 * `TrainingLogHook`: per optimizer update, throughput (global batch / time of the update), losses,
   the average loss over the update's micro-steps, the learning rate and (fp16) the loss scale, every
   `display_loss_steps` updates; at the end a summary with the throughput average.
 * `EvalTimingHook`: per-batch evaluation times and the evaluation throughput.
 * `WeightSyncHook`: averages the trainable variables over all workers every
-  `num_accumulation_steps` iterations, before the train op (SPEC section 7).
+  `num_accumulation_steps` iterations, before the train op (docs/DESIGN.md section 7).
 """
 
 import collections
@@ -26,14 +26,15 @@ from utils import hvd_utils
 
 _tf1 = tf.compat.v1
 
-# Graph tensors the training log needs (SPEC section 5); `update_step`, `loss_scale` are optional.
+# Graph tensors the training log needs (docs/DESIGN.md section 5); `update_step`, `loss_scale` are
+# optional.
 REQUIRED_TRAIN_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "step_update")
 # Update steps left out of the throughput average at the start of a run (start-up, first-run graph
 # optimisation, XLA compilation), as NVIDIA's script does.
 DEFAULT_WARMUP_STEPS = 6
 # Evaluation batches left out of the evaluation throughput.
 DEFAULT_EVAL_WARMUP_BATCHES = 2
-# Environment variable that turns weight sync on (SPEC section 7).
+# Environment variable that turns weight sync on (docs/DESIGN.md section 7).
 FORCE_WEIGHT_SYNC_ENV = "FORCE_WEIGHT_SYNC"
 
 
@@ -141,8 +142,9 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       else:
         fetches[name] = tensor
     if missing:
-      raise ValueError("training log hook: the graph has no tensor named %s (SPEC section 5 "
-                       "names: %s)" % (", ".join(missing), ", ".join(REQUIRED_TRAIN_TENSORS)))
+      raise ValueError("training log hook: the graph has no tensor named %s (docs/DESIGN.md "
+                       "section 5 names: %s)"
+                       % (", ".join(missing), ", ".join(REQUIRED_TRAIN_TENSORS)))
     if self._num_accumulation_steps > 1:
       self._add_optional_fetch(
           graph, fetches, "update_step",
@@ -211,7 +213,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     return True
 
   def _update_data(self, results, update_time, avg_loss_step):
-    """The data of a per-update log line (SPEC section 5 keys)."""
+    """The data of a per-update log line (docs/DESIGN.md section 5 keys)."""
     data = collections.OrderedDict()
     data["throughput_train"] = (self._global_batch_size / update_time if update_time > 0
                                 else None)
@@ -377,7 +379,7 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
 
 
 def weight_sync_enabled(force_weight_sync, environ=None):
-  """Whether the weight-sync hook is wanted (SPEC section 7).
+  """Whether the weight-sync hook is wanted (docs/DESIGN.md section 7).
 
   Args:
     force_weight_sync: value of the `--force_weight_sync` flag.
