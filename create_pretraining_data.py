@@ -1,7 +1,7 @@
 """Masked-LM / next-sentence TFRecords from raw text: the original's flags and format, faster.
 
 Input: text files with one sentence per line and a blank line between documents. Output:
-`tf.train.Example` records (SPEC section 3, the original release's features).
+`tf.train.Example` records (docs/DESIGN.md section 3, the original release's features).
 
   python create_pretraining_data.py --input_file='corpus/*.txt' --output_file=OUT \\
       --vocab_file=vocab.txt --max_seq_length=128 --max_predictions_per_seq=20 --dupe_factor=5

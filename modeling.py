@@ -52,7 +52,8 @@ class BertConfig(object):
                intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
                attention_probs_dropout_prob=0.1, max_position_embeddings=512,
                type_vocab_size=16, initializer_range=0.02):
-    """Builds and validates a configuration.
+    """Builds a configuration; each value is checked on its own here, the configuration as a
+    whole (`validate`) when a model is built from it, as in the original release.
 
     Args:
       vocab_size: size of the WordPiece vocabulary (rows of `word_embeddings`).
@@ -68,7 +69,7 @@ class BertConfig(object):
       initializer_range: stddev of the truncated-normal initialiser.
 
     Raises:
-      ValueError: naming the key, when a value is invalid.
+      ValueError: naming the key, when a value is invalid by itself.
     """
     self.vocab_size = vocab_size
     self.hidden_size = hidden_size
@@ -81,10 +82,18 @@ class BertConfig(object):
     self.max_position_embeddings = max_position_embeddings
     self.type_vocab_size = type_vocab_size
     self.initializer_range = initializer_range
-    self.validate()
+    self._check_values()
 
   def validate(self):
-    """Raises ValueError naming the first invalid key."""
+    """Raises ValueError naming the first invalid key, or the keys that do not fit together."""
+    self._check_values()
+    if self.hidden_size % self.num_attention_heads != 0:
+      raise ValueError(
+          "bert config: 'hidden_size' (%d) must be a multiple of 'num_attention_heads' (%d)"
+          % (self.hidden_size, self.num_attention_heads))
+
+  def _check_values(self):
+    """Raises ValueError naming the first key whose value is invalid by itself."""
     for key in self._POSITIVE_INTS:
       value = getattr(self, key)
       if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -98,10 +107,6 @@ class BertConfig(object):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
       raise ValueError("bert config: 'initializer_range' must be a positive number, got %r"
                        % (value,))
-    if self.hidden_size % self.num_attention_heads != 0:
-      raise ValueError(
-          "bert config: 'hidden_size' (%d) must be a multiple of 'num_attention_heads' (%d)"
-          % (self.hidden_size, self.num_attention_heads))
     if not callable(self.hidden_act):
       try:
         get_activation(self.hidden_act)
@@ -312,22 +317,50 @@ def _gelu_tanh(x):
   return tf.tanh(_GELU_SCALE * (x + _GELU_CUBIC * (x * x * x)))
 
 
-@tf.custom_gradient
 def _gelu_recomputing_gradient(x):
-  """GELU whose gradient is computed from `x` alone."""
+  """GELU whose gradient (`_gelu_gradient`) is computed from `x` alone."""
   cdf = 0.5 * (1.0 + _gelu_tanh(x))
+  return _with_registered_gradient(_GELU_GRADIENT, x * cdf, [x])
 
-  def grad(dy):
-    # d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-    # The control edge holds the recomputation back until the backward pass reaches this layer;
-    # otherwise the executor would run it during the forward pass (it only needs x) and keep
-    # its results alive, which is what the recomputation is meant to avoid.
-    with tf.control_dependencies([dy]):
-      t = _gelu_tanh(x)
-      inner_derivative = _GELU_SCALE * (1.0 + (3.0 * _GELU_CUBIC) * (x * x))
-    return dy * (0.5 * (1.0 + t) + (0.5 * x) * ((1.0 - t * t) * inner_derivative))
 
-  return x * cdf, grad
+_GELU_GRADIENT = "BertGeluRecomputingGradient"
+
+
+@tf.RegisterGradient(_GELU_GRADIENT)
+def _gelu_gradient(op, dy, *unused_dinputs):
+  """Gradient of `_gelu_recomputing_gradient`; op.inputs are (gelu(x), x)."""
+  x = op.inputs[1]
+  # d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+  # The control edge holds the recomputation back until the backward pass reaches this layer;
+  # otherwise the executor would run it during the forward pass (it only needs x) and keep
+  # its results alive, which is what the recomputation is meant to avoid.
+  with tf.control_dependencies([dy]):
+    t = _gelu_tanh(x)
+    inner_derivative = _GELU_SCALE * (1.0 + (3.0 * _GELU_CUBIC) * (x * x))
+  return [None, dy * (0.5 * (1.0 + t) + (0.5 * x) * ((1.0 - t * t) * inner_derivative))]
+
+
+def _with_registered_gradient(gradient_name, output, inputs):
+  """`output` (computed from `inputs`) with the gradient registered as `gradient_name`.
+
+  `output` and `inputs` go through one IdentityN whose gradient is overridden: the registered
+  function receives that op (its inputs are `[output] + inputs`) and the gradient of the output,
+  and returns `[None]` followed by the gradients of `inputs`; autodiff of the ops that computed
+  `output` is skipped. This is what `tf.custom_gradient` builds in graph mode, without the
+  Identity op its variable search leaves behind for every call (an op no output depends on,
+  which the original release's graph test rejects), and with one gradient function registered
+  per kind instead of one per call.
+
+  Args:
+    gradient_name: name a function was registered under with `tf.RegisterGradient`.
+    output: Tensor.
+    inputs: list of Tensors `output` was computed from.
+
+  Returns:
+    Tensor equal to `output`.
+  """
+  with _tf1.get_default_graph().gradient_override_map({"IdentityN": gradient_name}):
+    return tf.identity_n([output] + list(inputs))[0]
 
 
 def get_activation(activation_string):
@@ -476,7 +509,6 @@ def _dense_variables(width, units, dtype, initializer_range):
   return kernel, bias
 
 
-@tf.custom_gradient
 def _widening_dense(x, kernel, bias):
   """`x kernel + bias` for a layer with more outputs than inputs (intermediate layer, fused QKV).
 
@@ -484,7 +516,7 @@ def _widening_dense(x, kernel, bias):
   reduction axis of a widening layer (dy [rows, 3072] x kernel^T) oneDNN runs that op 20-40%
   slower than the same product as a `BatchMatMulV2` with `adj_y` (docs/PERFORMANCE.md). (An
   explicit transpose of the kernel does not help: Grappler folds it back into `transpose_b`.)
-  The forward pass and the other gradients are what autodiff builds.
+  The forward pass and the other gradients (`_widening_dense_gradient`) are what autodiff builds.
 
   Args:
     x: [rows, in]; kernel: [in, units]; bias: [units]; all in the compute type.
@@ -492,14 +524,21 @@ def _widening_dense(x, kernel, bias):
   Returns:
     Tensor [rows, units].
   """
+  output = tf.nn.bias_add(tf.matmul(x, kernel), bias)
+  return _with_registered_gradient(_WIDENING_DENSE_GRADIENT, output, [x, kernel, bias])
 
-  def grad(dy):
-    dx = tf.raw_ops.BatchMatMulV2(x=dy, y=kernel, adj_y=True)
-    dkernel = tf.matmul(x, dy, transpose_a=True)
-    dbias = tf.raw_ops.BiasAddGrad(out_backprop=dy)
-    return dx, dkernel, dbias
 
-  return tf.nn.bias_add(tf.matmul(x, kernel), bias), grad
+_WIDENING_DENSE_GRADIENT = "BertWideningDenseGradient"
+
+
+@tf.RegisterGradient(_WIDENING_DENSE_GRADIENT)
+def _widening_dense_gradient(op, dy, *unused_dinputs):
+  """Gradient of `_widening_dense`; op.inputs are (output, x, kernel, bias)."""
+  x, kernel = op.inputs[1], op.inputs[2]
+  dx = tf.raw_ops.BatchMatMulV2(x=dy, y=kernel, adj_y=True)
+  dkernel = tf.matmul(x, dy, transpose_a=True)
+  dbias = tf.raw_ops.BiasAddGrad(out_backprop=dy)
+  return [None, dx, dkernel, dbias]
 
 
 def embedding_lookup(input_ids, vocab_size, embedding_size=128, initializer_range=0.02,

@@ -27,6 +27,11 @@ The settings travel in four small objects built once by the caller: `Schedule` (
 learning rate), `Precision` (fp16 and loss scaling), `Accumulation` (micro-steps and where the
 allreduce happens) and `Distribution` (Horovod or TPU cores). Their checks are the module-level
 `check_*` functions, which the training script's flag validation also calls.
+
+Ref variables (TF1 behaviour: `disable_v2_behavior`, or `use_resource=False`) cannot be written
+from a compiled function: for them the same compiled arithmetic returns the new values, and three
+assign ops write them (same numbers, bit for bit). Our own step variables (`local_step`,
+`<var>/accum`) are always resource variables.
 """
 
 import collections
@@ -86,6 +91,12 @@ def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_ste
   return tf.where(step < float(num_warmup_steps), warmup, decayed)
 
 
+def is_ref_variable(var):
+  """True for a TF1 reference variable (its dtype is a `_ref` type, e.g. float32_ref), False for a
+  resource variable."""
+  return var.dtype != var.dtype.base_dtype
+
+
 class _AdamFamilyOptimizer(_tf1.train.Optimizer):
   """Adam moments with decoupled weight decay; the shared core of both optimizers.
 
@@ -104,6 +115,7 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
     self.epsilon = epsilon
     self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
     self._fused_update_fn = None
+    self._fused_new_values_fn = None
 
   def create_slots(self, var_list):
     """Creates the moment slots of `var_list` (idempotent; safe inside control flow)."""
@@ -161,7 +173,11 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
     for grad, var in grads_and_vars:
       grad = tf.cast(tf.convert_to_tensor(grad), tf.float32)
       m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
-      updates.append(self._fused_update(
+      # A compiled function can write resource variables but not ref variables (TF1 behaviour,
+      # `disable_v2_behavior` or `use_resource=False`): those get their values computed by the
+      # same compiled arithmetic and written by assign ops.
+      apply_update = self._ref_variable_update if is_ref_variable(var) else self._fused_update
+      updates.append(apply_update(
           var, m, v, grad, learning_rate, grad_scale, step_constants,
           self._uses_weight_decay(var.op.name)))
     return tf.group(*updates, name=name or self.get_name())
@@ -181,9 +197,22 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
                                           autograph=False)
     return self._fused_update_fn
 
+  @property
+  def _fused_new_values(self):
+    """`_new_values` followed by the variable's new value, as one XLA-compiled function: the
+    arithmetic of `_fused_update` (including `var - delta`, so the compiler can contract it the
+    same way), for variables it cannot write."""
+    if self._fused_new_values_fn is None:
+      def new_values(var, *args):
+        delta, next_m, next_v, scale = self._new_values(var, *args)
+        return var - delta, next_m, next_v, scale
+      self._fused_new_values_fn = tf.function(new_values, jit_compile=True, autograph=False)
+    return self._fused_new_values_fn
+
   def _variable_update(self, var, m, v, grad, learning_rate, grad_scale, step_constants,
                        decay):
-    """One variable's update: moments, direction, weight decay, per-tensor scale, the writes.
+    """One resource variable's update: moments, direction, weight decay, per-tensor scale, the
+    writes.
 
     Args:
       var: the variable; m, v: its moment slots.
@@ -196,6 +225,39 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
     Returns:
       The per-tensor scale applied to the update (float32 scalar; 1.0 for AdamWeightDecay).
     """
+    delta, next_m, next_v, scale = self._new_values(
+        var, m, v, grad, learning_rate, grad_scale, step_constants, decay)
+    var.assign_sub(delta)
+    m.assign(next_m)
+    v.assign(next_v)
+    return scale
+
+  def _ref_variable_update(self, var, m, v, grad, learning_rate, grad_scale, step_constants,
+                           decay):
+    """`_variable_update` for a ref variable (and its ref slots): the compiled `_new_values`
+    computes the three new values from snapshots, then assign ops write them.
+
+    Args and return value as `_variable_update`; the scale is returned once the writes are done.
+    """
+    next_var, next_m, next_v, scale = self._fused_new_values(
+        var.value(), m.value(), v.value(), grad, learning_rate, grad_scale, step_constants,
+        decay)
+    writes = [_tf1.assign(var, next_var), _tf1.assign(m, next_m), _tf1.assign(v, next_v)]
+    with tf.control_dependencies(writes):
+      return tf.identity(scale)
+
+  def _new_values(self, var, m, v, grad, learning_rate, grad_scale, step_constants, decay):
+    """The arithmetic of one variable's update, without writing anything.
+
+    Args:
+      var: the variable or its value [any shape]; m, v: the moment slots or their values.
+      grad, learning_rate, grad_scale, step_constants, decay: as `_variable_update`.
+
+    Returns:
+      (delta, next_m, next_v, scale): the amount to subtract from the variable, the new moments
+      (each shaped like `var`) and the per-tensor scale (float32 scalar; 1.0 for
+      AdamWeightDecay).
+    """
     if grad_scale is not None:
       grad = grad * grad_scale
     next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
@@ -206,10 +268,8 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
     scale = self._update_scale(var, update)
     if scale is not None:
       update *= scale
-    var.assign_sub(learning_rate * update)
-    m.assign(next_m)
-    v.assign(next_v)
-    return tf.constant(1.0) if scale is None else scale
+    return (learning_rate * update, next_m, next_v,
+            tf.constant(1.0) if scale is None else scale)
 
   def _uses_weight_decay(self, param_name):
     if not self.weight_decay_rate:
@@ -363,12 +423,15 @@ def _accumulate(grads, tvars, num_accumulation_steps):
     counter. The counter `local_step` runs 1, 2, ..., N - 1, 0: it is 0 after the micro-step that
     completes a cycle.
   """
+  # Resource variables also under TF1 behaviour: a ref variable's read shares its buffer, which
+  # the write below would overwrite before every reader of `current` is guaranteed to have run.
   with tf.init_scope():
     local_step = _tf1.get_variable("local_step", shape=[], dtype=tf.int32, trainable=False,
-                                   initializer=_tf1.zeros_initializer())
+                                   initializer=_tf1.zeros_initializer(), use_resource=True)
     accumulators = [
         _tf1.get_variable(var.op.name + "/accum", shape=var.shape, dtype=tf.float32,
-                          trainable=False, initializer=_tf1.zeros_initializer())
+                          trainable=False, initializer=_tf1.zeros_initializer(),
+                          use_resource=True)
         for var in tvars]
   current = local_step.read_value()
   # The first micro-step of a cycle overwrites, so no separate zeroing pass (and no NaN left
@@ -541,7 +604,7 @@ class LossScaling(object):
       # Updates skipped as non-finite, saved in checkpoints so that a resumed run keeps counting.
       self._skipped_count = _tf1.get_variable(
           "skipped_update_count", shape=[], dtype=tf.int64, trainable=False,
-          initializer=_tf1.zeros_initializer())
+          initializer=_tf1.zeros_initializer(), use_resource=True)
 
   def unscale(self, value):
     """`value` (float32 Tensor computed from scaled gradients) / the scale."""
@@ -682,7 +745,12 @@ def _apply_clipped(grads, tvars, optimizer, global_step, step_before, global_nor
   # Update k used the LR of step k - 1 (computed from step_before); the optimizer reads the step
   # after the increment (t = k).
   step_after = step_before + 1
-  increment = global_step.assign(step_after, read_value=False)
+  # A ref global step (TF1 behaviour, or one the caller made) is read by sharing its buffer, which
+  # the increment overwrites in place: the LR must be computed before it. (A resource read is a
+  # copy; there the data edge from `step_before` suffices.)
+  lr_first = [optimizer.learning_rate] if is_ref_variable(global_step) else []
+  with tf.control_dependencies(lr_first):
+    increment = global_step.assign(step_after, read_value=False)
   with tf.control_dependencies([increment]):
     apply_op = optimizer.apply_scaled_gradients(
         list(zip(grads, tvars)), grad_scale=grad_scale, global_step=global_step)
@@ -793,9 +861,20 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
   Returns:
     The train op (see `build_train_op`).
 
+  The original release's positional call `create_optimizer(loss, init_lr, num_train_steps,
+  num_warmup_steps, use_tpu)` (its run_classifier.py and run_squad.py) is recognised by a bool
+  where `hvd` goes: it means `use_tpu`, without Horovod, with the defaults above (AdamWeightDecay,
+  fp32, no accumulation).
+
   Raises:
     ValueError: for invalid arguments or a loss without gradients.
   """
+  if isinstance(hvd, bool):
+    # The release's signature ends in `use_tpu` where ours has `hvd` (a module or None).
+    if use_tpu:
+      raise ValueError("create_optimizer: use_tpu given twice, positionally as in the original "
+                       "release (after num_warmup_steps) and by keyword")
+    hvd, use_tpu = None, hvd
   return build_train_op(
       loss, Schedule(optimizer_type, init_lr, num_train_steps, num_warmup_steps),
       Precision(manual_fp16, use_fp16, init_loss_scale, loss_scale_increment_period),

@@ -179,7 +179,7 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
 
   Args:
     bert_config: `modeling.BertConfig`.
-    features: dict of Tensors (SPEC section 3): input_ids, input_mask, segment_ids
+    features: dict of Tensors (docs/DESIGN.md section 3): input_ids, input_mask, segment_ids
       [batch, seq]; masked_lm_positions, masked_lm_ids, masked_lm_weights [batch, predictions];
       next_sentence_labels [batch, 1].
     is_training: apply dropout.

@@ -21,7 +21,8 @@ def tiny_config(**overrides):
 
 
 def random_batch(rng, batch_size, seq_length, vocab_size, num_predictions, type_vocab_size=2):
-  """A batch of pretraining features as numpy arrays (SPEC section 3 dtypes after parsing).
+  """A batch of pretraining features as numpy arrays (docs/DESIGN.md section 3 dtypes after
+  parsing).
 
   Every sequence has some padding at the end; masked positions are distinct, ascending and inside
   the real tokens; the last prediction slot of each sequence is padding (weight 0).

@@ -37,7 +37,7 @@ ORIGINAL_SPEC = {
 
 
 def record_values(number, seq=SEQ, pred=PRED):
-  """Feature values of test record `number` (numpy, SPEC dtypes)."""
+  """Feature values of test record `number` (numpy, docs/DESIGN.md section 3 dtypes)."""
   return {
       "input_ids": np.array([number] + [(number * 7 + i) % 50 for i in range(1, seq)]),
       "input_mask": np.array([1] * (seq - 2) + [0, 0]),

@@ -38,7 +38,7 @@ def test_output_shapes_tiny_config(graph):
 
 
 def _expected_variables(num_layers, hidden, intermediate, vocab, types, positions):
-  """Checkpoint names and shapes of SPEC section 4, spelled out here independently."""
+  """Checkpoint names and shapes of docs/DESIGN.md section 4, spelled out here independently."""
   h, i = hidden, intermediate
   expected = {
       "bert/embeddings/word_embeddings": [vocab, h],
@@ -301,9 +301,14 @@ def test_invalid_config_value_names_the_key(key, value):
     modeling.BertConfig.from_dict(values)
 
 
-def test_heads_not_dividing_hidden_names_both_keys():
+def test_heads_not_dividing_hidden_names_both_keys(graph):
+  # As in the original release, a configuration is checked as a whole when a model is built.
+  config = modeling.BertConfig.from_dict(dict(SIZES, hidden_size=30, num_attention_heads=4))
   with pytest.raises(ValueError, match="hidden_size.*num_attention_heads"):
-    modeling.BertConfig.from_dict(dict(SIZES, hidden_size=30, num_attention_heads=4))
+    config.validate()
+  with pytest.raises(ValueError, match="hidden_size.*num_attention_heads"):
+    modeling.BertModel(config, is_training=False, input_ids=tf.zeros([2, 8], tf.int32))
+  assert not _tf1.global_variables()  # refused before building anything
 
 
 def test_missing_vocab_size_and_bad_file(tmp_path):

@@ -472,3 +472,33 @@ def test_use_tpu_wraps_in_cross_shard_optimizer():
       with pytest.raises(tf.errors.OpError, match="CrossReplicaSum"):
         sess.run(_tf1.global_variables_initializer())
         sess.run(train_op)
+
+
+def test_the_original_releases_positional_call():
+  # create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu), as the original
+  # release's run_classifier.py and run_squad.py call it: AdamWeightDecay, no Horovod.
+  w0, grad = np.array([1.0, 2.0]), np.array([0.05, 0.05])  # norm < 1: no clipping
+  with tf.Graph().as_default():
+    w = _tf1.get_variable("dense/kernel", initializer=tf.constant(w0, tf.float32))
+    train_op = optimization.create_optimizer(tf.reduce_sum(w * tf.constant(grad, tf.float32)),
+                                             0.1, 10, 2, False)
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      for _ in range(3):
+        sess.run(train_op)
+      got = sess.run(w)
+  expected, m, v = w0, np.zeros(2), np.zeros(2)
+  for k in range(1, 4):
+    lr = np_schedule(k - 1, 0.1, 10, 2, "adam")
+    expected, m, v = np_adam_wd_step(expected, grad, m, v, lr, 0.01)
+  np.testing.assert_allclose(got, expected, rtol=1e-6)
+  assert not np.allclose(got, w0)
+
+  with tf.Graph().as_default() as graph:
+    w = _tf1.get_variable("dense/kernel", initializer=tf.constant([1.0, 2.0]))
+    optimization.create_optimizer(tf.reduce_sum(w * w), 0.1, 10, 1, True)
+    assert [op for op in graph.get_operations() if op.type == "CrossReplicaSum"]
+  with tf.Graph().as_default():
+    w = _tf1.get_variable("dense/kernel", initializer=tf.constant([1.0, 2.0]))
+    with pytest.raises(ValueError, match="use_tpu given twice"):
+      optimization.create_optimizer(tf.reduce_sum(w * w), 0.1, 10, 1, False, use_tpu=True)

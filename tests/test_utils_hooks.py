@@ -1,7 +1,7 @@
 """utils/hooks.py: the training log hook, the eval timing hook and the weight-sync switch.
 
 The training log hook runs inside a real `MonitoredSession` on a small graph that has the named
-tensors of SPEC section 5: the losses, learning rate, gradient norm, loss scale and skipped-update
+tensors of docs/DESIGN.md section 5: the losses, learning rate, gradient norm, loss scale and skipped-update
 count are fed per micro-step, the global step and `update_step` come from real
 accumulation-counter variables. A scripted clock gives every micro-step a known duration; the
 expected log lines (and TensorBoard scalars) are computed here from those numbers.
@@ -51,7 +51,7 @@ def clock_for(durations, gap=0.25):
 
 def build_graph(num_accumulation_steps, initial_global_step=0, with_update_step=True,
                 omit=()):
-  """A train graph with the SPEC section 5 tensors; returns (train_op, placeholders)."""
+  """A train graph with the docs/DESIGN.md section 5 tensors; returns (train_op, placeholders)."""
   placeholders = {}
   for name in FED_TENSORS:
     if name in omit:

@@ -192,7 +192,7 @@ class _DLLoggerBackend(object):
 
 
 class RunLogger(object):
-  """The run log of SPEC section 5, written by rank 0 only."""
+  """The run log of docs/DESIGN.md section 5, written by rank 0 only."""
 
   def __init__(self, log_path, rank=0, stdout=True, append=False, backend="auto", now=None):
     """Opens the log (on rank 0 only).

@@ -9,7 +9,7 @@ stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank 
   `display_loss_steps` updates; at the end a summary with the throughput average.
 * `EvalTimingHook`: per-batch evaluation times and the evaluation throughput.
 * `WeightSyncHook`: averages the trainable variables over all workers every
-  `num_accumulation_steps` iterations, before the train op (SPEC section 7).
+  `num_accumulation_steps` iterations, before the train op (docs/DESIGN.md section 7).
 """
 
 import collections
@@ -45,7 +45,7 @@ SUMMARY_TAGS = collections.OrderedDict([
 DEFAULT_WARMUP_STEPS = 6
 # Evaluation batches left out of the evaluation throughput.
 DEFAULT_EVAL_WARMUP_BATCHES = 2
-# Environment variable that turns weight sync on (SPEC section 7).
+# Environment variable that turns weight sync on (docs/DESIGN.md section 7).
 FORCE_WEIGHT_SYNC_ENV = "FORCE_WEIGHT_SYNC"
 
 
@@ -498,7 +498,7 @@ def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False
 
 
 def weight_sync_enabled(force_weight_sync, environ=None):
-  """Whether the weight-sync hook is wanted (SPEC section 7).
+  """Whether the weight-sync hook is wanted (docs/DESIGN.md section 7).
 
   Args:
     force_weight_sync: value of the `--force_weight_sync` flag.

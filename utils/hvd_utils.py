@@ -9,9 +9,9 @@ it:
   if hvd_utils.hvd_rank() == 0: ...
   hooks = [hvd_utils.broadcast_global_variables_hook(0)]
 
-Output directories and checkpoint saving follow SPEC section 7: rank 0 writes to `output_dir`, every
-other rank to `output_dir/worker_<rank>`; with `node_local_output_dir`, each node's local rank 0
-also writes to `output_dir` (a node-local disk) and saves checkpoints there.
+Output directories and checkpoint saving follow docs/DESIGN.md section 7: rank 0 writes to
+`output_dir`, every other rank to `output_dir/worker_<rank>`; with `node_local_output_dir`, each
+node's local rank 0 also writes to `output_dir` (a node-local disk) and saves checkpoints there.
 """
 
 import importlib
@@ -138,7 +138,7 @@ def average_variables_op(variables, name="weight_sync"):
 
 
 def worker_output_dir(output_dir, rank, local_rank, node_local_output_dir):
-  """The directory this worker writes to (SPEC section 7).
+  """The directory this worker writes to (docs/DESIGN.md section 7).
 
   Args:
     output_dir: the job's `--output_dir`.
@@ -162,7 +162,7 @@ def worker_output_dir(output_dir, rank, local_rank, node_local_output_dir):
 
 
 def saves_checkpoints(rank, local_rank, node_local_output_dir):
-  """Whether this worker saves checkpoints (SPEC section 7).
+  """Whether this worker saves checkpoints (docs/DESIGN.md section 7).
 
   Rank 0 always does. With `node_local_output_dir`, each node's local rank 0 does too, into its own
   node-local `output_dir`, so the next phase finds a checkpoint on every node. Every other worker

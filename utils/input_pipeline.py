@@ -67,7 +67,7 @@ def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_
 
 
 def shard_input_files(input_files, num_workers, worker_index):
-  """This worker's share of the input (SPEC section 7).
+  """This worker's share of the input (docs/DESIGN.md section 7).
 
   With at least as many files as workers, worker w takes files w, w + W, w + 2W, ...; with fewer
   files, every worker reads all files and keeps every W-th record (a warning says so), so no worker

@@ -16,8 +16,8 @@ in its own process:
       --steps K --lr LR --warmup W --train_steps S
       the same model (no dropout), randomised and saved as DIR/initial.ckpt, then K LAMB updates
       with the plain reference step of tests/reference/plain_lamb.py on the batches of B.npz
-      (cycled), global-norm clipping and the SPEC's LAMB schedule; writes DIR/losses.npy, the
-      total loss before each update.
+      (cycled), global-norm clipping and the LAMB schedule of docs/DESIGN.md section 6; writes
+      DIR/losses.npy, the total loss before each update.
   python -m tests.reference.original_bert create_pretraining_data -- FLAGS...
   python -m tests.reference.original_bert run_pretraining -- FLAGS...
       run the original scripts with their own flags.
@@ -91,7 +91,7 @@ def _dump_model(config_path, batch_path, out_dir, seed):
 
 
 def _lamb_learning_rate(step, init_lr, num_train_steps, num_warmup_steps):
-  """SPEC section 6 LAMB schedule: linear warmup, then sqrt decay from init_lr to 0."""
+  """docs/DESIGN.md section 6 LAMB schedule: linear warmup, then sqrt decay from init_lr to 0."""
   if num_warmup_steps and step < num_warmup_steps:
     return init_lr * step / num_warmup_steps
   return init_lr * (1.0 - min(step, num_train_steps) / num_train_steps) ** 0.5
