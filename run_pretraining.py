@@ -19,6 +19,7 @@ import tensorflow as tf
 import gpu_environment
 import modeling
 import optimization
+from utils import checkpoint_compat
 from utils import dllogger_setup
 from utils import hooks as hooks_lib
 from utils import hvd_utils
@@ -643,6 +644,13 @@ def run(f):
       allreduce_post_accumulation=f.allreduce_post_accumulation,
       init_loss_scale=f.init_loss_scale, use_tpu=f.use_tpu,
       tpu_estimator_spec=f.use_tpu or f.tpu_estimator, verbose_logging=f.verbose_logging)
+  try:
+    checkpoint_compat.check_output_dir(output_dir, model_fn, f.do_train, f.max_seq_length,
+                                       f.max_predictions_per_seq, f.optimizer_type)
+  except checkpoint_compat.CheckpointMismatch as e:
+    raise UsageError(str(e))
+  if f.do_train and saves:
+    checkpoint_compat.record_optimizer(output_dir, f.optimizer_type)
   estimator = _build_estimator(f, model_fn, output_dir, session_config, saves, rank)
 
   if f.do_train:
