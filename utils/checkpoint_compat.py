@@ -21,6 +21,7 @@ variable names are the same for both), so that a later run can say when it switc
 """
 
 import json
+import logging as std_logging
 import os
 
 from absl import logging
@@ -235,13 +236,14 @@ def check_output_dir(model_dir, model_fn, training, max_seq_length, max_predicti
   if not checkpoint:
     return None
   mode = tf.estimator.ModeKeys.TRAIN if training else tf.estimator.ModeKeys.EVAL
-  verbosity = logging.get_verbosity()
-  # The throw-away build repeats the model_fn's own log lines; the real build logs them.
-  logging.set_verbosity(logging.ERROR)
+  # The throw-away build would repeat the model_fn's own log lines; the real build logs them.
+  absl_logger = logging.get_absl_logger()
+  level = absl_logger.level
+  absl_logger.setLevel(std_logging.ERROR)
   try:
     model = ckpt.model_fn_variables(model_fn, mode, max_seq_length, max_predictions_per_seq)
   finally:
-    logging.set_verbosity(verbosity)
+    absl_logger.setLevel(level)
   decision = decide(checkpoint, ckpt.checkpoint_shapes(checkpoint), model.shapes,
                     optimizer_type=optimizer_type if training else None,
                     recorded_optimizer=read_recorded_optimizer(model_dir))

@@ -144,8 +144,11 @@ def model_fn_variables(model_fn, mode, max_seq_length, max_predictions_per_seq):
   Returns:
     `GraphVariables`.
   """
-  return GraphVariables(lambda: model_fn(
-      placeholder_features(max_seq_length, max_predictions_per_seq), None, mode, {}))
+  def build():
+    # The Estimator creates the global step before it calls model_fn, in every mode.
+    _tf1.train.get_or_create_global_step()
+    model_fn(placeholder_features(max_seq_length, max_predictions_per_seq), None, mode, {})
+  return GraphVariables(build)
 
 
 def latest_checkpoint(directory):
