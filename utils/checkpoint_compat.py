@@ -140,8 +140,8 @@ def decide(checkpoint, checkpoint_shapes, model_shapes, optimizer_type=None,
   unknown = missing(ckpt.ROLE_STEP) + missing(ckpt.ROLE_OTHER)
   if unknown:
     return Decision(refusal=(
-        "%s lacks variable(s) the training graph restores:\n  %s\nIt was not written by this "
-        "training job. %s." % (checkpoint, list_some(unknown), fresh_start)))
+        "%s lacks variable(s) the job's graph restores:\n  %s\nIt is not a training "
+        "checkpoint of this job. %s." % (checkpoint, list_some(unknown), fresh_start)))
   # Every model weight, moment and step is there and of the right shape; what is left are the
   # optimizer's own state variables, which the job may add or leave behind.
   common = [name for name in model_shapes if name in checkpoint_shapes]
@@ -184,8 +184,12 @@ def read_recorded_optimizer(model_dir):
   path = os.path.join(model_dir, OPTIMIZER_RECORD)
   if not tf.io.gfile.exists(path):
     return None
-  with tf.io.gfile.GFile(path) as f:
-    return json.load(f).get("optimizer_type")
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      return json.load(f).get("optimizer_type")
+  except (ValueError, AttributeError) as e:
+    logging.warning("%s cannot be read (%s): the optimizer of the checkpoint is unknown", path, e)
+    return None
 
 
 def record_optimizer(model_dir, optimizer_type):
