@@ -118,6 +118,9 @@ class GraphVariables(object):
     """Builds `build_fn()` in a fresh tf.Graph (never the caller's default graph)."""
     self._graph = tf.Graph()
     with self._graph.as_default():
+      # With op determinism on (--deterministic_run) random initializers need a graph seed; the
+      # Estimator sets its own in the real graph.
+      _tf1.set_random_seed(0)
       build_fn()
       self._variables = {var.op.name: var for var in _tf1.global_variables()}
     self.shapes = {name: var.shape.as_list() for name, var in self._variables.items()}
