@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import modeling
 import optimization
+from utils import checkpoint_compat
 from utils import dllogger_setup
 from utils import graph_names
 from utils import hooks as hooks_lib
@@ -558,6 +559,13 @@ def run(f):
       use_xla=f.use_xla, amp=f.amp, enable_scoped_allocator=f.enable_scoped_allocator)
   model_fn = model_fn_builder(bert_config, f.init_checkpoint, schedule, precision, accumulation,
                               distribution, verbose_logging=f.verbose_logging)
+  try:
+    checkpoint_compat.check_output_dir(output_dir, model_fn, f.do_train, f.max_seq_length,
+                                       f.max_predictions_per_seq, f.optimizer_type)
+  except checkpoint_compat.CheckpointMismatch as e:
+    raise UsageError(str(e))
+  if f.do_train and saves:
+    checkpoint_compat.record_optimizer(output_dir, f.optimizer_type)
   tpu = None
   if distribution.uses_tpu_estimator:
     tpu = job.TpuSettings(f.use_tpu, f.tpu_name, f.tpu_zone, f.gcp_project, f.master,

@@ -18,8 +18,14 @@ in its own process:
       with the plain reference step of tests/reference/plain_lamb.py on the batches of B.npz
       (cycled), global-norm clipping and the LAMB schedule of docs/DESIGN.md section 6; writes
       DIR/losses.npy, the total loss before each update.
+  python -m tests.reference.original_bert load --config C --checkpoint CKPT --out OUT.npz
+      builds the original BertModel and pretraining heads, initialises them from CKPT with the
+      release's own `get_assignment_map_from_checkpoint` / `init_from_checkpoint`, and writes the
+      value of every trainable variable to OUT.npz (keys: variable names); fails when a variable
+      is not in CKPT.
   python -m tests.reference.original_bert create_pretraining_data -- FLAGS...
   python -m tests.reference.original_bert run_pretraining -- FLAGS...
+  python -m tests.reference.original_bert run_classifier -- FLAGS...
       run the original scripts with their own flags.
 """
 
@@ -146,11 +152,42 @@ def _train(config_path, batch_path, out_dir, seed, steps, init_lr, num_warmup_st
   np.save(os.path.join(out_dir, "losses.npy"), np.array(losses, np.float64))
 
 
+def _load(config_path, checkpoint, out_path):
+  install_contrib()
+  from bert import modeling as original_modeling  # pylint: disable=g-import-not-at-top
+  from bert import run_pretraining as original_run_pretraining  # pylint: disable=g-import-not-at-top
+
+  _tf1.disable_eager_execution()
+  config = original_modeling.BertConfig.from_json_file(config_path)
+  ids = tf.zeros([1, 2], tf.int32)
+  model = original_modeling.BertModel(config=config, is_training=False, input_ids=ids,
+                                      input_mask=ids, token_type_ids=ids)
+  original_run_pretraining.get_masked_lm_output(
+      config, model.get_sequence_output(), model.get_embedding_table(), ids, ids,
+      tf.ones([1, 2]))
+  original_run_pretraining.get_next_sentence_output(config, model.get_pooled_output(),
+                                                    tf.zeros([1], tf.int32))
+  tvars = _tf1.trainable_variables()
+  assignment_map, initialized = original_modeling.get_assignment_map_from_checkpoint(
+      tvars, checkpoint)
+  missing = [v.op.name for v in tvars if v.op.name not in initialized]
+  if missing:
+    raise SystemExit("not in %s: %s" % (checkpoint, missing))
+  _tf1.train.init_from_checkpoint(checkpoint, assignment_map)
+  with _tf1.Session() as sess:
+    sess.run(_tf1.global_variables_initializer())
+    values = sess.run({v.op.name: v for v in tvars})
+  np.savez(out_path, **values)
+
+
 def _run_script(module_name, argv):
   install_contrib()
   from absl import app  # pylint: disable=g-import-not-at-top
   module = __import__("bert." + module_name, fromlist=["main"])
   _tf1.disable_eager_execution()
+  if module_name == "run_classifier":
+    # It reads TF1 shapes (`shape[-1].value`); the other scripts run unchanged as they are.
+    _tf1.disable_v2_tensorshape()
   app.run(module.main, argv=[module_name] + argv)
 
 
@@ -181,7 +218,15 @@ def main(argv):
     args = parser.parse_args(rest)
     _train(args.config, args.batch, args.out, args.seed, args.steps, args.lr, args.warmup,
            args.train_steps)
-  elif command in ("create_pretraining_data", "run_pretraining"):
+  elif command == "load":
+    import argparse  # pylint: disable=g-import-not-at-top
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(rest)
+    _load(args.config, args.checkpoint, args.out)
+  elif command in ("create_pretraining_data", "run_pretraining", "run_classifier"):
     if rest and rest[0] == "--":
       rest = rest[1:]
     _run_script(command, rest)
