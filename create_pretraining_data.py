@@ -799,6 +799,18 @@ def _rename(source, target):
     os.replace(source, target)
 
 
+def _make_parent_directory(path):
+  """Creates the directory `path` goes into, when it has one and it is missing."""
+  parent = os.path.dirname(path)
+  if not parent:
+    return
+  if "://" in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.io.gfile.makedirs(parent)
+  else:
+    os.makedirs(parent, exist_ok=True)
+
+
 def _remove(path):
   if "://" in path:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -849,6 +861,8 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
     target = output if direct else "%s.part-%05d" % (output, index)
     tasks.append((index, path, target, vocab_file, do_lower_case, options))
     parts[output].append(target)
+  for output in output_files:
+    _make_parent_directory(output)
 
   start = time.time()
   counts = [0] * len(input_files)

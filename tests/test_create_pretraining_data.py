@@ -385,6 +385,13 @@ def test_a_dead_worker_stops_the_run_with_the_file_named(corpus, tmp_path, monke
   assert not os.listdir(str(tmp_path))  # no output, no partial file
 
 
+def test_missing_output_directories_are_created(corpus, tmp_path):
+  inputs, vocab_file = corpus
+  outputs = [str(tmp_path / "new" / "a.tfrecord"), str(tmp_path / "other" / "deep" / "b.tfrecord")]
+  generate(inputs, vocab_file, tmp_path, outputs=outputs)
+  assert all(read_examples([path]) for path in outputs)
+
+
 def test_command_line_progress_and_errors(corpus, tmp_path):
   inputs, vocab_file = corpus
   out = tmp_path / "cli.tfrecord"
