@@ -28,6 +28,8 @@ CONFIG = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention
 # absl's C++ announcement.
 WARNING_LINE = re.compile(r"^([WEF]\d{4} |(WARNING|ERROR):tensorflow|"
                           r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [WEF] |WARNING: All log messages)")
+# TensorFlow's native INFO lines (oneDNN, CPU features, XLA service), hidden unless --verbose.
+NATIVE_INFO_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: I ")
 # The README's one-process example prints fewer lines than this at 20 updates.
 MAX_QUIET_LINES = 40
 
@@ -136,7 +138,7 @@ def test_a_short_run_prints_its_own_lines_only(data, tmp_path):
   assert proc.returncode == 0, proc.stderr[-4000:]
   lines = (proc.stdout + proc.stderr).splitlines()
   assert len(lines) < MAX_QUIET_LINES, "\n".join(lines)
-  noise = [line for line in lines if WARNING_LINE.match(line)]
+  noise = [line for line in lines if WARNING_LINE.match(line) or NATIVE_INFO_LINE.match(line)]
   assert not noise, "\n".join(noise)
   assert not [line for line in lines if "global step (tf.train.get_global_step)" in line]
   # What the user needs: the configuration, one line per logged update, the summaries, the outputs.
