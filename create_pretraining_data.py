@@ -1024,15 +1024,18 @@ def main(_):
     totals = create_pretraining_data(input_files, output_files, flag_values.vocab_file, options,
                                      do_lower_case=flag_values.do_lower_case,
                                      num_workers=flag_values.num_workers)
-  except (ValueError, RuntimeError) as e:
-    # One line naming the problem: exit status 2 for bad flags or input, 1 for a dead worker.
-    print("create_pretraining_data: error: %s" % e, file=sys.stderr, flush=True)
-    raise SystemExit(2 if isinstance(e, ValueError) else 1)
+  except ValueError as e:
+    # Bad flags or input: one line naming the problem, exit status 2.
+    raise app.UsageError(str(e))
+  except RuntimeError as e:
+    # A dead worker: one line naming its file, exit status 1.
+    raise SystemExit("create_pretraining_data: error: %s" % e)
   for output, count in totals.items():
     logging.info("wrote %d instances to %s", count, output)
   logging.info("wrote %d instances in total", sum(totals.values()))
 
 
 if __name__ == "__main__":
+  from utils import cli  # pylint: disable=g-import-not-at-top (scripts only: it defines --verbose)
   define_flags()
-  app.run(main)
+  cli.run_main(main)

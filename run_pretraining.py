@@ -13,6 +13,8 @@ import os
 from absl import app
 from absl import flags
 from absl import logging
+# Before TensorFlow: cli sets TensorFlow's native log level, which TensorFlow reads when it loads.
+from utils import cli  # pylint: disable=g-bad-import-order
 import tensorflow as tf
 
 import modeling
@@ -626,4 +628,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_main(main)

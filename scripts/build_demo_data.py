@@ -30,9 +30,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
 
-from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
+from utils import cli  # noqa: E402
 
 import create_pretraining_data  # noqa: E402
 import tokenization  # noqa: E402
@@ -256,4 +256,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_main(main)

@@ -44,6 +44,9 @@ else
   echo "demo: Horovod is not usable here: training in one process instead" >&2
 fi
 
+# horovodrun loads TensorFlow itself: without this its native INFO lines open the demo's output (the
+# workers are quiet by default anyway, utils/cli.py).
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}"
 start=$(date +%s)
 "${launcher[@]}" "$py" run_pretraining.py "${horovod_flag[@]}" \
   --bert_config_file="$out/bert_config.json" \

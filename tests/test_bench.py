@@ -4,6 +4,7 @@
 """
 
 import numpy as np
+import pytest
 
 import modeling
 from bench import flops
@@ -24,6 +25,15 @@ def test_flops_formula_by_hand_for_bert_base():
   assert abs(expected / 1e9 - 70.021) < 0.001
   # 100% of a 226 GFLOP/s peak is 226e9 / expected sequences per second.
   assert abs(flops.mfu(226e9 / expected, expected, 226e9) - 1.0) < 1e-12
+
+
+def test_flops_command_line(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    flops.main(["--help"])
+  assert exit_info.value.code == 0 and "--config" in capsys.readouterr().out
+  assert flops.main(["--config", "base", "--seq", "128", "--predictions", "20"]) == 0
+  # 70.021 GFLOP: the by-hand figure of test_flops_formula_by_hand_for_bert_base.
+  assert capsys.readouterr().out.startswith("base: 70.021 GFLOP per sequence")
 
 
 def test_allreduce_traffic_counts_every_gradient_per_update():

@@ -442,6 +442,24 @@ def test_launcher_rejects_unknown_options():
   assert proc.returncode == 2 and "unknown option --phase3_data" in proc.stderr
 
 
+def test_launcher_defaults_to_the_environment_and_says_so():
+  # A shell without the environment's bin directory on PATH (the rest of PATH as it is: env.sh
+  # finds the environment by the base python and MPI it sees there).
+  path = [d for d in os.environ["PATH"].split(os.pathsep) if os.path.abspath(d) != BIN_DIR]
+  env = dict(os.environ, PATH=os.pathsep.join(path))
+  proc = subprocess.run(["bash", LAUNCHER, "--dry_run", "--np", "2", "--phase1_data", "/d/128",
+                         "--phases", "1"], capture_output=True, text=True, timeout=120, env=env)
+  assert proc.returncode == 0, proc.stderr
+  horovodrun = os.path.join(BIN_DIR, "horovodrun")
+  assert "using python %s, launcher %s" % (sys.executable, horovodrun) in proc.stderr
+  (command,) = [line[2:].split() for line in proc.stderr.splitlines() if line.startswith("+ ")]
+  assert command[:4] == [horovodrun, "-np", "2", sys.executable]
+  missing = subprocess.run(["bash", LAUNCHER, "--dry_run", "--phase1_data", "/d", "--phases", "1",
+                            "--launcher", "mpirun", "--mpirun", "/no/mpirun"],
+                           capture_output=True, text=True, timeout=120, env=env)
+  assert missing.returncode == 2 and "/no/mpirun not found" in missing.stderr
+
+
 def test_launcher_runs_both_phases_and_phase2_starts_from_phase1(data, tmp_path):
   out = tmp_path / "results"
   common = ["--python", sys.executable, "--config", data["config"], "--launcher", "none",
