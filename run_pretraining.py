@@ -19,6 +19,7 @@ import tensorflow as tf
 import gpu_environment
 import modeling
 import optimization
+from utils import determinism
 from utils import dllogger_setup
 from utils import hooks as hooks_lib
 from utils import hvd_utils
@@ -176,7 +177,7 @@ def get_next_sentence_output(bert_config, input_tensor, labels):
 
 
 def build_pretraining_model(bert_config, features, is_training, compute_type=tf.float32,
-                            use_one_hot_embeddings=False):
+                            use_one_hot_embeddings=False, dropout_key=None):
   """Builds BERT with both pretraining heads on a batch of features.
 
   Args:
@@ -187,6 +188,7 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
     is_training: apply dropout.
     compute_type: tf.float32 or tf.float16 for the encoder.
     use_one_hot_embeddings: one-hot word embedding lookup (TPU).
+    dropout_key: optional int64 Tensor [2]: stateless dropout keyed on it (see `modeling.BertModel`).
 
   Returns:
     dict with "model" (`BertModel`), "total_loss", "mlm_loss", "nsp_loss" (fp32 scalars),
@@ -196,7 +198,8 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
   model = modeling.BertModel(
       config=bert_config, is_training=is_training, input_ids=features["input_ids"],
       input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
-      use_one_hot_embeddings=use_one_hot_embeddings, compute_type=compute_type)
+      use_one_hot_embeddings=use_one_hot_embeddings, compute_type=compute_type,
+      dropout_key=dropout_key)
   mlm_loss, mlm_per_example_loss, mlm_log_probs = get_masked_lm_output(
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
       features["masked_lm_positions"], features["masked_lm_ids"], features["masked_lm_weights"])
@@ -263,7 +266,7 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
                      num_warmup_steps, use_one_hot_embeddings=False, hvd=None, manual_fp16=False,
                      amp=False, num_accumulation_steps=1, optimizer_type="lamb",
                      allreduce_post_accumulation=False, init_loss_scale=2**32, use_tpu=False,
-                     tpu_estimator_spec=None, verbose_logging=False):
+                     tpu_estimator_spec=None, verbose_logging=False, dropout_seed=None):
   """Returns the `model_fn` of the pretraining Estimator (or TPUEstimator).
 
   Args:
@@ -280,6 +283,8 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
     use_tpu: wrap the optimizer for TPU cores.
     tpu_estimator_spec: return `TPUEstimatorSpec` (for a TPUEstimator); defaults to `use_tpu`.
     verbose_logging: list every trainable variable, marking those loaded from the checkpoint.
+    dropout_seed: deterministic mode: training counts micro-steps (`utils/determinism.py`) and
+      draws each dropout mask from (seed, micro-step, rank, layer, site); None: stateful dropout.
 
   Returns:
     model_fn(features, labels, mode, params).
@@ -290,10 +295,14 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
   def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
     """Builds the graph of one mode (TRAIN or EVAL)."""
     is_training = mode == tf.estimator.ModeKeys.TRAIN
+    dropout_key = advance_micro_step = None
+    if is_training and dropout_seed is not None:
+      dropout_key, advance_micro_step = determinism.begin_micro_step(
+          dropout_seed, hvd.rank() if hvd is not None else 0)
     built = build_pretraining_model(
         bert_config, features, is_training,
         compute_type=tf.float16 if manual_fp16 else tf.float32,
-        use_one_hot_embeddings=use_one_hot_embeddings)
+        use_one_hot_embeddings=use_one_hot_embeddings, dropout_key=dropout_key)
     # The graph names of SPEC section 5, read by the logging hook.
     tf.identity(built["mlm_loss"], name="mlm_loss")
     tf.identity(built["nsp_loss"], name="nsp_loss")
@@ -321,6 +330,8 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
           manual_fp16=manual_fp16, use_fp16=amp, num_accumulation_steps=num_accumulation_steps,
           optimizer_type=optimizer_type, allreduce_post_accumulation=allreduce_post_accumulation,
           init_loss_scale=init_loss_scale, use_tpu=use_tpu)
+      if advance_micro_step is not None:
+        train_op = tf.group(train_op, advance_micro_step, name="train_op_and_micro_step")
       if tpu_estimator_spec:
         return _tf1.estimator.tpu.TPUEstimatorSpec(mode=mode, loss=total_loss,
                                                    train_op=train_op, scaffold_fn=scaffold_fn)
@@ -408,8 +419,11 @@ flags.DEFINE_bool("tpu_estimator", False,
                   "--use_tpu.")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
 flags.DEFINE_bool("deterministic_run", False,
-                  "Reproducible run: fixed seeds, single-threaded input, no dropout, "
-                  "deterministic ops.")
+                  "Reproducible run: seeded initialisation and input order, single-threaded input, "
+                  "dropout masks drawn from (--seed, micro-step, worker, layer), deterministic ops, "
+                  "exact resume from a checkpoint.")
+flags.DEFINE_integer("seed", 12345,
+                     "Seed of a --deterministic_run (initial weights, input shuffles, dropout).")
 flags.DEFINE_bool("enable_scoped_allocator", False,
                   "Scoped allocator for HorovodAllreduce (see docs/DECISIONS.md: Horovod 0.28.1's "
                   "kernel rejects it). TF_DISABLE_SCOPED_ALLOCATOR=1 always turns it off.")
@@ -492,6 +506,18 @@ def _checkpoint_step(model_dir):
   return int(tf.train.load_variable(checkpoint, "global_step"))
 
 
+def _consumed_records(f):
+  """Records each worker consumed up to the newest checkpoint of a deterministic run."""
+  try:
+    micro_steps = determinism.checkpoint_micro_steps(f.output_dir)
+  except ValueError as e:
+    raise UsageError("--deterministic_run: %s" % e)
+  if micro_steps:
+    logging.info("deterministic resume: %d micro-steps done, the input continues after %d "
+                 "records per worker", micro_steps, micro_steps * f.train_batch_size)
+  return micro_steps * f.train_batch_size
+
+
 def _check_init_checkpoint(path):
   try:
     tf.train.list_variables(path)
@@ -516,7 +542,7 @@ def _resolve_inputs(f):
 def _build_estimator(f, model_fn, output_dir, session_config, saves_checkpoints, rank):
   """The Estimator (or TPUEstimator with --use_tpu / --tpu_estimator) writing to `output_dir`."""
   save_steps = f.save_checkpoints_steps if saves_checkpoints else None
-  seed = 12345 if f.deterministic_run else None
+  seed = f.seed if f.deterministic_run else None
   # Ranks > 0 write no summaries (their step counter included) and no checkpoints.
   log_step_count_steps = (10000 if f.report_loss else 100) if rank == 0 else None
   common = dict(model_dir=output_dir, session_config=session_config,
@@ -601,8 +627,6 @@ def run(f):
            "--max_seq_length=%d exceeds max_position_embeddings=%d of %s", f.max_seq_length,
            bert_config.max_position_embeddings, f.bert_config_file)
   if f.deterministic_run:
-    bert_config.hidden_dropout_prob = 0.0
-    bert_config.attention_probs_dropout_prob = 0.0
     tf.config.experimental.enable_op_determinism()
   train_files, eval_files = _resolve_inputs(f)
   try:
@@ -642,12 +666,14 @@ def run(f):
       num_accumulation_steps=f.num_accumulation_steps, optimizer_type=f.optimizer_type,
       allreduce_post_accumulation=f.allreduce_post_accumulation,
       init_loss_scale=f.init_loss_scale, use_tpu=f.use_tpu,
-      tpu_estimator_spec=f.use_tpu or f.tpu_estimator, verbose_logging=f.verbose_logging)
+      tpu_estimator_spec=f.use_tpu or f.tpu_estimator, verbose_logging=f.verbose_logging,
+      dropout_seed=f.seed if f.deterministic_run else None)
   estimator = _build_estimator(f, model_fn, output_dir, session_config, saves, rank)
 
   if f.do_train:
     # Every worker decides from the same (rank 0's) checkpoints, so none waits alone in a collective.
     done_steps = _checkpoint_step(f.output_dir)
+    skip_records = _consumed_records(f) if f.deterministic_run else 0
     if done_steps >= f.num_train_steps:
       logging.info("%s already holds step %d >= --num_train_steps=%d: nothing to train",
                    f.output_dir, done_steps, f.num_train_steps)
@@ -668,7 +694,8 @@ def run(f):
       train_input_fn = input_fn_builder(
           train_files, f.train_batch_size, f.max_seq_length, f.max_predictions_per_seq,
           is_training=True, num_workers=size, worker_index=rank,
-          deterministic=f.deterministic_run)
+          deterministic=f.deterministic_run, seed=f.seed if f.deterministic_run else None,
+          skip_records=skip_records)
       logging.info("***** Running training from step %d to %d *****", done_steps,
                    f.num_train_steps)
       try:
@@ -680,7 +707,8 @@ def run(f):
   if f.do_eval and rank == 0:
     eval_input_fn = input_fn_builder(
         eval_files, f.eval_batch_size, f.max_seq_length, f.max_predictions_per_seq,
-        is_training=False, deterministic=f.deterministic_run)
+        is_training=False, deterministic=f.deterministic_run,
+        seed=f.seed if f.deterministic_run else None)
     logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
                  len(eval_files), f.eval_batch_size, f.max_eval_steps)
     try:
