@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests import helpers
 from tests import test_run_pretraining as job
@@ -100,14 +101,12 @@ def test_fp32_one_process_bit_identical_with_dropout_on(data, tmp_path):
   assert values["global_step"] == UPDATES
   assert values["micro_step"] == UPDATES * ACCUMULATION
   # Dropout is on: the same run with dropout probabilities 0 has another first loss (same
-  # initial weights and batches).
-  off = tmp_path / "off"
-  job.run_job(command(data, off, config="no_dropout", num_train_steps=1)[2:])
+  # initial weights and batches); another seed (other weights, batches, masks) too.
+  off, other = tmp_path / "off", tmp_path / "seed"
+  run_together([command(data, off, config="no_dropout", num_train_steps=1),
+                command(data, other, seed=7, num_train_steps=1)])
   first_off = job.read_dllog(off / "bert_dllog.json")[0]["data"]["total_loss"]
   assert abs(first_off - entries[0]["total_loss"]) > 1e-4
-  # Another seed: other weights, batches and masks.
-  other = tmp_path / "seed"
-  job.run_job(command(data, other, seed=7, num_train_steps=1)[2:])
   assert job.read_dllog(other / "bert_dllog.json")[0]["data"]["total_loss"] != \
       entries[0]["total_loss"]
 
@@ -115,13 +114,13 @@ def test_fp32_one_process_bit_identical_with_dropout_on(data, tmp_path):
 def _fp16(**overrides):
   # A start scale that overflows: the first updates are skipped (the global step stays) while the
   # scale comes down, so micro-steps and updates part ways.
-  return dict(manual_fp16=True, init_loss_scale=2**20, **overrides)
+  return dict(manual_fp16=True, init_loss_scale=2**32, **overrides)
 
 
 def test_fp16_one_process_bit_identical(data, tmp_path):
   entries, a = two_runs(data, tmp_path, **_fp16())
   scales = [e["loss_scaler"] for e in entries]
-  assert scales[0] == 2**20 and scales[-1] < scales[0]  # the scale each update's loss used
+  assert scales[0] == 2**32 and scales[-1] < scales[0]  # the scale each update's loss used
   values = job.checkpoint_values(a)
   assert values["global_step"] == UPDATES
   assert values["micro_step"] == len(entries) * ACCUMULATION > UPDATES * ACCUMULATION
@@ -188,7 +187,11 @@ def test_killed_run_resumes_exactly(data, tmp_path):
 
 def test_deterministic_resume_refuses_a_checkpoint_without_the_counter(data, tmp_path):
   out = tmp_path / "out"
-  job.run_job(command(data, out, deterministic_run=False, num_train_steps=1)[2:])
+  with tf.Graph().as_default():  # what a run without --deterministic_run saves: no micro_step
+    step = tf.compat.v1.train.get_or_create_global_step()
+    with tf.compat.v1.Session() as sess:
+      sess.run(step.initializer)
+      tf.compat.v1.train.Saver().save(sess, str(out / "model.ckpt"), global_step=step)
   proc = job.run_job(command(data, out)[2:], check=False, timeout=120)
   assert proc.returncode == 2
   assert "written without --deterministic_run" in proc.stderr
