@@ -195,7 +195,8 @@ class BertModel(object):
   """
 
   def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
-               use_one_hot_embeddings=False, scope=None, compute_type=tf.float32):
+               use_one_hot_embeddings=False, scope=None, compute_type=tf.float32,
+               dropout_key=None):
     """Builds the model graph.
 
     Args:
@@ -208,6 +209,9 @@ class BertModel(object):
         instead of a gather.
       scope: variable scope; default "bert".
       compute_type: tf.float32, or tf.float16 for reduced precision (variables stay fp32).
+      dropout_key: optional int64 Tensor [2]: every dropout mask becomes a pure function of this
+        key, the layer and the dropout site (stateless random ops), independent of op scheduling
+        and thread count; None keeps TensorFlow's stateful dropout.
 
     Raises:
       ValueError: for an invalid config or input shape.
@@ -246,7 +250,8 @@ class BertModel(object):
             position_embedding_name="position_embeddings",
             initializer_range=config.initializer_range,
             max_position_embeddings=config.max_position_embeddings,
-            dropout_prob=config.hidden_dropout_prob)
+            dropout_prob=config.hidden_dropout_prob,
+            dropout_seed=dropout_site_key(dropout_key, EMBEDDINGS_LAYER, _EMBEDDINGS_SITE))
 
       with _tf1.variable_scope("encoder"):
         attention_mask = create_attention_mask_from_input_mask(input_ids, input_mask)
@@ -261,7 +266,8 @@ class BertModel(object):
             hidden_dropout_prob=config.hidden_dropout_prob,
             attention_probs_dropout_prob=config.attention_probs_dropout_prob,
             initializer_range=config.initializer_range,
-            do_return_all_layers=True)
+            do_return_all_layers=True,
+            dropout_key=dropout_key)
       self.sequence_output = self.all_encoder_layers[-1]
 
       with _tf1.variable_scope("pooler"):
@@ -422,19 +428,55 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
   return assignment_map, initialized_variable_names
 
 
-def dropout(input_tensor, dropout_prob):
+# The layer index of the embeddings' dropout in `dropout_site_key` (encoder layers are 0..L-1).
+EMBEDDINGS_LAYER = -1
+# Dropout sites of a layer, for `dropout_site_key`.
+_EMBEDDINGS_SITE = 0
+_ATTENTION_PROBS_SITE = 1
+_ATTENTION_OUTPUT_SITE = 2
+_LAYER_OUTPUT_SITE = 3
+# The counter-based generator of the stateless masks: the same numbers on every device.
+_DROPOUT_RNG = "philox"
+
+
+def dropout(input_tensor, dropout_prob, seed=None):
   """Dropout with a drop probability (not a keep probability).
+
+  Each value is kept with probability 1 - dropout_prob and scaled by 1 / (1 - dropout_prob), the
+  mask semantics of `tf.nn.dropout` in both modes.
 
   Args:
     input_tensor: float Tensor.
     dropout_prob: probability of dropping each value; None or 0.0 returns the input.
+    seed: optional int Tensor [2] (see `dropout_site_key`): the mask is a pure function of it
+      (stateless random op); None draws it from TensorFlow's stateful generator.
 
   Returns:
     Tensor of the same shape and dtype.
   """
   if dropout_prob is None or dropout_prob == 0.0:
     return input_tensor
-  return tf.nn.dropout(input_tensor, rate=dropout_prob)
+  if seed is None:
+    return tf.nn.dropout(input_tensor, rate=dropout_prob)
+  return tf.nn.experimental.stateless_dropout(input_tensor, rate=dropout_prob, seed=seed,
+                                              rng_alg=_DROPOUT_RNG)
+
+
+def dropout_site_key(dropout_key, layer, site):
+  """The seed of one dropout site's mask, derived from the model's dropout key.
+
+  Args:
+    dropout_key: int Tensor [2], or None.
+    layer: encoder layer index, or `EMBEDDINGS_LAYER`.
+    site: the dropout site within the layer (a module constant `_*_SITE`).
+
+  Returns:
+    int64 Tensor [2], distinct for every (key, layer, site); None when `dropout_key` is None.
+  """
+  if dropout_key is None:
+    return None
+  key = tf.random.experimental.stateless_fold_in(dropout_key, layer, alg=_DROPOUT_RNG)
+  return tf.random.experimental.stateless_fold_in(key, site, alg=_DROPOUT_RNG)
 
 
 def layer_norm(input_tensor, name=None):
@@ -465,9 +507,9 @@ def layer_norm(input_tensor, name=None):
     return centered * (tf.math.rsqrt(variance + LAYER_NORM_EPSILON) * gamma) + beta
 
 
-def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
-  """Layer norm followed by dropout."""
-  return dropout(layer_norm(input_tensor, name), dropout_prob)
+def layer_norm_and_dropout(input_tensor, dropout_prob, name=None, dropout_seed=None):
+  """Layer norm followed by dropout (`dropout_seed`: see `dropout`)."""
+  return dropout(layer_norm(input_tensor, name), dropout_prob, seed=dropout_seed)
 
 
 def create_initializer(initializer_range=0.02):
@@ -575,7 +617,8 @@ def embedding_lookup(input_ids, vocab_size, embedding_size=128, initializer_rang
 def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=None,
                             token_type_vocab_size=16, token_type_embedding_name="token_type_embeddings",
                             use_position_embeddings=True, position_embedding_name="position_embeddings",
-                            initializer_range=0.02, max_position_embeddings=512, dropout_prob=0.1):
+                            initializer_range=0.02, max_position_embeddings=512, dropout_prob=0.1,
+                            dropout_seed=None):
   """Adds token type and position embeddings, then layer norm and dropout.
 
   Args:
@@ -589,6 +632,7 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
     initializer_range: stddev of the initialisers.
     max_position_embeddings: rows of the position table; at least `seq_length`.
     dropout_prob: dropout after the layer norm.
+    dropout_seed: optional seed of the stateless mask (see `dropout`).
 
   Returns:
     Tensor of the shape and dtype of `input_tensor`.
@@ -621,7 +665,7 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
     # [seq_length, width] broadcasts over the batch.
     output += tf.expand_dims(position_embeddings, 0)
 
-  return layer_norm_and_dropout(output, dropout_prob)
+  return layer_norm_and_dropout(output, dropout_prob, dropout_seed=dropout_seed)
 
 
 def create_attention_mask_from_input_mask(from_tensor, to_mask):
@@ -681,7 +725,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
                     size_per_head=512, query_act=None, key_act=None, value_act=None,
                     attention_probs_dropout_prob=0.0, initializer_range=0.02,
                     do_return_2d_tensor=False, batch_size=None, from_seq_length=None,
-                    to_seq_length=None):
+                    to_seq_length=None, dropout_seed=None):
   """Multi-head scaled dot-product attention from `from_tensor` to `to_tensor`.
 
   Args:
@@ -696,6 +740,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     initializer_range: stddev of the projection initialisers.
     do_return_2d_tensor: return [batch*from_seq, N*D] instead of [batch, from_seq, N*D].
     batch_size, from_seq_length, to_seq_length: needed for 2D inputs.
+    dropout_seed: optional seed of the stateless attention-probability mask (see `dropout`).
 
   Returns:
     float Tensor [batch_size, from_seq_length, N*D] (or 2D, see above), dtype of `from_tensor`.
@@ -742,7 +787,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     # 0 for positions to attend, -10000 for padding: after the softmax padding weighs ~nothing.
     scores += (1.0 - mask) * tf.cast(ATTENTION_MASK_ADDER, scores.dtype)
 
-  probs = dropout(tf.nn.softmax(scores), attention_probs_dropout_prob)
+  probs = dropout(tf.nn.softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
 
   context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [batch, from_seq, heads, D]
   if do_return_2d_tensor:
@@ -753,7 +798,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
 def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072, intermediate_act_fn=gelu,
                       hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                      initializer_range=0.02, do_return_all_layers=False):
+                      initializer_range=0.02, do_return_all_layers=False, dropout_key=None):
   """The Transformer encoder of "Attention is All You Need" as BERT uses it.
 
   Args:
@@ -768,6 +813,8 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
     attention_probs_dropout_prob: dropout on the attention probabilities.
     initializer_range: stddev of the initialisers.
     do_return_all_layers: return every layer's output instead of the last one.
+    dropout_key: optional int Tensor [2]: stateless dropout, each layer's and site's mask seeded
+      by `dropout_site_key(dropout_key, layer, site)`; None: stateful dropout.
 
   Returns:
     Tensor [batch_size, seq_length, H] (the last layer), or a list of L of them.
@@ -797,11 +844,14 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
               num_attention_heads=num_attention_heads, size_per_head=size_per_head,
               attention_probs_dropout_prob=attention_probs_dropout_prob,
               initializer_range=initializer_range, do_return_2d_tensor=True,
-              batch_size=batch_size, from_seq_length=seq_length, to_seq_length=seq_length)
+              batch_size=batch_size, from_seq_length=seq_length, to_seq_length=seq_length,
+              dropout_seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_PROBS_SITE))
         with _tf1.variable_scope("output"):
           attention_output = dense_layer(attention_output, hidden_size, name="dense",
                                          initializer_range=initializer_range)
-          attention_output = dropout(attention_output, hidden_dropout_prob)
+          attention_output = dropout(
+              attention_output, hidden_dropout_prob,
+              seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_OUTPUT_SITE))
           attention_output = layer_norm(attention_output + layer_input)
 
       with _tf1.variable_scope("intermediate"):
@@ -812,7 +862,9 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
       with _tf1.variable_scope("output"):
         layer_output = dense_layer(intermediate_output, hidden_size, name="dense",
                                    initializer_range=initializer_range)
-        layer_output = dropout(layer_output, hidden_dropout_prob)
+        layer_output = dropout(
+            layer_output, hidden_dropout_prob,
+            seed=dropout_site_key(dropout_key, layer_idx, _LAYER_OUTPUT_SITE))
         layer_output = layer_norm(layer_output + attention_output)
       prev_output = layer_output
       all_layer_outputs.append(layer_output)

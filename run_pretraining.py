@@ -20,6 +20,7 @@ import tensorflow as tf
 import modeling
 import optimization
 from utils import checkpoint_compat
+from utils import determinism
 from utils import dllogger_setup
 from utils import graph_names
 from utils import hooks as hooks_lib
@@ -177,7 +178,7 @@ def get_next_sentence_output(bert_config, input_tensor, labels):
 
 
 def build_pretraining_model(bert_config, features, is_training, compute_type=tf.float32,
-                            use_one_hot_embeddings=False):
+                            use_one_hot_embeddings=False, dropout_key=None):
   """Builds BERT with both pretraining heads on a batch of features.
 
   Args:
@@ -188,6 +189,7 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
     is_training: apply dropout.
     compute_type: tf.float32 or tf.float16 for the encoder.
     use_one_hot_embeddings: one-hot word embedding lookup (TPU).
+    dropout_key: optional int64 Tensor [2]: stateless dropout keyed on it (see `modeling.BertModel`).
 
   Returns:
     dict with "model" (`BertModel`), "total_loss", "mlm_loss", "nsp_loss" (fp32 scalars),
@@ -197,7 +199,8 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
   model = modeling.BertModel(
       config=bert_config, is_training=is_training, input_ids=features["input_ids"],
       input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
-      use_one_hot_embeddings=use_one_hot_embeddings, compute_type=compute_type)
+      use_one_hot_embeddings=use_one_hot_embeddings, compute_type=compute_type,
+      dropout_key=dropout_key)
   mlm_loss, mlm_per_example_loss, mlm_log_probs = get_masked_lm_output(
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
       features["masked_lm_positions"], features["masked_lm_ids"], features["masked_lm_weights"])
@@ -259,7 +262,8 @@ def _log_trainable_variables(tvars, initialized_variable_names, rank):
 def model_fn_builder(bert_config, init_checkpoint, schedule,
                      precision=optimization.Precision(),
                      accumulation=optimization.Accumulation(),
-                     distribution=optimization.Distribution(), verbose_logging=False):
+                     distribution=optimization.Distribution(), verbose_logging=False,
+                     dropout_seed=None):
   """Returns the `model_fn` of the pretraining Estimator (or TPUEstimator).
 
   Args:
@@ -271,6 +275,8 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
     distribution: `optimization.Distribution`: Horovod, or TPU cores (one-hot embedding lookup);
       a TPUEstimator (`uses_tpu_estimator`) gets `TPUEstimatorSpec`s.
     verbose_logging: list every trainable variable, marking those loaded from the checkpoint.
+    dropout_seed: deterministic mode: training counts micro-steps (`utils/determinism.py`) and
+      draws each dropout mask from (seed, micro-step, rank, layer, site); None: stateful dropout.
 
   Returns:
     model_fn(features, labels, mode, params).
@@ -281,10 +287,14 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
   def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
     """Builds the graph of one mode (TRAIN or EVAL)."""
     is_training = mode == tf.estimator.ModeKeys.TRAIN
+    dropout_key = advance_micro_step = None
+    if is_training and dropout_seed is not None:
+      dropout_key, advance_micro_step = determinism.begin_micro_step(
+          dropout_seed, hvd.rank() if hvd is not None else 0)
     built = build_pretraining_model(
         bert_config, features, is_training,
         compute_type=tf.float16 if precision.manual_fp16 else tf.float32,
-        use_one_hot_embeddings=distribution.use_tpu)
+        use_one_hot_embeddings=distribution.use_tpu, dropout_key=dropout_key)
     # The graph names the logging hook reads.
     tf.identity(built["mlm_loss"], name=graph_names.MLM_LOSS)
     tf.identity(built["nsp_loss"], name=graph_names.NSP_LOSS)
@@ -309,6 +319,8 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
     if mode == tf.estimator.ModeKeys.TRAIN:
       train_op = optimization.build_train_op(total_loss, schedule, precision, accumulation,
                                              distribution)
+      if advance_micro_step is not None:
+        train_op = tf.group(train_op, advance_micro_step, name="train_op_and_micro_step")
       if tpu_estimator_spec:
         return _tf1.estimator.tpu.TPUEstimatorSpec(mode=mode, loss=total_loss,
                                                    train_op=train_op, scaffold_fn=scaffold_fn)
@@ -396,8 +408,11 @@ flags.DEFINE_bool("tpu_estimator", False,
                   "--use_tpu.")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
 flags.DEFINE_bool("deterministic_run", False,
-                  "Reproducible run: fixed seeds, single-threaded input, no dropout, "
-                  "deterministic ops.")
+                  "Reproducible run: seeded initialisation and input order, single-threaded input, "
+                  "dropout masks drawn from (--seed, micro-step, worker, layer), deterministic ops, "
+                  "exact resume from a checkpoint.")
+flags.DEFINE_integer("seed", job.DETERMINISTIC_SEED,
+                     "Seed of a --deterministic_run (initial weights, input shuffles, dropout).")
 flags.DEFINE_bool("enable_scoped_allocator", False,
                   "Scoped allocator for HorovodAllreduce (see docs/DECISIONS.md: Horovod 0.28.1's "
                   "kernel rejects it). TF_DISABLE_SCOPED_ALLOCATOR=1 always turns it off.")
@@ -484,8 +499,9 @@ def training_settings(f, workers):
 
 
 def _load_bert_config(f):
-  """The model configuration of --bert_config_file, checked against --max_seq_length; without
-  dropout and with deterministic ops for --deterministic_run."""
+  """The model configuration of --bert_config_file, checked against --max_seq_length; with
+  deterministic ops for --deterministic_run (dropout stays: its masks are keyed, see
+  `utils/determinism.py`)."""
   try:
     bert_config = modeling.BertConfig.from_json_file(f.bert_config_file)
   except ValueError as e:
@@ -494,10 +510,20 @@ def _load_bert_config(f):
               "--max_seq_length=%d exceeds max_position_embeddings=%d of %s", f.max_seq_length,
               bert_config.max_position_embeddings, f.bert_config_file)
   if f.deterministic_run:
-    bert_config.hidden_dropout_prob = 0.0
-    bert_config.attention_probs_dropout_prob = 0.0
     tf.config.experimental.enable_op_determinism()
   return bert_config
+
+
+def _consumed_records(f):
+  """Records each worker consumed up to the newest checkpoint of a deterministic run."""
+  try:
+    micro_steps = determinism.checkpoint_micro_steps(f.output_dir)
+  except ValueError as e:
+    raise UsageError("--deterministic_run: %s" % e)
+  if micro_steps:
+    logging.info("deterministic resume: %d micro-steps done, the input continues after %d "
+                 "records per worker", micro_steps, micro_steps * f.train_batch_size)
+  return micro_steps * f.train_batch_size
 
 
 def _resolve_inputs(f, vocab_size):
@@ -560,7 +586,8 @@ def run(f):
       workers, intra_op_threads=f.intra_op_threads, inter_op_threads=f.inter_op_threads,
       use_xla=f.use_xla, amp=f.amp, enable_scoped_allocator=f.enable_scoped_allocator)
   model_fn = model_fn_builder(bert_config, f.init_checkpoint, schedule, precision, accumulation,
-                              distribution, verbose_logging=f.verbose_logging)
+                              distribution, verbose_logging=f.verbose_logging,
+                              dropout_seed=f.seed if f.deterministic_run else None)
   try:
     checkpoint_compat.check_output_dir(output_dir, model_fn, f.do_train, f.max_seq_length,
                                        f.max_predictions_per_seq, f.optimizer_type)
@@ -574,7 +601,8 @@ def run(f):
                           f.iterations_per_loop, f.num_tpu_cores)
   estimator = job.build_estimator(
       model_fn, output_dir, config, workers, saves, f.save_checkpoints_steps,
-      f.keep_checkpoint_max, deterministic=f.deterministic_run, reports_loss=f.report_loss,
+      f.keep_checkpoint_max, random_seed=f.seed if f.deterministic_run else None,
+      reports_loss=f.report_loss,
       tpu=tpu, batch_sizes=dict(train_batch_size=f.train_batch_size,
                                 eval_batch_size=f.eval_batch_size))
 
@@ -599,7 +627,8 @@ def run(f):
     train_input_fn = input_fn_builder(
         train_files, f.train_batch_size, f.max_seq_length, f.max_predictions_per_seq,
         is_training=True, num_workers=workers.size, worker_index=workers.rank,
-        deterministic=f.deterministic_run)
+        deterministic=f.deterministic_run, seed=f.seed if f.deterministic_run else None,
+        skip_records=_consumed_records(f) if f.deterministic_run else 0)
     job.train(estimator, train_input_fn, f.num_train_steps, f.output_dir, hooks,
               explain_input_error=explain(train_files),
               explain_nan_loss=lambda step: hooks_lib.nan_loss_error(
@@ -608,7 +637,8 @@ def run(f):
   if f.do_eval and workers.rank == 0:
     eval_input_fn = input_fn_builder(
         eval_files, f.eval_batch_size, f.max_seq_length, f.max_predictions_per_seq,
-        is_training=False, deterministic=f.deterministic_run)
+        is_training=False, deterministic=f.deterministic_run,
+        seed=f.seed if f.deterministic_run else None)
     logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
                  len(eval_files), f.eval_batch_size, f.max_eval_steps)
     job.evaluate(estimator, eval_input_fn, f.max_eval_steps, run_logger, f.eval_batch_size,

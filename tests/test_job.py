@@ -54,7 +54,7 @@ def single_worker_job(tmp_path):
   config = job.session_config(workers, intra_op_threads=1, inter_op_threads=1)
   estimator = job.build_estimator(model_fn, output_dir, config, workers, saves,
                                   save_checkpoints_steps=2, keep_checkpoint_max=3,
-                                  deterministic=True)
+                                  random_seed=job.DETERMINISTIC_SEED)
   return workers, output_dir, estimator
 
 

@@ -56,6 +56,10 @@ def data(tmp_path_factory):
   config_path.write_text(json.dumps(dict(CONFIG, hidden_act="gelu", hidden_dropout_prob=0.1,
                                          attention_probs_dropout_prob=0.1,
                                          initializer_range=0.02)))
+  no_dropout_path = root / "bert_config_no_dropout.json"
+  no_dropout_path.write_text(json.dumps(dict(CONFIG, hidden_act="gelu", hidden_dropout_prob=0.0,
+                                             attention_probs_dropout_prob=0.0,
+                                             initializer_range=0.02)))
   rng = np.random.RandomState(0)
   train_dir = root / "train"
   train_dir.mkdir()
@@ -76,7 +80,8 @@ def data(tmp_path_factory):
   single_dir.mkdir()
   helpers.write_batch_records(single_dir / "only.tfrecord",
                               helpers.random_batch(rng, 16, SEQ, CONFIG["vocab_size"], PRED))
-  return {"root": root, "config": str(config_path), "train_dir": str(train_dir),
+  return {"root": root, "config": str(config_path), "no_dropout_config": str(no_dropout_path),
+          "train_dir": str(train_dir),
           "eval_dir": str(eval_dir), "eval_batch": eval_batch, "same_dir": str(same_dir),
           "single_dir": str(single_dir)}
 
@@ -197,7 +202,8 @@ def _continue_in_process(checkpoint, record_dir, num_train_steps, updates):
 def test_resume_restores_weights_slots_and_step(data, tmp_path):
   # One record repeated, no dropout: the run is a pure function of the restored state, so the
   # resumed CLI run must equal two updates computed in-process from the same checkpoint.
-  flags = dict(input_files_dir=data["same_dir"], deterministic_run=True)
+  flags = dict(input_files_dir=data["same_dir"], deterministic_run=True,
+               bert_config_file=data["no_dropout_config"])
   out = tmp_path / "out"
   run_job(common_flags(data, out, do_train=True, num_train_steps=4, **flags))
   step4 = str(out / "model.ckpt-4")

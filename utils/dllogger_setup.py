@@ -27,6 +27,7 @@ import numbers
 import os
 import sys
 
+from absl import logging
 import numpy as np
 
 from utils import checks
@@ -320,3 +321,40 @@ def parse_log_line(line):
   except ValueError:
     return None
   return record if isinstance(record, dict) else None
+
+
+def read_log(log_path):
+  """Reads the per-step and summary records of a log file.
+
+  Args:
+    log_path: a file of `DLLL {json}` lines.
+
+  Returns:
+    (steps, summaries): `steps` is a list of (step, data dict) for the lines whose step is an
+    integer, in file order; `summaries` the data dicts of the lines whose step is [].
+
+  Raises:
+    OSError: when the file cannot be read.
+    ValueError: naming the file, when it has no per-step log line.
+  """
+  steps = []
+  summaries = []
+  skipped = 0
+  with open(log_path, "r") as reader:
+    for line in reader:
+      record = parse_log_line(line)
+      if record is None or record.get("type") != "LOG" or not isinstance(record.get("data"), dict):
+        if line.strip():
+          skipped += 1
+        continue
+      step = record.get("step")
+      if isinstance(step, numbers.Integral) and not isinstance(step, bool):
+        steps.append((int(step), record["data"]))
+      elif step == []:
+        summaries.append(record["data"])
+  if not steps:
+    raise ValueError("%s: no per-step log line (expected lines 'DLLL {json}' with type LOG and an "
+                     "integer step)" % log_path)
+  if skipped:
+    logging.info("%s: skipped %d lines that are not DLLL log records", log_path, skipped)
+  return steps, summaries

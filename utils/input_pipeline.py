@@ -181,7 +181,7 @@ def _serialized_records(files, by_record, num_workers, worker_index, is_training
 
 def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
                      is_training, num_cpu_threads=4, num_workers=1, worker_index=0,
-                     deterministic=False, seed=None, shuffle_buffer_size=100):
+                     deterministic=False, seed=None, shuffle_buffer_size=100, skip_records=0):
   """Builds the `input_fn` of the Estimator / TPUEstimator.
 
   Training: this worker's shard (see `shard_input_files`) epoch after epoch, each epoch every record
@@ -203,6 +203,10 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     seed: shuffle seed (offset by `worker_index`); None: a random one, or `DEFAULT_INPUT_SEED`
       when `deterministic`.
     shuffle_buffer_size: records in the shuffle buffer (training).
+    skip_records: deterministic training only: records of this worker's stream already consumed
+      (a resumed run), dropped after the record shuffle, before batching, so the batches
+      continue exactly where the checkpoint left them. They are still read to reproduce the
+      shuffle, but neither parsed nor trained on.
 
   Returns:
     input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32
@@ -212,6 +216,9 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
   input_files = list(input_files)
   if not input_files:
     raise ValueError("input_fn_builder: no input files")
+  if skip_records and not (deterministic and is_training):
+    raise ValueError("input_fn_builder: skip_records (%d) needs deterministic training: another "
+                     "stream has no fixed position to resume at" % skip_records)
   if deterministic and seed is None:
     seed = DEFAULT_INPUT_SEED
   if seed is None:  # a new order on every run
@@ -225,6 +232,8 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     files, by_record = shard_input_files(input_files, num_workers, worker_index)
     d = _serialized_records(files, by_record, num_workers, worker_index, is_training,
                             num_cpu_threads, deterministic, shuffle_seed, shuffle_buffer_size)
+    if skip_records:
+      d = d.skip(skip_records)
     d = d.batch(size, drop_remainder=is_training)
     def decode(records):
       return _decode_batch(records, name_to_features)

@@ -181,7 +181,7 @@ TpuSettings.__doc__ = """A TPUEstimator's settings: the original release's TPU f
 
 
 def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
-                    save_checkpoints_steps, keep_checkpoint_max, deterministic=False,
+                    save_checkpoints_steps, keep_checkpoint_max, random_seed=None,
                     reports_loss=True, tpu=None, batch_sizes=None):
   """The Estimator, or a TPUEstimator when `tpu` is given.
 
@@ -196,7 +196,7 @@ def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
     saves_checkpoints: this worker saves checkpoints.
     save_checkpoints_steps: checkpoint (and summary) interval.
     keep_checkpoint_max: checkpoints kept.
-    deterministic: fixed graph-level seed (DETERMINISTIC_SEED).
+    random_seed: graph-level random seed (a deterministic run's --seed), or None.
     reports_loss: the job logs its own training lines (the Estimator's step counter is rare).
     tpu: `TpuSettings` for a TPUEstimator (with use_tpu False: its CPU/GPU path), or None.
     batch_sizes: with `tpu`, dict of the TPUEstimator's train_batch_size, eval_batch_size and
@@ -213,7 +213,7 @@ def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
                 save_summary_steps=save_steps if workers.rank == 0 else None,
                 keep_checkpoint_max=keep_checkpoint_max,
                 log_step_count_steps=step_counter_steps if workers.rank == 0 else None,
-                tf_random_seed=DETERMINISTIC_SEED if deterministic else None)
+                tf_random_seed=random_seed)
   if tpu is None:
     return tf.estimator.Estimator(model_fn=model_fn, config=tf.estimator.RunConfig(**common))
   cluster = None

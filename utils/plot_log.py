@@ -10,11 +10,9 @@ Lines that are not `DLLL` records (e.g. other output mixed into the file) are sk
 
 import argparse
 import math
-import numbers
 import os
 import sys
 
-from absl import logging
 from matplotlib import figure
 from matplotlib import ticker
 from matplotlib.backends import backend_agg
@@ -29,41 +27,8 @@ FIGURE_SIZE = (9, 10)
 EXTRA_PANEL_HEIGHT = 3
 
 
-def read_log(log_path):
-  """Reads the per-step and summary records of a log file.
-
-  Args:
-    log_path: a file of `DLLL {json}` lines.
-
-  Returns:
-    (steps, summaries): `steps` is a list of (step, data dict) for the lines whose step is an
-    integer, in file order; `summaries` the data dicts of the lines whose step is [].
-
-  Raises:
-    OSError: when the file cannot be read.
-    ValueError: naming the file, when it has no per-step log line.
-  """
-  steps = []
-  summaries = []
-  skipped = 0
-  with open(log_path, "r") as reader:
-    for line in reader:
-      record = dllogger_setup.parse_log_line(line)
-      if record is None or record.get("type") != "LOG" or not isinstance(record.get("data"), dict):
-        if line.strip():
-          skipped += 1
-        continue
-      step = record.get("step")
-      if isinstance(step, numbers.Integral) and not isinstance(step, bool):
-        steps.append((int(step), record["data"]))
-      elif step == []:
-        summaries.append(record["data"])
-  if not steps:
-    raise ValueError("%s: no per-step log line (expected lines 'DLLL {json}' with type LOG and an "
-                     "integer step)" % log_path)
-  if skipped:
-    logging.info("%s: skipped %d lines that are not DLLL log records", log_path, skipped)
-  return steps, summaries
+# The log reader lives with the log writer; kept here under its old name for callers.
+read_log = dllogger_setup.read_log
 
 
 def _as_float(value):
