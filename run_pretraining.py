@@ -588,6 +588,8 @@ def run(f):
   model_fn = model_fn_builder(bert_config, f.init_checkpoint, schedule, precision, accumulation,
                               distribution, verbose_logging=f.verbose_logging,
                               dropout_seed=f.seed if f.deterministic_run else None)
+  # A deterministic resume needs the checkpoint's micro-step counter (its own message, first).
+  skip_records = _consumed_records(f) if f.do_train and f.deterministic_run else 0
   try:
     checkpoint_compat.check_output_dir(output_dir, model_fn, f.do_train, f.max_seq_length,
                                        f.max_predictions_per_seq, f.optimizer_type)
@@ -628,7 +630,7 @@ def run(f):
         train_files, f.train_batch_size, f.max_seq_length, f.max_predictions_per_seq,
         is_training=True, num_workers=workers.size, worker_index=workers.rank,
         deterministic=f.deterministic_run, seed=f.seed if f.deterministic_run else None,
-        skip_records=_consumed_records(f) if f.deterministic_run else 0)
+        skip_records=skip_records)
     job.train(estimator, train_input_fn, f.num_train_steps, f.output_dir, hooks,
               explain_input_error=explain(train_files),
               explain_nan_loss=lambda step: hooks_lib.nan_loss_error(

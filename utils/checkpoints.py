@@ -6,7 +6,9 @@ A training checkpoint holds, besides the model's weights (`bert/...`, `cls/predi
   <weight>/adam_m, <weight>/adam_v   moments of LAMB and AdamWeightDecay (same names for both)
   <weight>/accum, local_step         gradient accumulators and the micro-step counter
                                      (--num_accumulation_steps > 1)
-  current_loss_scale, good_steps     the dynamic loss scale (--manual_fp16, --amp on a GPU)
+  current_loss_scale, good_steps     the dynamic loss scale (--manual_fp16, --amp on a GPU) and
+  skipped_update_count               the updates it skipped as non-finite
+  micro_step                         micro-steps done (--deterministic_run)
   global_step                        optimizer updates done
 
 The variables a model expects come from a throw-away graph in which the real `model_fn` (or model)
@@ -29,7 +31,7 @@ MODEL_SCOPES = ("bert/", "cls/")
 MOMENT_SUFFIXES = ("/adam_m", "/adam_v")
 ACCUMULATOR_SUFFIX = "/accum"
 ACCUMULATION_COUNTER = "local_step"
-LOSS_SCALE_VARIABLES = ("current_loss_scale", "good_steps")
+LOSS_SCALE_VARIABLES = ("current_loss_scale", "good_steps", "skipped_update_count")
 GLOBAL_STEP = "global_step"
 
 
