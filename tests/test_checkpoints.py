@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import optimization
 import run_pretraining
 from tests import helpers
 from utils import checkpoint_compat
@@ -102,9 +103,9 @@ def test_saved_state_is_what_the_roles_say(runs):
   assert {n for n in names if ckpt.variable_role(n) == ckpt.ROLE_ACCUMULATION} == (
       {w + "/accum" for w in weights} | {"local_step"})
   assert {n for n in names if ckpt.variable_role(n) == ckpt.ROLE_LOSS_SCALE} == {
-      "current_loss_scale", "good_steps"}
+      "current_loss_scale", "good_steps", "skipped_update_count"}
   assert {n for n in names if ckpt.variable_role(n) == ckpt.ROLE_STEP} == {"global_step"}
-  assert len(names) == 4 * len(weights) + 4
+  assert len(names) == 4 * len(weights) + 5
 
 
 @pytest.fixture(scope="module")
@@ -209,12 +210,13 @@ def test_run_pretraining_evaluates_the_bundle_as_the_training_checkpoint(runs, b
 # ---------------------------------------------------------------------------------------------
 # Resuming: the decisions, on the real checkpoints
 
-def model_fn_for(config_path, **overrides):
-  values = dict(init_checkpoint=None, learning_rate=1e-3, num_train_steps=10, num_warmup_steps=1,
-                optimizer_type="lamb", init_loss_scale=2**10)
-  values.update(overrides)
+def model_fn_for(config_path, optimizer_type="lamb", manual_fp16=False, num_accumulation_steps=1):
+  """The job's model_fn for the model of `config_path` with these flag values (the others fixed)."""
   config = run_pretraining.modeling.BertConfig.from_json_file(config_path)
-  return run_pretraining.model_fn_builder(bert_config=config, **values)
+  return run_pretraining.model_fn_builder(
+      config, None, optimization.Schedule(optimizer_type, 1e-3, 10, 1),
+      optimization.Precision(manual_fp16=manual_fp16, init_loss_scale=2**10),
+      optimization.Accumulation(num_accumulation_steps))
 
 
 def check(directory, config_path, training=True, **overrides):
