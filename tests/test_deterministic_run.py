@@ -119,11 +119,18 @@ def _fp16(**overrides):
 
 def test_fp16_one_process_bit_identical(data, tmp_path):
   entries, a = two_runs(data, tmp_path, **_fp16())
-  scales = [e["loss_scaler"] for e in entries]
-  assert scales[0] == 2**32 and scales[-1] < scales[0]  # the scale each update's loss used
   values = job.checkpoint_values(a)
+  skipped = int(values["skipped_update_count"])
+  assert skipped > 0  # 2^32 overflows fp16: the first updates are skipped, each halving the scale
+  # Only applied updates have step lines; the scale each one's loss used is 2^32 halved once per
+  # update skipped before it, and never rises again within the run.
+  scales = [e["loss_scaler"] for e in entries]
+  exponents = [32 - np.log2(scale) for scale in scales]
+  assert all(k == int(k) and 1 <= k <= skipped for k in exponents), scales
+  assert exponents == sorted(exponents)
   assert values["global_step"] == UPDATES
-  assert values["micro_step"] == len(entries) * ACCUMULATION > UPDATES * ACCUMULATION
+  # Skipped updates consumed micro-steps too: the counter says how many ran.
+  assert values["micro_step"] == (UPDATES + skipped) * ACCUMULATION
 
 
 def test_horovodrun_gloo_two_workers_bit_identical(data, tmp_path):
