@@ -12,12 +12,16 @@ statistics, and heads cast the encoder output to fp32, so logits, softmax and lo
 """
 
 import collections
+import os
 
 from absl import logging
 import tensorflow as tf
 
 import modeling
 import optimization
+import tokenization
+from utils import dllogger_setup
+from utils import job as job_lib
 
 _tf1 = tf.compat.v1
 
@@ -114,17 +118,18 @@ def _decode_batch(records, name_to_features):
   return {name: tf.cast(value, tf.int32) for name, value in features.items()}
 
 
-def training_steps(num_examples, global_batch_size, num_train_epochs, warmup_proportion):
-  """(num_train_steps, num_warmup_steps): updates for the epochs, as the release counts them.
+def training_steps(f, num_examples, workers):
+  """(num_train_steps, num_warmup_steps): the updates of --num_train_epochs over `num_examples`
+  training examples (not windows) at the global batch, as the release counts them.
 
-  Args:
-    num_examples: training examples (not windows).
-    global_batch_size: examples per update over all workers.
-    num_train_epochs: float epochs.
-    warmup_proportion: fraction of the updates spent warming up.
+  Raises:
+    job.UsageError: when that is no update at all.
   """
-  num_train_steps = int(num_examples / global_batch_size * num_train_epochs)
-  return num_train_steps, int(num_train_steps * warmup_proportion)
+  batch = global_batch_size(f, workers)
+  num_train_steps = int(num_examples / batch * f.num_train_epochs)
+  job_lib.require(num_train_steps >= 1, "%d training examples make no update of global batch %d "
+                  "in --num_train_epochs=%g", num_examples, batch, f.num_train_epochs)
+  return num_train_steps, int(num_train_steps * f.warmup_proportion)
 
 
 def encoder_output_fp32(tensor):
@@ -215,3 +220,150 @@ def model_fn_builder(head_fn, bert_config, init_checkpoint, learning_rate, num_t
     return tf.estimator.EstimatorSpec(**spec)
 
   return model_fn
+
+
+# -------------------------------------------------------------------------------------------------
+# The job around the model: checks, start-up, training (on the job skeleton of utils/job.py).
+# -------------------------------------------------------------------------------------------------
+
+def check_flags(f, actions):
+  """Checks the shared flags that need no file access.
+
+  Args:
+    f: parsed flags (see utils/finetuning_flags.py).
+    actions: the script's action flags, e.g. ("do_train", "do_predict").
+
+  Raises:
+    job.UsageError: naming the flag.
+  """
+  require = job_lib.require
+  require(any(getattr(f, name) for name in actions),
+          "one of %s is required", ", ".join("--" + name for name in actions))
+  for name in ("bert_config_file", "vocab_file", "output_dir"):
+    require(getattr(f, name), "--%s is required", name)
+  for name in ("max_seq_length", "train_batch_size", "save_checkpoints_steps",
+               "iterations_per_loop", "num_tpu_cores", "num_accumulation_steps",
+               "keep_checkpoint_max"):
+    require(getattr(f, name) >= 1, "--%s must be >= 1, got %d", name, getattr(f, name))
+  require(f.learning_rate > 0, "--learning_rate must be positive, got %g", f.learning_rate)
+  require(f.num_train_epochs > 0, "--num_train_epochs must be positive, got %g",
+          f.num_train_epochs)
+  require(0 <= f.warmup_proportion < 1, "--warmup_proportion must be in [0, 1), got %g",
+          f.warmup_proportion)
+  require(f.init_loss_scale > 0, "--init_loss_scale must be positive, got %d", f.init_loss_scale)
+  require(not (f.amp and f.manual_fp16), "--amp and --manual_fp16 cannot be combined")
+  require(not (f.use_tpu and f.horovod), "--use_tpu and --horovod cannot be combined")
+  require(not (f.use_tpu and f.num_accumulation_steps > 1),
+          "--num_accumulation_steps > 1 is not supported with --use_tpu")
+  try:
+    tokenization.validate_case_matches_checkpoint(f.do_lower_case, f.init_checkpoint)
+  except ValueError as e:
+    raise job_lib.UsageError(str(e))
+
+
+def load_bert_config(f):
+  """The model configuration of --bert_config_file, checked against --max_seq_length; without
+  dropout and with deterministic ops for --deterministic_run."""
+  try:
+    bert_config = modeling.BertConfig.from_json_file(f.bert_config_file)
+  except ValueError as e:
+    raise job_lib.UsageError("--bert_config_file: %s" % e)
+  job_lib.require(bert_config.max_position_embeddings >= f.max_seq_length,
+                  "--max_seq_length=%d exceeds max_position_embeddings=%d of %s",
+                  f.max_seq_length, bert_config.max_position_embeddings, f.bert_config_file)
+  if f.deterministic_run:
+    bert_config.hidden_dropout_prob = 0.0
+    bert_config.attention_probs_dropout_prob = 0.0
+    tf.config.experimental.enable_op_determinism()
+  return bert_config
+
+
+def load_tokenizer(f):
+  """The FullTokenizer of --vocab_file / --do_lower_case (UsageError naming a bad file)."""
+  try:
+    return tokenization.FullTokenizer(vocab_file=f.vocab_file, do_lower_case=f.do_lower_case)
+  except (ValueError, OSError) as e:
+    raise job_lib.UsageError("--vocab_file: %s" % e)
+
+
+Job = collections.namedtuple("Job", ["workers", "output_dir", "saves_checkpoints", "estimator",
+                                     "run_logger"])
+Job.__doc__ = """A started fine-tuning job: `job.Workers`, this worker's output directory, whether
+it saves checkpoints, the Estimator and the `dllogger_setup.RunLogger`."""
+
+
+def global_batch_size(f, workers):
+  """Examples per optimizer update over all workers."""
+  return f.train_batch_size * f.num_accumulation_steps * workers.size
+
+
+def start(f, workers, head_fn, bert_config, num_train_steps, num_warmup_steps, batch_sizes):
+  """Builds the Estimator around `head_fn` (see `model_fn_builder`) and the run log.
+
+  Args:
+    f: parsed flags.
+    workers: from `job.start_workers`.
+    head_fn: the task's head.
+    bert_config: from `load_bert_config`.
+    num_train_steps, num_warmup_steps: optimizer updates (from `training_steps`; 0 without
+      training).
+    batch_sizes: dict of the TPUEstimator's batch sizes (train_batch_size, eval_batch_size,
+      predict_batch_size).
+
+  Returns:
+    `Job`.
+  """
+  if f.init_checkpoint:
+    job_lib.check_init_checkpoint(f.init_checkpoint)
+  output_dir, saves = job_lib.worker_output_dir(workers, f.output_dir, False, False)
+  run_logger = dllogger_setup.RunLogger(
+      f.dllog_path or os.path.join(f.output_dir, "bert_dllog.json"), rank=workers.rank)
+  learning_rate = f.learning_rate * workers.size
+  logging.info("workers: %d; global batch: %d; learning rate: %g per worker x %d workers = %g; "
+               "%d updates, %d of warmup", workers.size, global_batch_size(f, workers),
+               f.learning_rate, workers.size, learning_rate, num_train_steps, num_warmup_steps)
+  model_fn = model_fn_builder(
+      head_fn, bert_config, f.init_checkpoint, learning_rate, max(num_train_steps, 1),
+      num_warmup_steps, hvd=workers.hvd, manual_fp16=f.manual_fp16, amp=f.amp,
+      num_accumulation_steps=f.num_accumulation_steps, optimizer_type=f.optimizer_type,
+      allreduce_post_accumulation=f.allreduce_post_accumulation,
+      init_loss_scale=f.init_loss_scale, use_tpu=f.use_tpu, use_one_hot_embeddings=f.use_tpu,
+      verbose_logging=f.verbose_logging)
+  tpu = None
+  if f.use_tpu:
+    tpu = job_lib.TpuSettings(f.use_tpu, f.tpu_name, f.tpu_zone, f.gcp_project, f.master,
+                              f.iterations_per_loop, f.num_tpu_cores)
+  estimator = job_lib.build_estimator(
+      model_fn, output_dir, job_lib.session_config(workers, use_xla=f.use_xla, amp=f.amp),
+      workers, saves, f.save_checkpoints_steps, f.keep_checkpoint_max,
+      deterministic=f.deterministic_run, reports_loss=False, tpu=tpu, batch_sizes=batch_sizes)
+  return Job(workers, output_dir, saves, estimator, run_logger)
+
+
+def train(f, started, train_file, name_to_features, num_train_steps):
+  """Fine-tunes on the records of `train_file` (this worker's share) for `num_train_steps`.
+
+  Args:
+    f: parsed flags.
+    started: the `Job`.
+    train_file: the training TFRecords.
+    name_to_features: their parsing spec.
+    num_train_steps: optimizer updates.
+  """
+  workers = started.workers
+  input_fn = input_fn_builder(
+      train_file, name_to_features, is_training=True, drop_remainder=True,
+      batch_size=None if f.use_tpu else f.train_batch_size, num_workers=workers.size,
+      worker_index=workers.rank, deterministic=f.deterministic_run,
+      seed=job_lib.DETERMINISTIC_SEED if f.deterministic_run else None)
+  hooks = job_lib.training_hooks(workers, started.output_dir if started.saves_checkpoints
+                                 else None, f.save_checkpoints_steps,
+                                 num_accumulation_steps=f.num_accumulation_steps)
+  job_lib.train(started.estimator, input_fn, num_train_steps, f.output_dir, hooks)
+
+
+def predict_input_fn(f, input_file, name_to_features, batch_size):
+  """The input_fn of evaluation / prediction records: every record once, in order."""
+  return input_fn_builder(input_file, name_to_features, is_training=False,
+                          drop_remainder=bool(f.use_tpu),
+                          batch_size=None if f.use_tpu else batch_size)
