@@ -24,6 +24,10 @@ in its own process:
   python -m tests.reference.original_bert run_classifier -- FLAGS...
   python -m tests.reference.original_bert extract_features -- FLAGS...
       run the original scripts with their own flags.
+  python -m tests.reference.original_bert on_our_modules SCRIPT -- FLAGS...
+      the original script SCRIPT (run_squad, run_classifier, extract_features) unchanged, under
+      TF1 behaviour, with its `bert.modeling`, `bert.optimization` and `bert.tokenization` being
+      this project's modules; the Estimator logs the loss at every step.
   python -m tests.reference.original_bert squad_features --out OUT.json -- FLAGS...
       the original run_squad's examples and features of --predict_file (and of --train_file when
       given, as training data) under its own flags (--vocab_file, --max_seq_length, --doc_stride,
@@ -168,6 +172,32 @@ def _run_script(module_name, argv):
   app.run(module.main, argv=[module_name] + argv)
 
 
+def _run_on_our_modules(script, argv):
+  """Runs the release's `script` with our modeling / optimization / tokenization in its place."""
+  install_contrib()
+  import bert  # pylint: disable=g-import-not-at-top
+  repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  if repo_root not in sys.path:
+    sys.path.insert(0, repo_root)
+  _tf1.disable_v2_behavior()
+  for name in ("modeling", "optimization", "tokenization"):
+    module = __import__(name)
+    sys.modules["bert." + name] = module
+    setattr(bert, name, module)
+  tpu = _tf1.estimator.tpu
+  base = tpu.RunConfig
+
+  class EveryStepRunConfig(base):  # pylint: disable=missing-class-docstring
+    def __init__(self, *args, **kwargs):
+      kwargs.setdefault("log_step_count_steps", 1)
+      super().__init__(*args, **kwargs)
+
+  tpu.RunConfig = EveryStepRunConfig
+  from absl import app  # pylint: disable=g-import-not-at-top
+  module = __import__("bert." + script, fromlist=["main"])
+  app.run(module.main, argv=[script] + argv)
+
+
 def _dump_squad_features(original, tokenizer, flags, is_training):
   examples = original.read_squad_examples(
       flags.train_file if is_training else flags.predict_file, is_training=is_training)
@@ -280,6 +310,9 @@ def main(argv):
     args = parser.parse_args(own)
     _tf1.disable_eager_execution()
     _squad_features(args.out, args.logits_seed, script_flags)
+  elif command == "on_our_modules":
+    script, script_flags = rest[0], _split_dashes(rest[1:])[1]
+    _run_on_our_modules(script, script_flags)
   elif command == "classifier_features":
     import argparse  # pylint: disable=g-import-not-at-top
     parser = argparse.ArgumentParser()
