@@ -38,11 +38,14 @@ FLAGS = flags.FLAGS
 
 finetuning_flags.define_flags(max_seq_length=128,
                               batch_flags={"eval_batch_size": 8, "predict_batch_size": 8})
-flags.DEFINE_string("data_dir", None, "Directory of the task's .tsv files.")
-flags.DEFINE_string("task_name", None,
-                    "The task: %s." % ", ".join(classifier_data.PROCESSORS))
-flags.DEFINE_bool("do_eval", False, "Evaluate on the dev set (rank 0).")
-flags.DEFINE_bool("do_predict", False, "Predict the test set (rank 0): test_results.tsv.")
+finetuning_flags.define_once(flags.DEFINE_string, "data_dir", None,
+                             "Directory of the task's .tsv files.")
+finetuning_flags.define_once(flags.DEFINE_string, "task_name", None,
+                             "The task: %s." % ", ".join(classifier_data.PROCESSORS))
+finetuning_flags.define_once(flags.DEFINE_bool, "do_eval", False,
+                             "Evaluate on the dev set (rank 0).")
+finetuning_flags.define_once(flags.DEFINE_bool, "do_predict", False,
+                             "Predict the test set (rank 0): test_results.tsv.")
 
 # Dropout on the pooled output while training (the release's keep probability 0.9).
 HEAD_DROPOUT = 0.1

@@ -40,18 +40,25 @@ _tf1 = tf.compat.v1
 FLAGS = flags.FLAGS
 
 finetuning_flags.define_flags(max_seq_length=384, batch_flags={"predict_batch_size": 8})
-flags.DEFINE_string("train_file", None, "SQuAD json for training, e.g. train-v1.1.json.")
-flags.DEFINE_string("predict_file", None, "SQuAD json to answer, e.g. dev-v1.1.json.")
-flags.DEFINE_integer("doc_stride", 128, "Tokens between the starts of a document's windows.")
-flags.DEFINE_integer("max_query_length", 64, "Question tokens kept (longer ones are truncated).")
-flags.DEFINE_bool("do_predict", False, "Answer --predict_file (rank 0).")
-flags.DEFINE_integer("n_best_size", 20, "Answers kept per question in nbest_predictions.json.")
-flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in tokens.")
-flags.DEFINE_bool("version_2_with_negative", False,
-                  "SQuAD 2.0: questions may have no answer (null_odds.json).")
-flags.DEFINE_float("null_score_diff_threshold", 0.0,
-                   "SQuAD 2.0: answer nothing when the null score minus the best answer's score "
-                   "exceeds this.")
+finetuning_flags.define_once(flags.DEFINE_string, "train_file", None,
+                             "SQuAD json for training, e.g. train-v1.1.json.")
+finetuning_flags.define_once(flags.DEFINE_string, "predict_file", None,
+                             "SQuAD json to answer, e.g. dev-v1.1.json.")
+finetuning_flags.define_once(flags.DEFINE_integer, "doc_stride", 128,
+                             "Tokens between the starts of a document's windows.")
+finetuning_flags.define_once(flags.DEFINE_integer, "max_query_length", 64,
+                             "Question tokens kept (longer ones are truncated).")
+finetuning_flags.define_once(flags.DEFINE_bool, "do_predict", False,
+                             "Answer --predict_file (rank 0).")
+finetuning_flags.define_once(flags.DEFINE_integer, "n_best_size", 20,
+                             "Answers kept per question in nbest_predictions.json.")
+finetuning_flags.define_once(flags.DEFINE_integer, "max_answer_length", 30,
+                             "Longest answer, in tokens.")
+finetuning_flags.define_once(flags.DEFINE_bool, "version_2_with_negative", False,
+                             "SQuAD 2.0: questions may have no answer (null_odds.json).")
+finetuning_flags.define_once(flags.DEFINE_float, "null_score_diff_threshold", 0.0,
+                             "SQuAD 2.0: answer nothing when the null score minus the "
+                             "best answer's score exceeds this.")
 
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 TRAIN_SCALARS = ("unique_ids", "start_positions", "end_positions")
