@@ -164,11 +164,17 @@ def _train(config_path, batch_path, out_dir, seed, steps, init_lr, num_warmup_st
   np.save(os.path.join(out_dir, "losses.npy"), np.array(losses, np.float64))
 
 
+# Scripts that read TF1 shapes (`shape[-1].value`).
+_TF1_SHAPE_SCRIPTS = ("run_classifier", "run_squad", "extract_features")
+
+
 def _run_script(module_name, argv):
   install_contrib()
   from absl import app  # pylint: disable=g-import-not-at-top
   module = __import__("bert." + module_name, fromlist=["main"])
   _tf1.disable_eager_execution()
+  if module_name in _TF1_SHAPE_SCRIPTS:
+    _tf1.disable_v2_tensorshape()
   app.run(module.main, argv=[module_name] + argv)
 
 
