@@ -168,16 +168,8 @@ def run(f):
     label_list = processor.get_labels()
   except ValueError as e:
     raise job.UsageError("--task_name: %s" % e)
-  bert_config = finetuning.load_bert_config(f)
-  tokenizer = finetuning.load_tokenizer(f)
-
-  workers = job.start_workers(f.horovod)
-  train_examples = []
-  num_train_steps = num_warmup_steps = 0
-  if f.do_train:
-    train_examples, _ = _examples(f, processor, processor.get_train_examples, 1)
-    num_train_steps, num_warmup_steps = finetuning.training_steps(
-        f, len(train_examples), workers)
+  bert_config, tokenizer, workers, train_examples, (num_train_steps, num_warmup_steps) = (
+      finetuning.prepare(f, lambda: _examples(f, processor, processor.get_train_examples, 1)[0]))
   dropout = 0.0 if f.deterministic_run else HEAD_DROPOUT
   started = finetuning.start(
       f, workers, head_fn_builder(len(label_list), dropout), bert_config, num_train_steps,
@@ -221,11 +213,7 @@ def run(f):
   return 0
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
-  logging.set_verbosity(logging.INFO)
-  return job.run_main("run_classifier.py", run, FLAGS)
+main = finetuning.main_builder("run_classifier.py", run, FLAGS)
 
 
 if __name__ == "__main__":

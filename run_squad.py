@@ -186,15 +186,11 @@ def run(f):
     job.UsageError: for bad flags or data, before any graph is built.
   """
   check_flags(f)
-  bert_config = finetuning.load_bert_config(f)
-  tokenizer = finetuning.load_tokenizer(f)
-  workers = job.start_workers(f.horovod)
-  train_examples = []
-  num_train_steps = num_warmup_steps = 0
-  if f.do_train:
-    train_examples = _read_examples(f.train_file, "train_file", True, f.version_2_with_negative)
-    num_train_steps, num_warmup_steps = finetuning.training_steps(f, len(train_examples), workers)
-    random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
+  bert_config, tokenizer, workers, train_examples, (num_train_steps, num_warmup_steps) = (
+      finetuning.prepare(f, lambda: _read_examples(f.train_file, "train_file", True,
+                                                   f.version_2_with_negative)))
+  # The release shuffles once, before writing the records, with a fixed seed.
+  random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
   started = finetuning.start(f, workers, head_fn, bert_config, num_train_steps, num_warmup_steps,
                              dict(train_batch_size=f.train_batch_size,
                                   predict_batch_size=f.predict_batch_size))
@@ -228,11 +224,7 @@ def run(f):
   return 0
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
-  logging.set_verbosity(logging.INFO)
-  return job.run_main("run_squad.py", run, FLAGS)
+main = finetuning.main_builder("run_squad.py", run, FLAGS)
 
 
 if __name__ == "__main__":

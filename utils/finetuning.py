@@ -14,6 +14,7 @@ statistics, and heads cast the encoder output to fp32, so logits, softmax and lo
 import collections
 import os
 
+from absl import app
 from absl import logging
 import tensorflow as tf
 
@@ -286,6 +287,26 @@ def load_tokenizer(f):
     raise job_lib.UsageError("--vocab_file: %s" % e)
 
 
+def prepare(f, read_train_examples):
+  """What a script needs before its Estimator: configuration, tokenizer, workers, training data.
+
+  Args:
+    f: parsed flags.
+    read_train_examples: function () -> list of training examples (called with --do_train).
+
+  Returns:
+    (bert_config, tokenizer, `job.Workers`, training examples ([] without --do_train),
+    (num_train_steps, num_warmup_steps) (0, 0 without --do_train)).
+  """
+  bert_config = load_bert_config(f)
+  tokenizer = load_tokenizer(f)
+  workers = job_lib.start_workers(f.horovod)
+  if not f.do_train:
+    return bert_config, tokenizer, workers, [], (0, 0)
+  examples = read_train_examples()
+  return bert_config, tokenizer, workers, examples, training_steps(f, len(examples), workers)
+
+
 Job = collections.namedtuple("Job", ["workers", "output_dir", "saves_checkpoints", "estimator",
                                      "run_logger"])
 Job.__doc__ = """A started fine-tuning job: `job.Workers`, this worker's output directory, whether
@@ -367,3 +388,16 @@ def predict_input_fn(f, input_file, name_to_features, batch_size):
   return input_fn_builder(input_file, name_to_features, is_training=False,
                           drop_remainder=bool(f.use_tpu),
                           batch_size=None if f.use_tpu else batch_size)
+
+
+def main_builder(script_name, run, flag_values):
+  """The `main(argv)` of a fine-tuning script for absl's app.run: no positional arguments, INFO
+  logging, `run(flag_values)` with usage errors as exit code 2 (`job.run_main`)."""
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
+    logging.set_verbosity(logging.INFO)
+    return job_lib.run_main(script_name, run, flag_values)
+
+  return main
