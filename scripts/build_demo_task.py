@@ -4,7 +4,8 @@ The sentences are those of the demo corpus (scripts/build_demo_data.py: the docs
 standard library, read with `ast`), labelled with the package of their module, for a handful of
 packages with many modules. Train and dev are split by module (every 4th module of a package is a
 dev module), so dev sentences come from modules the classifier never saw; each package contributes
-at most --max_per_package training sentences, so the classes are about balanced.
+at most --max_per_package training sentences, so the classes are about balanced; the training rows
+are shuffled.
 
   TASK_DIR/train.tsv, dev.tsv   header, then "package<TAB>sentence" rows
   TASK_DIR/labels.txt           the packages, one per line (the stdlib task's label list)
@@ -14,6 +15,7 @@ at most --max_per_package training sentences, so the classes are about balanced.
 
 import collections
 import os
+import random
 import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +31,9 @@ import build_demo_data  # noqa: E402
 
 PACKAGES = ("asyncio", "distutils", "email", "importlib", "lib2to3", "xml")
 DEV_MODULE_EVERY = 4
+# The training rows are shuffled once (fixed seed): the fine-tuning input only shuffles within a
+# buffer of 100 records, and rows grouped by package would be learnt one package at a time.
+SHUFFLE_SEED = 12345
 
 # build_demo_data defines --output_dir (its own data directory), hence another name here.
 flags.DEFINE_string("task_dir", "data/demo/stdlib_task", "Where to write the task.")
@@ -79,6 +84,7 @@ def main(argv):
   os.makedirs(FLAGS.task_dir, exist_ok=True)
   train, dev = split_by_module(build_demo_data.stdlib_documents())
   train = balance(train, FLAGS.max_per_package)
+  random.Random(SHUFFLE_SEED).shuffle(train)
   _write_tsv(os.path.join(FLAGS.task_dir, "train.tsv"), train)
   _write_tsv(os.path.join(FLAGS.task_dir, "dev.tsv"), dev)
   with open(os.path.join(FLAGS.task_dir, "labels.txt"), "w") as writer:

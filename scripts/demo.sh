@@ -8,7 +8,7 @@
 #   scripts/demo.sh PYTHON [OUTPUT_DIR]
 #
 # Environment: DEMO_STEPS (optimizer updates, default 600), DEMO_WORKERS (default 2),
-# DEMO_FINETUNE_EPOCHS (default 3).
+# DEMO_FINETUNE_EPOCHS (default 5).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,7 +17,7 @@ out="${2:-$here/output/demo}"
 data="$here/data/demo"
 steps="${DEMO_STEPS:-600}"
 workers="${DEMO_WORKERS:-2}"
-finetune_epochs="${DEMO_FINETUNE_EPOCHS:-3}"
+finetune_epochs="${DEMO_FINETUNE_EPOCHS:-5}"
 cd "$here"
 
 [ -f "$data/vocab.txt" ] || { echo "demo: $data/vocab.txt missing: run make data" >&2; exit 1; }
@@ -86,7 +86,7 @@ finetune() {  # finetune NAME [--init_checkpoint=...]
     --vocab_file="$data/vocab.txt" --bert_config_file="$out/bert_config.json" \
     --output_dir="$out/finetune_$1" --do_train --do_eval "${@:2}" \
     --max_seq_length=64 --train_batch_size=32 --eval_batch_size=64 \
-    --learning_rate=1e-3 --num_train_epochs="$finetune_epochs" --warmup_proportion=0.1 \
+    --learning_rate=1e-4 --num_train_epochs="$finetune_epochs" --warmup_proportion=0.1 \
     --save_checkpoints_steps=100000 >/dev/null
 }
 accuracy() {  # accuracy NAME: eval_accuracy of that run's eval_results.txt
