@@ -16,6 +16,7 @@ help:
 	@echo "make data         build the bundled demo corpus, vocabulary and TFRecords (cached)"
 	@echo "make env          create/reuse the environment only"
 	@echo "make -s python-path   print the environment's python (last line)"
+	@echo "source scripts/activate   (in your shell) the environment's python and horovodrun on PATH"
 
 env:
 	@$(ENV) >/dev/null

@@ -1,7 +1,7 @@
 """Masked-LM / next-sentence TFRecords from raw text: the original's flags and format, faster.
 
 Input: text files with one sentence per line and a blank line between documents. Output:
-`tf.train.Example` records (SPEC section 3, the original release's features).
+`tf.train.Example` records (docs/DESIGN.md section 3, the original release's features).
 
   python create_pretraining_data.py --input_file='corpus/*.txt' --output_file=OUT \\
       --vocab_file=vocab.txt --max_seq_length=128 --max_predictions_per_seq=20 --dupe_factor=5
@@ -30,6 +30,7 @@ pieces are masked together.
 
 import bisect
 import collections
+import ctypes
 import functools
 import glob
 import multiprocessing
@@ -37,6 +38,8 @@ import multiprocessing.connection
 import os
 import random
 import shutil
+import signal
+import sys
 import time
 
 from absl import app
@@ -45,7 +48,11 @@ from absl import logging
 import numpy as np
 
 import tokenization
+from utils import output_lock
+from utils import paths
 
+# prctl(2) option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
 # Instances assembled, masked and serialised per numpy batch.
 _BATCH_SIZE = 1024
 # Feature order of the written tf.train.Example (as the original writes them).
@@ -91,16 +98,8 @@ def resolve_input_files(input_file):
   Raises:
     ValueError: naming the patterns when nothing matches.
   """
-  patterns = [pattern.strip() for pattern in (input_file or "").split(",") if pattern.strip()]
-  files = []
-  for pattern in patterns:
-    if "://" in pattern:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      matches = tf.io.gfile.glob(pattern)
-    else:
-      matches = [path for path in glob.glob(pattern) if os.path.isfile(path)]
-    files += sorted(matches)
-  files = list(collections.OrderedDict.fromkeys(files))  # each path once, first place kept
+  patterns = paths.split_list(input_file)
+  files = paths.resolve_files(patterns)
   if not files:
     raise ValueError("--input_file: no file matches %s" % (", ".join(patterns) or "(empty)"))
   return files
@@ -115,7 +114,7 @@ def resolve_output_files(output_file, num_input_files):
   Raises:
     ValueError: naming the flag when it is empty or lists more files than there are inputs.
   """
-  outputs = [path.strip() for path in (output_file or "").split(",") if path.strip()]
+  outputs = paths.split_list(output_file)
   if not outputs:
     raise ValueError("--output_file is required")
   if len(set(outputs)) != len(outputs):
@@ -135,7 +134,7 @@ def load_tokenizer(vocab_file, do_lower_case):
   """
   if not vocab_file:
     raise ValueError("--vocab_file is required")
-  if "://" not in vocab_file and not os.path.isfile(vocab_file):
+  if not paths.is_file(vocab_file):
     raise ValueError("--vocab_file: vocabulary file not found: %s" % vocab_file)
   vocab = tokenization.load_vocab(vocab_file)
   tokenization.check_special_tokens(vocab, vocab_file)
@@ -186,7 +185,7 @@ def read_corpus(input_file, tokenizer):
 def _read_text(path):
   """The whole text of a UTF-8 file; ValueError naming the file when it is not UTF-8."""
   try:
-    with _open_binary(path, "rb") as reader:
+    with paths.open_file(path, "rb") as reader:
       data = reader.read()
     return data.decode("utf-8")
   except UnicodeDecodeError as e:
@@ -724,11 +723,7 @@ def _crc32c():
 
 def _tokenizer(vocab_file, do_lower_case):
   """The tokenizer of this process for `vocab_file`, built again only when the file changes."""
-  stamp = None
-  if "://" not in vocab_file:
-    status = os.stat(vocab_file)
-    stamp = (status.st_mtime_ns, status.st_size)
-  return _cached_tokenizer(vocab_file, do_lower_case, stamp)
+  return _cached_tokenizer(vocab_file, do_lower_case, paths.local_stamp(vocab_file))
 
 
 @functools.lru_cache(maxsize=4)
@@ -752,7 +747,7 @@ def process_file(task):
 
   Args:
     task: (file_index, input_file, output_path, vocab_file, do_lower_case, options);
-      `output_path` is written whole, through a temporary file renamed at the end.
+      `output_path` is a ".partial" name that the caller publishes when the whole set is written.
 
   Returns:
     (file_index, number of records written).
@@ -772,40 +767,16 @@ def process_file(task):
   if file_index == 0 and len(pairs):
     _log_example(tokenizer, corpus, pairs[0])
   crc = _crc32c()
-  temporary = output_path + ".partial"
   written = 0
-  with _open_binary(temporary) as writer:
+  with paths.open_file(output_path, "wb") as writer:
     for framed, count in instances_to_records(corpus, pairs, tokenizer, options, py_rng, np_rng,
                                               crc):
       writer.write(framed.tobytes())
       written += count
-  _rename(temporary, output_path)
   return file_index, written
 
 
-def _open_binary(path, mode="wb"):
-  """A binary file object: a local file, or TF's GFile for scheme:// paths."""
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return tf.io.gfile.GFile(path, mode)
-  return open(path, mode)
 
-
-def _rename(source, target):
-  if "://" in source:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    tf.io.gfile.rename(source, target, overwrite=True)
-  else:
-    os.replace(source, target)
-
-
-def _remove(path):
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    if tf.io.gfile.exists(path):
-      tf.io.gfile.remove(path)
-  elif os.path.exists(path):
-    os.remove(path)
 
 
 def default_num_workers():
@@ -829,11 +800,18 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
     do_lower_case: lower-case and strip accents (uncased models).
     num_workers: processes; default: all cores. The output does not depend on it.
 
+  The outputs appear under their names only when the whole set is written: every file is written
+  as "<name>.partial" (parts of a shared output as "<name>.part-NNNNN.partial"), and all are
+  renamed at the end. A run that fails removes what it wrote; a run killed outright leaves only
+  ".partial" files, which the next run over the same outputs removes first, with the outputs of
+  earlier runs, so it starts clean.
+
   Returns:
     dict output path -> number of records written.
 
   Raises:
-    ValueError: naming the problem (options, vocabulary, or an input without any text).
+    ValueError: naming the problem (options, vocabulary, an input without any text, an output
+      directory that cannot be created).
   """
   validate_options(options)
   tokenizer = load_tokenizer(vocab_file, do_lower_case)
@@ -846,9 +824,10 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
   parts = collections.OrderedDict((output, []) for output in output_files)  # in input order
   for index, path in enumerate(input_files):
     output = output_files[index % len(output_files)]
-    target = output if direct else "%s.part-%05d" % (output, index)
+    target = _partial(output if direct else "%s.part-%05d" % (output, index))
     tasks.append((index, path, target, vocab_file, do_lower_case, options))
     parts[output].append(target)
+  _start_clean(output_files)
 
   start = time.time()
   counts = [0] * len(input_files)
@@ -864,15 +843,16 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
       raise ValueError("empty corpus: no line of %s has a token" % ", ".join(input_files))
     if not direct:
       for output, output_parts in parts.items():
-        _concatenate(output_parts, output)
+        _concatenate(output_parts, _partial(output))
+    for output in output_files:  # the whole set is written: publish it
+      paths.rename(_partial(output), output)
   except BaseException:
     # Leave nothing that could pass for a finished output.
     for task in tasks:
-      _remove(task[2] + ".partial")
-      _remove(task[2])
+      paths.remove_if_exists(task[2])
     for output in output_files:
-      _remove(output + ".partial")
-      _remove(output)
+      paths.remove_if_exists(_partial(output))
+      paths.remove_if_exists(output)
     raise
   totals = collections.OrderedDict((output, 0) for output in output_files)
   for index, count in enumerate(counts):
@@ -880,8 +860,53 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
   return totals
 
 
-def _run_in_child(task, connection, threads):
+def _partial(path):
+  """The name `path` is written under until the whole output set is complete."""
+  return path + ".partial"
+
+
+def _start_clean(output_files):
+  """Creates the outputs' directories and removes what an earlier run left under their names.
+
+  Raises:
+    ValueError: naming --output_file when a directory cannot be created.
+  """
+  leftovers = []
+  for output in output_files:
+    directory = os.path.dirname(output)
+    if directory:
+      output_lock.make_directory(directory, flag="--output_file")
+    if "://" in output:
+      candidates = [output, _partial(output)]
+    else:
+      candidates = [output] + sorted(glob.glob(glob.escape(output) + ".partial")
+                                     + glob.glob(glob.escape(output) + ".part-*"))
+    for path in candidates:
+      if path != output and ("://" in path or os.path.exists(path)):
+        leftovers.append(path)
+      paths.remove_if_exists(path)
+  if leftovers:
+    logging.warning("removed the leftovers of an interrupted run: %s", ", ".join(leftovers))
+
+
+def _die_with_parent(parent_pid):
+  """Makes the kernel kill this (forked) process when its parent dies, even by kill -9.
+
+  Otherwise the workers of a killed generator run on and publish some outputs and never the rest.
+  Linux only (prctl); elsewhere the workers outlive a parent killed outright.
+  """
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  except (OSError, AttributeError):  # not Linux
+    return
+  if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    os._exit(1)
+
+
+def _run_in_child(task, connection, threads, parent_pid):
   """Body of a worker process: runs `process_file(task)` and sends its result or error."""
+  _die_with_parent(parent_pid)
   os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizer's share of the cores
   try:
     connection.send(("ok", process_file(task)))
@@ -917,8 +942,8 @@ def _run_tasks(tasks, num_workers):
       while pending and len(running) < num_workers:
         task = pending.pop()
         receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(target=_run_in_child, args=(task, sender, threads),
-                                  daemon=True)
+        process = context.Process(target=_run_in_child,
+                                  args=(task, sender, threads, os.getpid()), daemon=True)
         process.start()
         sender.close()
         running[process.sentinel] = (process, receiver, task)
@@ -945,14 +970,12 @@ def _run_tasks(tasks, num_workers):
 
 def _concatenate(parts, output):
   """Concatenates the TFRecord files `parts` into `output` and removes them."""
-  temporary = output + ".partial"
-  with _open_binary(temporary) as writer:
+  with paths.open_file(output, "wb") as writer:
     for part in parts:
-      with _open_binary(part, "rb") as reader:
+      with paths.open_file(part, "rb") as reader:
         shutil.copyfileobj(reader, writer, 1 << 20)
-  _rename(temporary, output)
   for part in parts:
-    _remove(part)
+    paths.remove_if_exists(part)
 
 
 def define_flags():
@@ -1001,8 +1024,11 @@ def main(_):
     totals = create_pretraining_data(input_files, output_files, flag_values.vocab_file, options,
                                      do_lower_case=flag_values.do_lower_case,
                                      num_workers=flag_values.num_workers)
-  except (ValueError, RuntimeError) as e:
-    # Bad flags or input, or a dead worker: one line naming the problem, exit status 1.
+  except ValueError as e:
+    # Bad flags or input: one line naming the problem, exit status 2.
+    raise app.UsageError(str(e))
+  except RuntimeError as e:
+    # A dead worker: one line naming its file, exit status 1.
     raise SystemExit("create_pretraining_data: error: %s" % e)
   for output, count in totals.items():
     logging.info("wrote %d instances to %s", count, output)
@@ -1010,5 +1036,6 @@ def main(_):
 
 
 if __name__ == "__main__":
+  from utils import cli  # pylint: disable=g-import-not-at-top (scripts only: it defines --verbose)
   define_flags()
-  app.run(main)
+  cli.run_main(main)

@@ -10,6 +10,7 @@ Two small pieces the model and the training script need when they run on acceler
   rank, the usual one-process-per-GPU Horovod layout. On a machine without GPUs it changes nothing.
 """
 
+from absl import logging
 import tensorflow as tf
 
 _tf1 = tf.compat.v1
@@ -57,6 +58,26 @@ def get_custom_getter(compute_type):
 def local_gpu_count():
   """Number of GPUs this process can see (0 on a CPU-only machine)."""
   return len(tf.config.list_physical_devices("GPU"))
+
+
+def amp_takes_effect(amp):
+  """Whether automatic mixed precision changes the computation on this machine.
+
+  The AMP graph rewrite only rewrites GPU kernels: without a GPU it does nothing and training stays
+  fp32 (a warning says so). The one place that decides it.
+
+  Args:
+    amp: AMP was asked for (--amp).
+
+  Returns:
+    True when `amp` and this process sees a GPU.
+  """
+  if not amp:
+    return False
+  if local_gpu_count() > 0:
+    return True
+  logging.warning("automatic mixed precision has no effect without a GPU: training in fp32")
+  return False
 
 
 def pin_to_local_gpu(session_config, local_rank):

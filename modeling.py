@@ -52,7 +52,8 @@ class BertConfig(object):
                intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
                attention_probs_dropout_prob=0.1, max_position_embeddings=512,
                type_vocab_size=16, initializer_range=0.02):
-    """Builds and validates a configuration.
+    """Builds a configuration; each value is checked on its own here, the configuration as a
+    whole (`validate`) when a model is built from it, as in the original release.
 
     Args:
       vocab_size: size of the WordPiece vocabulary (rows of `word_embeddings`).
@@ -68,7 +69,7 @@ class BertConfig(object):
       initializer_range: stddev of the truncated-normal initialiser.
 
     Raises:
-      ValueError: naming the key, when a value is invalid.
+      ValueError: naming the key, when a value is invalid by itself.
     """
     self.vocab_size = vocab_size
     self.hidden_size = hidden_size
@@ -81,10 +82,18 @@ class BertConfig(object):
     self.max_position_embeddings = max_position_embeddings
     self.type_vocab_size = type_vocab_size
     self.initializer_range = initializer_range
-    self.validate()
+    self._check_values()
 
   def validate(self):
-    """Raises ValueError naming the first invalid key."""
+    """Raises ValueError naming the first invalid key, or the keys that do not fit together."""
+    self._check_values()
+    if self.hidden_size % self.num_attention_heads != 0:
+      raise ValueError(
+          "bert config: 'hidden_size' (%d) must be a multiple of 'num_attention_heads' (%d)"
+          % (self.hidden_size, self.num_attention_heads))
+
+  def _check_values(self):
+    """Raises ValueError naming the first key whose value is invalid by itself."""
     for key in self._POSITIVE_INTS:
       value = getattr(self, key)
       if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -98,10 +107,6 @@ class BertConfig(object):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
       raise ValueError("bert config: 'initializer_range' must be a positive number, got %r"
                        % (value,))
-    if self.hidden_size % self.num_attention_heads != 0:
-      raise ValueError(
-          "bert config: 'hidden_size' (%d) must be a multiple of 'num_attention_heads' (%d)"
-          % (self.hidden_size, self.num_attention_heads))
     if not callable(self.hidden_act):
       try:
         get_activation(self.hidden_act)
@@ -112,17 +117,22 @@ class BertConfig(object):
   def from_dict(cls, json_object, source="config"):
     """Builds a `BertConfig` from a dict of `bert_config.json` keys.
 
-    Unknown keys (released multilingual configs carry some) are logged as a warning and ignored.
+    The size keys (`_POSITIVE_INTS`: vocab_size, hidden_size, num_hidden_layers, ...) are
+    required: a config file that lacks one would otherwise build BERT-base sizes for it without a
+    word (the original release's behaviour). The release's defaults stay available through an
+    explicit `BertConfig(vocab_size=...)` call. The other keys (activation, dropout, initializer
+    range) default to the release's values, logged. Unknown keys (released multilingual configs
+    carry some) are logged as a warning and ignored.
 
     Args:
-      json_object: dict with at least "vocab_size".
-      source: where the dict came from, used in messages.
+      json_object: dict with at least the size keys.
+      source: where the dict came from (a file name), used in messages.
 
     Returns:
       A validated `BertConfig`.
 
     Raises:
-      ValueError: when "vocab_size" is missing or a value is invalid.
+      ValueError: naming `source` and the key, when a size key is missing or a value is invalid.
     """
     if not isinstance(json_object, dict):
       raise ValueError("%s: a BERT config must be a JSON object, got %s"
@@ -131,8 +141,15 @@ class BertConfig(object):
     unknown = sorted(set(json_object) - known)
     if unknown:
       logging.warning("%s: ignoring unknown BERT config keys: %s", source, ", ".join(unknown))
-    if "vocab_size" not in json_object:
-      raise ValueError("%s: bert config: 'vocab_size' is required" % source)
+    missing = [key for key in cls._POSITIVE_INTS if key not in json_object]
+    if missing:
+      raise ValueError("%s: bert config: missing required key%s %s (the model sizes are never "
+                       "guessed)" % (source, "s" if len(missing) > 1 else "",
+                                     ", ".join(repr(key) for key in missing)))
+    defaulted = [key for key in cls._DEFAULTS if key not in json_object]
+    if defaulted:
+      logging.info("%s: bert config keys not given, the original release's defaults used: %s",
+                   source, ", ".join("%s=%r" % (key, cls._DEFAULTS[key]) for key in defaulted))
     kwargs = {key: json_object[key] for key in known if key in json_object}
     try:
       return cls(**kwargs)
@@ -178,7 +195,8 @@ class BertModel(object):
   """
 
   def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
-               use_one_hot_embeddings=False, scope=None, compute_type=tf.float32):
+               use_one_hot_embeddings=False, scope=None, compute_type=tf.float32,
+               dropout_key=None):
     """Builds the model graph.
 
     Args:
@@ -191,6 +209,9 @@ class BertModel(object):
         instead of a gather.
       scope: variable scope; default "bert".
       compute_type: tf.float32, or tf.float16 for reduced precision (variables stay fp32).
+      dropout_key: optional int64 Tensor [2]: every dropout mask becomes a pure function of this
+        key, the layer and the dropout site (stateless random ops), independent of op scheduling
+        and thread count; None keeps TensorFlow's stateful dropout.
 
     Raises:
       ValueError: for an invalid config or input shape.
@@ -229,7 +250,8 @@ class BertModel(object):
             position_embedding_name="position_embeddings",
             initializer_range=config.initializer_range,
             max_position_embeddings=config.max_position_embeddings,
-            dropout_prob=config.hidden_dropout_prob)
+            dropout_prob=config.hidden_dropout_prob,
+            dropout_seed=dropout_site_key(dropout_key, EMBEDDINGS_LAYER, _EMBEDDINGS_SITE))
 
       with _tf1.variable_scope("encoder"):
         attention_mask = create_attention_mask_from_input_mask(input_ids, input_mask)
@@ -244,7 +266,8 @@ class BertModel(object):
             hidden_dropout_prob=config.hidden_dropout_prob,
             attention_probs_dropout_prob=config.attention_probs_dropout_prob,
             initializer_range=config.initializer_range,
-            do_return_all_layers=True)
+            do_return_all_layers=True,
+            dropout_key=dropout_key)
       self.sequence_output = self.all_encoder_layers[-1]
 
       with _tf1.variable_scope("pooler"):
@@ -300,22 +323,50 @@ def _gelu_tanh(x):
   return tf.tanh(_GELU_SCALE * (x + _GELU_CUBIC * (x * x * x)))
 
 
-@tf.custom_gradient
 def _gelu_recomputing_gradient(x):
-  """GELU whose gradient is computed from `x` alone."""
+  """GELU whose gradient (`_gelu_gradient`) is computed from `x` alone."""
   cdf = 0.5 * (1.0 + _gelu_tanh(x))
+  return _with_registered_gradient(_GELU_GRADIENT, x * cdf, [x])
 
-  def grad(dy):
-    # d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-    # The control edge holds the recomputation back until the backward pass reaches this layer;
-    # otherwise the executor would run it during the forward pass (it only needs x) and keep
-    # its results alive, which is what the recomputation is meant to avoid.
-    with tf.control_dependencies([dy]):
-      t = _gelu_tanh(x)
-      inner_derivative = _GELU_SCALE * (1.0 + (3.0 * _GELU_CUBIC) * (x * x))
-    return dy * (0.5 * (1.0 + t) + (0.5 * x) * ((1.0 - t * t) * inner_derivative))
 
-  return x * cdf, grad
+_GELU_GRADIENT = "BertGeluRecomputingGradient"
+
+
+@tf.RegisterGradient(_GELU_GRADIENT)
+def _gelu_gradient(op, dy, *unused_dinputs):
+  """Gradient of `_gelu_recomputing_gradient`; op.inputs are (gelu(x), x)."""
+  x = op.inputs[1]
+  # d/dx [x/2 (1 + t)] = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+  # The control edge holds the recomputation back until the backward pass reaches this layer;
+  # otherwise the executor would run it during the forward pass (it only needs x) and keep
+  # its results alive, which is what the recomputation is meant to avoid.
+  with tf.control_dependencies([dy]):
+    t = _gelu_tanh(x)
+    inner_derivative = _GELU_SCALE * (1.0 + (3.0 * _GELU_CUBIC) * (x * x))
+  return [None, dy * (0.5 * (1.0 + t) + (0.5 * x) * ((1.0 - t * t) * inner_derivative))]
+
+
+def _with_registered_gradient(gradient_name, output, inputs):
+  """`output` (computed from `inputs`) with the gradient registered as `gradient_name`.
+
+  `output` and `inputs` go through one IdentityN whose gradient is overridden: the registered
+  function receives that op (its inputs are `[output] + inputs`) and the gradient of the output,
+  and returns `[None]` followed by the gradients of `inputs`; autodiff of the ops that computed
+  `output` is skipped. This is what `tf.custom_gradient` builds in graph mode, without the
+  Identity op its variable search leaves behind for every call (an op no output depends on,
+  which the original release's graph test rejects), and with one gradient function registered
+  per kind instead of one per call.
+
+  Args:
+    gradient_name: name a function was registered under with `tf.RegisterGradient`.
+    output: Tensor.
+    inputs: list of Tensors `output` was computed from.
+
+  Returns:
+    Tensor equal to `output`.
+  """
+  with _tf1.get_default_graph().gradient_override_map({"IdentityN": gradient_name}):
+    return tf.identity_n([output] + list(inputs))[0]
 
 
 def get_activation(activation_string):
@@ -377,19 +428,55 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
   return assignment_map, initialized_variable_names
 
 
-def dropout(input_tensor, dropout_prob):
+# The layer index of the embeddings' dropout in `dropout_site_key` (encoder layers are 0..L-1).
+EMBEDDINGS_LAYER = -1
+# Dropout sites of a layer, for `dropout_site_key`.
+_EMBEDDINGS_SITE = 0
+_ATTENTION_PROBS_SITE = 1
+_ATTENTION_OUTPUT_SITE = 2
+_LAYER_OUTPUT_SITE = 3
+# The counter-based generator of the stateless masks: the same numbers on every device.
+_DROPOUT_RNG = "philox"
+
+
+def dropout(input_tensor, dropout_prob, seed=None):
   """Dropout with a drop probability (not a keep probability).
+
+  Each value is kept with probability 1 - dropout_prob and scaled by 1 / (1 - dropout_prob), the
+  mask semantics of `tf.nn.dropout` in both modes.
 
   Args:
     input_tensor: float Tensor.
     dropout_prob: probability of dropping each value; None or 0.0 returns the input.
+    seed: optional int Tensor [2] (see `dropout_site_key`): the mask is a pure function of it
+      (stateless random op); None draws it from TensorFlow's stateful generator.
 
   Returns:
     Tensor of the same shape and dtype.
   """
   if dropout_prob is None or dropout_prob == 0.0:
     return input_tensor
-  return tf.nn.dropout(input_tensor, rate=dropout_prob)
+  if seed is None:
+    return tf.nn.dropout(input_tensor, rate=dropout_prob)
+  return tf.nn.experimental.stateless_dropout(input_tensor, rate=dropout_prob, seed=seed,
+                                              rng_alg=_DROPOUT_RNG)
+
+
+def dropout_site_key(dropout_key, layer, site):
+  """The seed of one dropout site's mask, derived from the model's dropout key.
+
+  Args:
+    dropout_key: int Tensor [2], or None.
+    layer: encoder layer index, or `EMBEDDINGS_LAYER`.
+    site: the dropout site within the layer (a module constant `_*_SITE`).
+
+  Returns:
+    int64 Tensor [2], distinct for every (key, layer, site); None when `dropout_key` is None.
+  """
+  if dropout_key is None:
+    return None
+  key = tf.random.experimental.stateless_fold_in(dropout_key, layer, alg=_DROPOUT_RNG)
+  return tf.random.experimental.stateless_fold_in(key, site, alg=_DROPOUT_RNG)
 
 
 def layer_norm(input_tensor, name=None):
@@ -420,9 +507,9 @@ def layer_norm(input_tensor, name=None):
     return centered * (tf.math.rsqrt(variance + LAYER_NORM_EPSILON) * gamma) + beta
 
 
-def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
-  """Layer norm followed by dropout."""
-  return dropout(layer_norm(input_tensor, name), dropout_prob)
+def layer_norm_and_dropout(input_tensor, dropout_prob, name=None, dropout_seed=None):
+  """Layer norm followed by dropout (`dropout_seed`: see `dropout`)."""
+  return dropout(layer_norm(input_tensor, name), dropout_prob, seed=dropout_seed)
 
 
 def create_initializer(initializer_range=0.02):
@@ -464,7 +551,6 @@ def _dense_variables(width, units, dtype, initializer_range):
   return kernel, bias
 
 
-@tf.custom_gradient
 def _widening_dense(x, kernel, bias):
   """`x kernel + bias` for a layer with more outputs than inputs (intermediate layer, fused QKV).
 
@@ -472,7 +558,7 @@ def _widening_dense(x, kernel, bias):
   reduction axis of a widening layer (dy [rows, 3072] x kernel^T) oneDNN runs that op 20-40%
   slower than the same product as a `BatchMatMulV2` with `adj_y` (docs/PERFORMANCE.md). (An
   explicit transpose of the kernel does not help: Grappler folds it back into `transpose_b`.)
-  The forward pass and the other gradients are what autodiff builds.
+  The forward pass and the other gradients (`_widening_dense_gradient`) are what autodiff builds.
 
   Args:
     x: [rows, in]; kernel: [in, units]; bias: [units]; all in the compute type.
@@ -480,14 +566,21 @@ def _widening_dense(x, kernel, bias):
   Returns:
     Tensor [rows, units].
   """
+  output = tf.nn.bias_add(tf.matmul(x, kernel), bias)
+  return _with_registered_gradient(_WIDENING_DENSE_GRADIENT, output, [x, kernel, bias])
 
-  def grad(dy):
-    dx = tf.raw_ops.BatchMatMulV2(x=dy, y=kernel, adj_y=True)
-    dkernel = tf.matmul(x, dy, transpose_a=True)
-    dbias = tf.raw_ops.BiasAddGrad(out_backprop=dy)
-    return dx, dkernel, dbias
 
-  return tf.nn.bias_add(tf.matmul(x, kernel), bias), grad
+_WIDENING_DENSE_GRADIENT = "BertWideningDenseGradient"
+
+
+@tf.RegisterGradient(_WIDENING_DENSE_GRADIENT)
+def _widening_dense_gradient(op, dy, *unused_dinputs):
+  """Gradient of `_widening_dense`; op.inputs are (output, x, kernel, bias)."""
+  x, kernel = op.inputs[1], op.inputs[2]
+  dx = tf.raw_ops.BatchMatMulV2(x=dy, y=kernel, adj_y=True)
+  dkernel = tf.matmul(x, dy, transpose_a=True)
+  dbias = tf.raw_ops.BiasAddGrad(out_backprop=dy)
+  return [None, dx, dkernel, dbias]
 
 
 def embedding_lookup(input_ids, vocab_size, embedding_size=128, initializer_range=0.02,
@@ -524,7 +617,8 @@ def embedding_lookup(input_ids, vocab_size, embedding_size=128, initializer_rang
 def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=None,
                             token_type_vocab_size=16, token_type_embedding_name="token_type_embeddings",
                             use_position_embeddings=True, position_embedding_name="position_embeddings",
-                            initializer_range=0.02, max_position_embeddings=512, dropout_prob=0.1):
+                            initializer_range=0.02, max_position_embeddings=512, dropout_prob=0.1,
+                            dropout_seed=None):
   """Adds token type and position embeddings, then layer norm and dropout.
 
   Args:
@@ -538,6 +632,7 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
     initializer_range: stddev of the initialisers.
     max_position_embeddings: rows of the position table; at least `seq_length`.
     dropout_prob: dropout after the layer norm.
+    dropout_seed: optional seed of the stateless mask (see `dropout`).
 
   Returns:
     Tensor of the shape and dtype of `input_tensor`.
@@ -570,7 +665,7 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
     # [seq_length, width] broadcasts over the batch.
     output += tf.expand_dims(position_embeddings, 0)
 
-  return layer_norm_and_dropout(output, dropout_prob)
+  return layer_norm_and_dropout(output, dropout_prob, dropout_seed=dropout_seed)
 
 
 def create_attention_mask_from_input_mask(from_tensor, to_mask):
@@ -630,7 +725,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
                     size_per_head=512, query_act=None, key_act=None, value_act=None,
                     attention_probs_dropout_prob=0.0, initializer_range=0.02,
                     do_return_2d_tensor=False, batch_size=None, from_seq_length=None,
-                    to_seq_length=None):
+                    to_seq_length=None, dropout_seed=None):
   """Multi-head scaled dot-product attention from `from_tensor` to `to_tensor`.
 
   Args:
@@ -645,6 +740,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     initializer_range: stddev of the projection initialisers.
     do_return_2d_tensor: return [batch*from_seq, N*D] instead of [batch, from_seq, N*D].
     batch_size, from_seq_length, to_seq_length: needed for 2D inputs.
+    dropout_seed: optional seed of the stateless attention-probability mask (see `dropout`).
 
   Returns:
     float Tensor [batch_size, from_seq_length, N*D] (or 2D, see above), dtype of `from_tensor`.
@@ -691,7 +787,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     # 0 for positions to attend, -10000 for padding: after the softmax padding weighs ~nothing.
     scores += (1.0 - mask) * tf.cast(ATTENTION_MASK_ADDER, scores.dtype)
 
-  probs = dropout(tf.nn.softmax(scores), attention_probs_dropout_prob)
+  probs = dropout(tf.nn.softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
 
   context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [batch, from_seq, heads, D]
   if do_return_2d_tensor:
@@ -702,7 +798,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
 def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072, intermediate_act_fn=gelu,
                       hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                      initializer_range=0.02, do_return_all_layers=False):
+                      initializer_range=0.02, do_return_all_layers=False, dropout_key=None):
   """The Transformer encoder of "Attention is All You Need" as BERT uses it.
 
   Args:
@@ -717,6 +813,8 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
     attention_probs_dropout_prob: dropout on the attention probabilities.
     initializer_range: stddev of the initialisers.
     do_return_all_layers: return every layer's output instead of the last one.
+    dropout_key: optional int Tensor [2]: stateless dropout, each layer's and site's mask seeded
+      by `dropout_site_key(dropout_key, layer, site)`; None: stateful dropout.
 
   Returns:
     Tensor [batch_size, seq_length, H] (the last layer), or a list of L of them.
@@ -746,11 +844,14 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
               num_attention_heads=num_attention_heads, size_per_head=size_per_head,
               attention_probs_dropout_prob=attention_probs_dropout_prob,
               initializer_range=initializer_range, do_return_2d_tensor=True,
-              batch_size=batch_size, from_seq_length=seq_length, to_seq_length=seq_length)
+              batch_size=batch_size, from_seq_length=seq_length, to_seq_length=seq_length,
+              dropout_seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_PROBS_SITE))
         with _tf1.variable_scope("output"):
           attention_output = dense_layer(attention_output, hidden_size, name="dense",
                                          initializer_range=initializer_range)
-          attention_output = dropout(attention_output, hidden_dropout_prob)
+          attention_output = dropout(
+              attention_output, hidden_dropout_prob,
+              seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_OUTPUT_SITE))
           attention_output = layer_norm(attention_output + layer_input)
 
       with _tf1.variable_scope("intermediate"):
@@ -761,7 +862,9 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
       with _tf1.variable_scope("output"):
         layer_output = dense_layer(intermediate_output, hidden_size, name="dense",
                                    initializer_range=initializer_range)
-        layer_output = dropout(layer_output, hidden_dropout_prob)
+        layer_output = dropout(
+            layer_output, hidden_dropout_prob,
+            seed=dropout_site_key(dropout_key, layer_idx, _LAYER_OUTPUT_SITE))
         layer_output = layer_norm(layer_output + attention_output)
       prev_output = layer_output
       all_layer_outputs.append(layer_output)

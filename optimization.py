@@ -1,7 +1,9 @@
 """The training step: learning-rate schedule, LAMB / AdamWeightDecay, loss scaling, accumulation,
 Horovod allreduce, and the global-step ordering that LAMB's bias correction needs.
 
-Everything `create_optimizer` builds follows one gradient path (SPEC section 6):
+Everything `build_train_op` (and `create_optimizer`, its interface of the BERT releases) builds
+follows one gradient path, one module-level step each (`scaled_gradients`, `gradient_reduction`,
+`_accumulate`, `apply_if_finite`):
 
   gradients of loss * loss_scale / num_accumulation_steps
   -> drop None gradients -> IndexedSlices made dense
@@ -16,19 +18,30 @@ All allreduces come before the finiteness check, so every worker sees the same v
 same decision: a non-finite update changes no weight and no step anywhere and halves the loss scale.
 
 How it is computed (docs/PERFORMANCE.md): the global norm of the gradients is the one pass that
-both the finiteness check (the norm is finite exactly when every element is, and its sum of
-squares does not overflow) and the clipping need; unscaling and clipping are a single factor; and
-each variable's update (moments, bias correction, weight decay, trust ratio, the three writes) is
-one XLA-compiled function that also applies that factor. The update is element-wise and memory
-bound, so fusing it replaces ~25 passes over every weight-sized tensor by about three.
+both the finiteness check and the clipping need (`apply_if_finite`); unscaling and clipping are a
+single factor; and each variable's update (moments, bias correction, weight decay, trust ratio,
+the three writes) is one XLA-compiled function that also applies that factor
+(`_AdamFamilyOptimizer._fused_update` says why).
+
+The settings travel in four small objects built once by the caller: `Schedule` (optimizer and
+learning rate), `Precision` (fp16 and loss scaling), `Accumulation` (micro-steps and where the
+allreduce happens) and `Distribution` (Horovod or TPU cores). Their checks are the module-level
+`check_*` functions, which the training script's flag validation also calls.
+
+Ref variables (TF1 behaviour: `disable_v2_behavior`, or `use_resource=False`) cannot be written
+from a compiled function: for them the same compiled arithmetic returns the new values, and three
+assign ops write them (same numbers, bit for bit). Our own step variables (`local_step`,
+`<var>/accum`) are always resource variables.
 """
 
+import collections
 import re
 
 from absl import logging
 import tensorflow as tf
 
 import gpu_environment
+from utils import graph_names
 
 _tf1 = tf.compat.v1
 
@@ -62,7 +75,7 @@ def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_ste
   Returns:
     float32 scalar Tensor.
   """
-  _check_schedule(init_lr, num_train_steps, num_warmup_steps, optimizer_type)
+  check_schedule(init_lr, num_train_steps, num_warmup_steps, optimizer_type)
   step = tf.cast(global_step, tf.float32)
   if optimizer_type == "adam":
     power = 1.0
@@ -78,18 +91,10 @@ def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_ste
   return tf.where(step < float(num_warmup_steps), warmup, decayed)
 
 
-def _check_schedule(init_lr, num_train_steps, num_warmup_steps, optimizer_type):
-  if optimizer_type not in OPTIMIZER_TYPES:
-    raise ValueError("optimizer_type must be one of %s, got %r" % (OPTIMIZER_TYPES, optimizer_type))
-  if not init_lr > 0:
-    raise ValueError("learning rate must be positive, got %r" % (init_lr,))
-  if num_train_steps < 1:
-    raise ValueError("num_train_steps must be >= 1, got %r" % (num_train_steps,))
-  if num_warmup_steps < 0:
-    raise ValueError("num_warmup_steps must be >= 0, got %r" % (num_warmup_steps,))
-  if optimizer_type == "adam" and num_warmup_steps >= num_train_steps:
-    raise ValueError("with optimizer_type 'adam', num_warmup_steps (%d) must be smaller than "
-                     "num_train_steps (%d)" % (num_warmup_steps, num_train_steps))
+def is_ref_variable(var):
+  """True for a TF1 reference variable (its dtype is a `_ref` type, e.g. float32_ref), False for a
+  resource variable."""
+  return var.dtype != var.dtype.base_dtype
 
 
 class _AdamFamilyOptimizer(_tf1.train.Optimizer):
@@ -110,6 +115,7 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
     self.epsilon = epsilon
     self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
     self._fused_update_fn = None
+    self._fused_new_values_fn = None
 
   def create_slots(self, var_list):
     """Creates the moment slots of `var_list` (idempotent; safe inside control flow)."""
@@ -167,7 +173,11 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
     for grad, var in grads_and_vars:
       grad = tf.cast(tf.convert_to_tensor(grad), tf.float32)
       m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
-      updates.append(self._fused_update(
+      # A compiled function can write resource variables but not ref variables (TF1 behaviour,
+      # `disable_v2_behavior` or `use_resource=False`): those get their values computed by the
+      # same compiled arithmetic and written by assign ops.
+      apply_update = self._ref_variable_update if is_ref_variable(var) else self._fused_update
+      updates.append(apply_update(
           var, m, v, grad, learning_rate, grad_scale, step_constants,
           self._uses_weight_decay(var.op.name)))
     return tf.group(*updates, name=name or self.get_name())
@@ -187,9 +197,22 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
                                           autograph=False)
     return self._fused_update_fn
 
+  @property
+  def _fused_new_values(self):
+    """`_new_values` followed by the variable's new value, as one XLA-compiled function: the
+    arithmetic of `_fused_update` (including `var - delta`, so the compiler can contract it the
+    same way), for variables it cannot write."""
+    if self._fused_new_values_fn is None:
+      def new_values(var, *args):
+        delta, next_m, next_v, scale = self._new_values(var, *args)
+        return var - delta, next_m, next_v, scale
+      self._fused_new_values_fn = tf.function(new_values, jit_compile=True, autograph=False)
+    return self._fused_new_values_fn
+
   def _variable_update(self, var, m, v, grad, learning_rate, grad_scale, step_constants,
                        decay):
-    """One variable's update: moments, direction, weight decay, per-tensor scale, the writes.
+    """One resource variable's update: moments, direction, weight decay, per-tensor scale, the
+    writes.
 
     Args:
       var: the variable; m, v: its moment slots.
@@ -202,6 +225,39 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
     Returns:
       The per-tensor scale applied to the update (float32 scalar; 1.0 for AdamWeightDecay).
     """
+    delta, next_m, next_v, scale = self._new_values(
+        var, m, v, grad, learning_rate, grad_scale, step_constants, decay)
+    var.assign_sub(delta)
+    m.assign(next_m)
+    v.assign(next_v)
+    return scale
+
+  def _ref_variable_update(self, var, m, v, grad, learning_rate, grad_scale, step_constants,
+                           decay):
+    """`_variable_update` for a ref variable (and its ref slots): the compiled `_new_values`
+    computes the three new values from snapshots, then assign ops write them.
+
+    Args and return value as `_variable_update`; the scale is returned once the writes are done.
+    """
+    next_var, next_m, next_v, scale = self._fused_new_values(
+        var.value(), m.value(), v.value(), grad, learning_rate, grad_scale, step_constants,
+        decay)
+    writes = [_tf1.assign(var, next_var), _tf1.assign(m, next_m), _tf1.assign(v, next_v)]
+    with tf.control_dependencies(writes):
+      return tf.identity(scale)
+
+  def _new_values(self, var, m, v, grad, learning_rate, grad_scale, step_constants, decay):
+    """The arithmetic of one variable's update, without writing anything.
+
+    Args:
+      var: the variable or its value [any shape]; m, v: the moment slots or their values.
+      grad, learning_rate, grad_scale, step_constants, decay: as `_variable_update`.
+
+    Returns:
+      (delta, next_m, next_v, scale): the amount to subtract from the variable, the new moments
+      (each shaped like `var`) and the per-tensor scale (float32 scalar; 1.0 for
+      AdamWeightDecay).
+    """
     if grad_scale is not None:
       grad = grad * grad_scale
     next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
@@ -212,10 +268,8 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
     scale = self._update_scale(var, update)
     if scale is not None:
       update *= scale
-    var.assign_sub(learning_rate * update)
-    m.assign(next_m)
-    v.assign(next_v)
-    return tf.constant(1.0) if scale is None else scale
+    return (learning_rate * update, next_m, next_v,
+            tf.constant(1.0) if scale is None else scale)
 
   def _uses_weight_decay(self, param_name):
     if not self.weight_decay_rate:
@@ -315,9 +369,8 @@ class LAMBOptimizer(_AdamFamilyOptimizer):
 
 def make_optimizer(optimizer_type, learning_rate):
   """The BERT recipe's optimizer of `optimizer_type` ("adam" or "lamb") at `learning_rate`."""
-  cls = {"adam": AdamWeightDecayOptimizer, "lamb": LAMBOptimizer}.get(optimizer_type)
-  if cls is None:
-    raise ValueError("optimizer_type must be one of %s, got %r" % (OPTIMIZER_TYPES, optimizer_type))
+  check_optimizer_type(optimizer_type)
+  cls = {"adam": AdamWeightDecayOptimizer, "lamb": LAMBOptimizer}[optimizer_type]
   return cls(learning_rate=learning_rate, weight_decay_rate=WEIGHT_DECAY_RATE, beta_1=BETA_1,
              beta_2=BETA_2, epsilon=EPSILON,
              exclude_from_weight_decay=list(EXCLUDE_FROM_WEIGHT_DECAY))
@@ -370,12 +423,15 @@ def _accumulate(grads, tvars, num_accumulation_steps):
     counter. The counter `local_step` runs 1, 2, ..., N - 1, 0: it is 0 after the micro-step that
     completes a cycle.
   """
+  # Resource variables also under TF1 behaviour: a ref variable's read shares its buffer, which
+  # the write below would overwrite before every reader of `current` is guaranteed to have run.
   with tf.init_scope():
     local_step = _tf1.get_variable("local_step", shape=[], dtype=tf.int32, trainable=False,
-                                   initializer=_tf1.zeros_initializer())
+                                   initializer=_tf1.zeros_initializer(), use_resource=True)
     accumulators = [
         _tf1.get_variable(var.op.name + "/accum", shape=var.shape, dtype=tf.float32,
-                          trainable=False, initializer=_tf1.zeros_initializer())
+                          trainable=False, initializer=_tf1.zeros_initializer(),
+                          use_resource=True)
         for var in tvars]
   current = local_step.read_value()
   # The first micro-step of a cycle overwrites, so no separate zeroing pass (and no NaN left
@@ -389,18 +445,401 @@ def _accumulate(grads, tvars, num_accumulation_steps):
   return tf.equal(next_step, 0), accumulated, tf.group(*writes)
 
 
-def _validate_create_optimizer(num_accumulation_steps, init_loss_scale, use_tpu, hvd):
-  if not isinstance(num_accumulation_steps, int) or num_accumulation_steps < 1:
-    raise ValueError("num_accumulation_steps must be an integer >= 1, got %r"
-                     % (num_accumulation_steps,))
+class Schedule(collections.namedtuple(
+    "Schedule", ["optimizer_type", "learning_rate", "num_train_steps", "num_warmup_steps"])):
+  """The optimizer and its learning-rate schedule (see `learning_rate_schedule`).
+
+  Fields: optimizer_type ("adam" or "lamb"); learning_rate, the effective peak rate (per-worker
+  rate x number of workers); num_train_steps, total optimizer updates; num_warmup_steps.
+  """
+  __slots__ = ()
+
+  def check(self):
+    check_schedule(self.learning_rate, self.num_train_steps, self.num_warmup_steps,
+                   self.optimizer_type)
+
+
+class Precision(collections.namedtuple(
+    "Precision", ["manual_fp16", "amp", "init_loss_scale", "loss_scale_increment_period"])):
+  """Reduced precision and its dynamic loss scaling.
+
+  Fields: manual_fp16, the model computes in fp16; amp, automatic mixed precision (a session-config
+  rewrite that only a GPU applies); init_loss_scale, the initial dynamic loss scale;
+  loss_scale_increment_period, finite updates after which the scale doubles.
+  """
+  __slots__ = ()
+
+  def __new__(cls, manual_fp16=False, amp=False, init_loss_scale=2**32,
+              loss_scale_increment_period=LOSS_SCALE_INCREMENT_PERIOD):
+    return super().__new__(cls, manual_fp16, amp, init_loss_scale, loss_scale_increment_period)
+
+  def check(self):
+    check_precision(self.manual_fp16, self.amp, self.init_loss_scale)
+
+  def scales_loss(self):
+    """Whether gradients are computed in fp16 here, so the loss must be scaled (the one place that
+    decides it: manual fp16, or AMP on a machine where the rewrite takes effect)."""
+    return bool(self.manual_fp16) or gpu_environment.amp_takes_effect(self.amp)
+
+
+class Accumulation(collections.namedtuple(
+    "Accumulation", ["num_accumulation_steps", "allreduce_post_accumulation"])):
+  """Gradient accumulation and where the allreduce happens.
+
+  Fields: num_accumulation_steps, micro-steps per update N; allreduce_post_accumulation, allreduce
+  once per update (the accumulated gradients) instead of once per micro-step.
+  """
+  __slots__ = ()
+
+  def __new__(cls, num_accumulation_steps=1, allreduce_post_accumulation=False):
+    return super().__new__(cls, num_accumulation_steps, allreduce_post_accumulation)
+
+  def check(self):
+    check_accumulation(self.num_accumulation_steps)
+
+
+class Distribution(collections.namedtuple("Distribution", ["hvd", "use_tpu", "tpu_estimator"])):
+  """How the job is spread over devices.
+
+  Fields: hvd, the `horovod.tensorflow` module under Horovod, else None; use_tpu, TPU cores (the
+  gradients are summed across cores); tpu_estimator, a TPUEstimator without TPU (its CPU/GPU path).
+  """
+  __slots__ = ()
+
+  def __new__(cls, hvd=None, use_tpu=False, tpu_estimator=False):
+    return super().__new__(cls, hvd, use_tpu, tpu_estimator)
+
+  @property
+  def uses_tpu_estimator(self):
+    """Whether the job runs under a TPUEstimator (with TPU cores or on its CPU/GPU path)."""
+    return bool(self.use_tpu or self.tpu_estimator)
+
+  def check(self, num_accumulation_steps):
+    check_distribution(self.use_tpu, self.hvd is not None, num_accumulation_steps)
+
+
+def _named(name, as_flags):
+  """`name` as a message shows it: the parameter, or the command-line flag `--name`."""
+  return "--" + name if as_flags else name
+
+
+def check_optimizer_type(optimizer_type, as_flags=False):
+  """Raises ValueError unless `optimizer_type` is one of OPTIMIZER_TYPES."""
+  if optimizer_type not in OPTIMIZER_TYPES:
+    raise ValueError("%s must be one of %s, got %r"
+                     % (_named("optimizer_type", as_flags), OPTIMIZER_TYPES, optimizer_type))
+
+
+def check_schedule(learning_rate, num_train_steps, num_warmup_steps, optimizer_type,
+                   as_flags=False):
+  """Raises ValueError naming the bad value of a learning-rate schedule.
+
+  Args:
+    learning_rate, num_train_steps, num_warmup_steps, optimizer_type: see `Schedule`.
+    as_flags: name the values as command-line flags (`--num_train_steps`).
+  """
+  check_optimizer_type(optimizer_type, as_flags)
+  if not learning_rate > 0:
+    raise ValueError("%s must be positive, got %r"
+                     % (_named("learning_rate", as_flags), learning_rate))
+  if num_train_steps < 1:
+    raise ValueError("%s must be >= 1, got %r" % (_named("num_train_steps", as_flags),
+                                                  num_train_steps))
+  if num_warmup_steps < 0:
+    raise ValueError("%s must be >= 0, got %r" % (_named("num_warmup_steps", as_flags),
+                                                  num_warmup_steps))
+  if optimizer_type == "adam" and num_warmup_steps >= num_train_steps:
+    raise ValueError("%s (%d) must be smaller than %s (%d) with %s=adam"
+                     % (_named("num_warmup_steps", as_flags), num_warmup_steps,
+                        _named("num_train_steps", as_flags), num_train_steps,
+                        _named("optimizer_type", as_flags)))
+
+
+def check_precision(manual_fp16, amp, init_loss_scale, as_flags=False):
+  """Raises ValueError for a non-positive loss scale or manual fp16 combined with AMP."""
   if not init_loss_scale > 0:
-    raise ValueError("init_loss_scale must be positive, got %r" % (init_loss_scale,))
+    raise ValueError("%s must be positive, got %r" % (_named("init_loss_scale", as_flags),
+                                                      init_loss_scale))
+  if manual_fp16 and amp:
+    raise ValueError("%s and %s cannot be combined" % (_named("amp", as_flags),
+                                                       _named("manual_fp16", as_flags)))
+
+
+def check_accumulation(num_accumulation_steps, as_flags=False):
+  """Raises ValueError unless `num_accumulation_steps` is an integer >= 1."""
+  if isinstance(num_accumulation_steps, bool) or not isinstance(num_accumulation_steps, int):
+    raise ValueError("%s must be an integer, got %r"
+                     % (_named("num_accumulation_steps", as_flags), num_accumulation_steps))
+  if num_accumulation_steps < 1:
+    raise ValueError("%s must be >= 1, got %d" % (_named("num_accumulation_steps", as_flags),
+                                                  num_accumulation_steps))
+
+
+def check_distribution(use_tpu, uses_horovod, num_accumulation_steps, as_flags=False):
+  """Raises ValueError for TPU cores combined with Horovod or with gradient accumulation."""
+  if use_tpu and uses_horovod:
+    raise ValueError("%s and %s cannot be combined: the TPU optimizer reduces gradients across "
+                     "cores itself" % (_named("use_tpu", as_flags), _named("horovod", as_flags)))
   if use_tpu and num_accumulation_steps > 1:
-    raise ValueError("use_tpu with num_accumulation_steps > 1 is not supported: TPU runs "
-                     "accumulate through a larger per-core batch instead")
-  if use_tpu and hvd is not None:
-    raise ValueError("use_tpu and Horovod cannot be combined: the TPU optimizer reduces "
-                     "gradients across cores itself")
+    raise ValueError("%s with %s > 1 is not supported: TPU runs accumulate through a larger "
+                     "per-core batch instead" % (_named("use_tpu", as_flags),
+                                                 _named("num_accumulation_steps", as_flags)))
+
+
+class LossScaling(object):
+  """Dynamic loss scaling of the training step: the loss is multiplied by `scale`, the gradients
+  divided by it, and the scale halves after a non-finite update and doubles after
+  `increment_period` finite ones. Gradients are allreduced in fp16."""
+
+  allreduce_dtype = tf.float16
+
+  def __init__(self, init_loss_scale, increment_period):
+    """Creates the scale variable; `scale` is the float32 scalar this step's loss is scaled by
+    (graph name `loss_scale`)."""
+    self._scaler = _tf1.mixed_precision.DynamicLossScale(
+        initial_loss_scale=init_loss_scale, increment_period=increment_period,
+        multiplier=LOSS_SCALE_MULTIPLIER)
+    self.scale = tf.identity(self._scaler(), name=graph_names.LOSS_SCALE)
+    with tf.init_scope():
+      # Updates skipped as non-finite, saved in checkpoints so that a resumed run keeps counting.
+      self._skipped_count = _tf1.get_variable(
+          "skipped_update_count", shape=[], dtype=tf.int64, trainable=False,
+          initializer=_tf1.zeros_initializer(), use_resource=True)
+
+  def unscale(self, value):
+    """`value` (float32 Tensor computed from scaled gradients) / the scale."""
+    return value / self.scale
+
+  def update(self, global_norm):
+    """The op updating the scale from the finiteness of `global_norm` (float32 scalar)."""
+    scale_update, _ = self._scaler.update([global_norm])
+    return scale_update
+
+  def count_skip(self):
+    """The op adding one to the skipped-update count (run in the non-finite branch)."""
+    return self._skipped_count.assign_add(1, read_value=False)
+
+  def skipped_updates(self):
+    """int64 scalar Tensor: the updates skipped so far (read after this step's update)."""
+    return self._skipped_count.read_value()
+
+
+class NoLossScaling(object):
+  """The fp32 step: scale 1.0, nothing to unscale or update, gradients allreduced in fp32."""
+
+  allreduce_dtype = tf.float32
+
+  def __init__(self):
+    self.scale = tf.constant(1.0)
+
+  def unscale(self, value):
+    return value
+
+  def update(self, global_norm):
+    del global_norm
+    return None
+
+  def count_skip(self):
+    """None: an fp32 step keeps no count (a skip shows as a non-finite `global_norm`)."""
+    return None
+
+  def skipped_updates(self):
+    return None
+
+
+def scaled_gradients(loss, optimizer, loss_scale, num_accumulation_steps, use_tpu):
+  """Gradients of `loss * loss_scale / num_accumulation_steps`, dense, fp32, without Nones.
+
+  Args:
+    loss: float scalar Tensor, the mean loss of this worker's micro-batch.
+    optimizer: the optimizer (its `compute_gradients`; on TPU cores its CrossShardOptimizer's).
+    loss_scale: float32 scalar Tensor.
+    num_accumulation_steps: micro-steps per update N.
+    use_tpu: compute through `CrossShardOptimizer` (scales by 1 / number of cores).
+
+  Returns:
+    (grads, tvars): lists of fp32 Tensors shaped like their variables, and those variables.
+
+  Raises:
+    ValueError: naming the variables, when the loss has no gradient at all.
+  """
+  compute_gradients = optimizer.compute_gradients
+  if use_tpu:
+    # The wrapper's compute_gradients scales by 1 / num_shards (MEAN). Its apply_gradients would
+    # sum across cores inside our finiteness cond, where cores could disagree and deadlock, so
+    # the cross-core sum runs in the reduction step, before the check, like every other one.
+    cross_shard = _tf1.tpu.CrossShardOptimizer(optimizer, reduction=_tf1.losses.Reduction.MEAN)
+    compute_gradients = cross_shard.compute_gradients
+  scaled_loss = tf.cast(loss, tf.float32) * (loss_scale / float(num_accumulation_steps))
+  grads_and_vars = compute_gradients(scaled_loss, var_list=_tf1.trainable_variables(),
+                                     gate_gradients=_tf1.train.Optimizer.GATE_NONE)
+  grads_and_vars = drop_none_gradients(grads_and_vars)
+  tvars = [var for _, var in grads_and_vars]
+  grads = [tf.cast(tf.convert_to_tensor(grad), tf.float32) for grad, _ in grads_and_vars]
+  return grads, tvars
+
+
+def gradient_reduction(distribution, allreduce_dtype):
+  """The cross-worker reduction of a list of gradients, or None for a single worker.
+
+  Args:
+    distribution: `Distribution`.
+    allreduce_dtype: dtype Horovod communicates in.
+
+  Returns:
+    None, or a function list of fp32 Tensors -> list of fp32 Tensors of the same shapes: the
+    cross-core sum on TPU cores (each already scaled by 1 / cores), the Horovod Average otherwise.
+  """
+  if distribution.use_tpu:
+    return lambda grads: [_tf1.tpu.cross_replica_sum(g) for g in grads]
+  if distribution.hvd is not None:
+    return lambda grads: _allreduce_average(distribution.hvd, grads, allreduce_dtype)
+  return None
+
+
+def apply_if_finite(grads, tvars, optimizer, global_step, step_before, loss_scaling):
+  """Unscale, finiteness check, clip, increment, apply: the optimizer update of one cycle.
+
+  One pass over the gradients (an L2Loss each) gives both the clipping norm and the finiteness
+  check: the norm is finite exactly when every element is and the sum of squares does not overflow
+  (an overflowing norm would turn the clipped update into NaN, so that update is skipped as well).
+  Unscaling and clipping are one factor, applied inside the optimizer's fused update.
+
+  Args:
+    grads: list of fp32 Tensors (scaled by the loss scale), reduced across workers.
+    tvars: their variables.
+    optimizer: `_AdamFamilyOptimizer` with its slots created.
+    global_step: the int64 global step variable.
+    step_before: int64 scalar Tensor, the step read before this update.
+    loss_scaling: `LossScaling` or `NoLossScaling`.
+
+  Returns:
+    (step_after, global_norm): int64 scalar Tensor, the global step after this update (unchanged
+    when it was skipped), which depends on the update and on the loss-scale update; and float32
+    scalar Tensor, the update's gradient norm, unscaled and before clipping.
+  """
+  global_norm = loss_scaling.unscale(tf.linalg.global_norm(grads, name="gradient_norm"))
+  all_finite = tf.math.is_finite(global_norm)
+  # The scaler decides on the same finiteness as the update (is_finite of the norm).
+  scale_update = loss_scaling.update(global_norm)
+
+  def skip_update():
+    count_skip = loss_scaling.count_skip()
+    with tf.control_dependencies([count_skip] if count_skip is not None else []):
+      return tf.identity(step_before)
+
+  step_after = tf.cond(
+      all_finite,
+      lambda: _apply_clipped(grads, tvars, optimizer, global_step, step_before, global_norm,
+                             loss_scaling),
+      skip_update)
+  with tf.control_dependencies([scale_update] if scale_update is not None else []):
+    return tf.identity(step_after), global_norm
+
+
+def _apply_clipped(grads, tvars, optimizer, global_step, step_before, global_norm, loss_scaling):
+  """Increments the step, then applies the gradients scaled by 1 / loss scale and the clipping
+  factor of their (finite, unscaled) `global_norm`. Returns the step after (int64 scalar)."""
+  # tf.clip_by_global_norm's factor (the norm is finite here).
+  grad_scale = loss_scaling.unscale(CLIP_NORM * tf.minimum(1.0 / global_norm, 1.0 / CLIP_NORM))
+  # Update k used the LR of step k - 1 (computed from step_before); the optimizer reads the step
+  # after the increment (t = k).
+  step_after = step_before + 1
+  # A ref global step (TF1 behaviour, or one the caller made) is read by sharing its buffer, which
+  # the increment overwrites in place: the LR must be computed before it. (A resource read is a
+  # copy; there the data edge from `step_before` suffices.)
+  lr_first = [optimizer.learning_rate] if is_ref_variable(global_step) else []
+  with tf.control_dependencies(lr_first):
+    increment = global_step.assign(step_after, read_value=False)
+  with tf.control_dependencies([increment]):
+    apply_op = optimizer.apply_scaled_gradients(
+        list(zip(grads, tvars)), grad_scale=grad_scale, global_step=global_step)
+  with tf.control_dependencies([apply_op]):
+    return tf.identity(step_after)
+
+
+def _reduce_and_apply(grads, tvars, reduce_gradients, optimizer, global_step, step_before,
+                      loss_scaling):
+  """`apply_if_finite` of `grads` after `reduce_gradients` (None: no reduction): (step, norm)."""
+  if reduce_gradients is not None:
+    grads = reduce_gradients(grads)
+  return apply_if_finite(grads, tvars, optimizer, global_step, step_before, loss_scaling)
+
+
+def build_train_op(loss, schedule, precision=Precision(), accumulation=Accumulation(),
+                   distribution=Distribution()):
+  """Builds the training op: one micro-step, and an optimizer update every N micro-steps.
+
+  The gradient path of the module docstring, top to bottom.
+
+  Args:
+    loss: float scalar Tensor, the mean loss of this worker's micro-batch.
+    schedule: `Schedule`.
+    precision: `Precision`.
+    accumulation: `Accumulation`.
+    distribution: `Distribution`.
+
+  Returns:
+    The train op. Named tensors (utils/graph_names.py): `learning_rate` (the rate of this step's
+    update), `step_update` (global step after this step), `update_step` (bool, with N > 1: this
+    micro-step completed a cycle), `global_norm` (the update's gradient norm, unscaled and before
+    clipping; NaN on micro-steps that apply no update), and with loss scaling `loss_scale` (the
+    scale this step's loss used) and `skipped_updates` (int64, non-finite updates skipped so far,
+    counted by the variable `skipped_update_count`).
+
+  Raises:
+    ValueError: for invalid settings or a loss without gradients.
+  """
+  schedule.check()
+  precision.check()
+  accumulation.check()
+  distribution.check(accumulation.num_accumulation_steps)
+  global_step = _tf1.train.get_or_create_global_step()
+  # The one read of the step before this update: the LR and the increment are both computed from
+  # it, so the increment cannot be reordered before the LR read (a data edge, which graph
+  # rewrites preserve; a bare control edge into a functional cond was seen to be dropped).
+  step_before = global_step.read_value()
+  learning_rate = tf.identity(
+      learning_rate_schedule(step_before, schedule.learning_rate, schedule.num_train_steps,
+                             schedule.num_warmup_steps, schedule.optimizer_type),
+      name=graph_names.LEARNING_RATE)
+  optimizer = make_optimizer(schedule.optimizer_type, learning_rate)
+  loss_scaling = NoLossScaling()
+  if precision.scales_loss():
+    loss_scaling = LossScaling(precision.init_loss_scale, precision.loss_scale_increment_period)
+
+  num_accumulation_steps = accumulation.num_accumulation_steps
+  grads, tvars = scaled_gradients(loss, optimizer, loss_scaling.scale, num_accumulation_steps,
+                                  distribution.use_tpu)
+  optimizer.create_slots(tvars)
+  reduce_gradients = gradient_reduction(distribution, loss_scaling.allreduce_dtype)
+  reduce_after_accumulation = None
+  if accumulation.allreduce_post_accumulation:
+    reduce_after_accumulation = reduce_gradients
+  elif reduce_gradients is not None:
+    grads = reduce_gradients(grads)
+
+  if num_accumulation_steps == 1:
+    step_after, global_norm = _reduce_and_apply(grads, tvars, reduce_after_accumulation,
+                                                optimizer, global_step, step_before,
+                                                loss_scaling)
+  else:
+    is_update, accumulated, accumulate_op = _accumulate(grads, tvars, num_accumulation_steps)
+    is_update = tf.identity(is_update, name=graph_names.UPDATE_STEP)
+    with tf.control_dependencies([accumulate_op]):
+      # A micro-step that applies no update has no norm: NaN.
+      step_after, global_norm = tf.cond(
+          is_update,
+          lambda: _reduce_and_apply(accumulated, tvars, reduce_after_accumulation, optimizer,
+                                    global_step, step_before, loss_scaling),
+          lambda: (tf.identity(step_before), tf.constant(float("nan"))))
+  tf.identity(global_norm, name=graph_names.GLOBAL_NORM)
+  step_update = tf.identity(step_after, name=graph_names.STEP_UPDATE)
+  skipped_updates = loss_scaling.skipped_updates()
+  if skipped_updates is not None:
+    with tf.control_dependencies([step_update]):
+      tf.identity(skipped_updates, name=graph_names.SKIPPED_UPDATES)
+  return tf.group(step_update, name=graph_names.TRAIN_OP)
 
 
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
@@ -408,131 +847,36 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
                      optimizer_type="adam", allreduce_post_accumulation=False,
                      init_loss_scale=2**32, use_tpu=False,
                      loss_scale_increment_period=LOSS_SCALE_INCREMENT_PERIOD):
-  """Builds the training op: one micro-step, and an optimizer update every N micro-steps.
+  """`build_train_op` with the settings as arguments (the interface of the BERT releases).
 
   Args:
     loss: float scalar Tensor, the mean loss of this worker's micro-batch.
-    init_lr: effective peak learning rate (per-worker rate x number of workers).
-    num_train_steps: total optimizer updates (the LR schedule counts updates).
-    num_warmup_steps: warmup updates.
-    hvd: the `horovod.tensorflow` module when running under Horovod, else None.
-    manual_fp16: the model computes in fp16: dynamic loss scaling, fp16 allreduce.
-    use_fp16: automatic mixed precision (a session-config rewrite): as manual_fp16 on a GPU; on a
-      machine without a GPU the rewrite does nothing, so training stays fp32.
-    num_accumulation_steps: micro-steps per update N.
-    optimizer_type: "adam" (AdamWeightDecay) or "lamb".
-    allreduce_post_accumulation: allreduce once per update instead of once per micro-step.
-    init_loss_scale: initial dynamic loss scale.
-    use_tpu: wrap the optimizer in CrossShardOptimizer (no Horovod, no accumulation).
-    loss_scale_increment_period: finite updates after which the loss scale doubles.
+    init_lr, num_train_steps, num_warmup_steps, optimizer_type: see `Schedule`.
+    hvd, use_tpu: see `Distribution`.
+    manual_fp16, init_loss_scale, loss_scale_increment_period: see `Precision`.
+    use_fp16: automatic mixed precision (`Precision.amp`): loss scaling on a GPU; on a machine
+      without a GPU the rewrite does nothing, so training stays fp32.
+    num_accumulation_steps, allreduce_post_accumulation: see `Accumulation`.
 
   Returns:
-    The train op. Named tensors: `learning_rate` (the rate of this step's update),
-    `step_update` (global step after this step), `update_step` (bool, with N > 1: this micro-step
-    completed a cycle) and `loss_scale` (with loss scaling: the scale this step's loss used).
+    The train op (see `build_train_op`).
+
+  The original release's positional call `create_optimizer(loss, init_lr, num_train_steps,
+  num_warmup_steps, use_tpu)` (its run_classifier.py and run_squad.py) is recognised by a bool
+  where `hvd` goes: it means `use_tpu`, without Horovod, with the defaults above (AdamWeightDecay,
+  fp32, no accumulation).
 
   Raises:
     ValueError: for invalid arguments or a loss without gradients.
   """
-  _validate_create_optimizer(num_accumulation_steps, init_loss_scale, use_tpu, hvd)
-  global_step = _tf1.train.get_or_create_global_step()
-  # The one read of the step before this update: the LR and the increment are both computed from
-  # it, so the increment cannot be reordered before the LR read (a data edge, which graph
-  # rewrites preserve; a bare control edge into a functional cond was seen to be dropped).
-  step_before = global_step.read_value()
-  learning_rate = tf.identity(
-      learning_rate_schedule(step_before, init_lr, num_train_steps, num_warmup_steps,
-                             optimizer_type),
-      name="learning_rate")
-  optimizer = make_optimizer(optimizer_type, learning_rate)
-  compute_gradients = optimizer.compute_gradients
-  if use_tpu:
-    # The wrapper's compute_gradients scales by 1 / num_shards (MEAN). Its apply_gradients would
-    # sum across cores inside our finiteness cond, where cores could disagree and deadlock, so
-    # the cross-core sum runs here, before the check, like every other reduction.
-    cross_shard = _tf1.tpu.CrossShardOptimizer(optimizer, reduction=_tf1.losses.Reduction.MEAN)
-    compute_gradients = cross_shard.compute_gradients
-
-  amp_active = False
-  if use_fp16:
-    amp_active = gpu_environment.local_gpu_count() > 0
-    if not amp_active:
-      logging.warning("automatic mixed precision has no effect without a GPU: training in fp32")
-  reduced_precision = manual_fp16 or amp_active
-  loss_scaler = None
-  loss_scale = tf.constant(1.0)
-  if reduced_precision:
-    loss_scaler = _tf1.mixed_precision.DynamicLossScale(
-        initial_loss_scale=init_loss_scale, increment_period=loss_scale_increment_period,
-        multiplier=LOSS_SCALE_MULTIPLIER)
-    loss_scale = tf.identity(loss_scaler(), name="loss_scale")
-  allreduce_dtype = tf.float16 if reduced_precision else tf.float32
-
-  reduce_gradients = None
-  if use_tpu:
-    reduce_gradients = lambda grads: [_tf1.tpu.cross_replica_sum(g) for g in grads]
-  elif hvd is not None:
-    reduce_gradients = lambda grads: _allreduce_average(hvd, grads, allreduce_dtype)
-
-  tvars = _tf1.trainable_variables()
-  scaled_loss = tf.cast(loss, tf.float32) * (loss_scale / float(num_accumulation_steps))
-  grads_and_vars = compute_gradients(scaled_loss, var_list=tvars,
-                                     gate_gradients=_tf1.train.Optimizer.GATE_NONE)
-  grads_and_vars = drop_none_gradients(grads_and_vars)
-  tvars = [var for _, var in grads_and_vars]
-  grads = [tf.cast(tf.convert_to_tensor(grad), tf.float32) for grad, _ in grads_and_vars]
-  optimizer.create_slots(tvars)
-
-  if reduce_gradients is not None and not allreduce_post_accumulation:
-    grads = reduce_gradients(grads)
-
-  def finish_update(update_grads):
-    """Post-accumulation allreduce, unscale, check, clip, increment, apply.
-
-    Returns the global step after this update (unchanged when the update was skipped)."""
-    if reduce_gradients is not None and allreduce_post_accumulation:
-      update_grads = reduce_gradients(update_grads)
-    # One pass over the gradients (an L2Loss each) gives both the clipping norm and the
-    # finiteness check: the norm is finite exactly when every element is finite and the sum of
-    # squares does not overflow (an overflowing norm would turn the clipped update into NaN, so
-    # such an update is skipped as well). Unscaling and clipping are one factor that the fused
-    # update applies, instead of two more passes over the gradients.
-    global_norm = tf.linalg.global_norm(update_grads)
-    if reduced_precision:
-      global_norm = global_norm / loss_scale
-    all_finite = tf.math.is_finite(global_norm)
-    side_effects = []
-    if loss_scaler is not None:
-      # The scaler decides on the same finiteness as the update (is_finite of the norm).
-      scale_update, _ = loss_scaler.update([global_norm])
-      side_effects.append(scale_update)
-
-    def apply_update():
-      # tf.clip_by_global_norm's factor (the norm is finite here).
-      grad_scale = CLIP_NORM * tf.minimum(1.0 / global_norm, 1.0 / CLIP_NORM)
-      if reduced_precision:
-        grad_scale = grad_scale / loss_scale
-      # Update k used the LR of step k - 1 (computed from step_before); the optimizer reads the
-      # step after the increment (t = k).
-      step_after = step_before + 1
-      increment = global_step.assign(step_after, read_value=False)
-      with tf.control_dependencies([increment]):
-        apply_op = optimizer.apply_scaled_gradients(
-            list(zip(update_grads, tvars)), grad_scale=grad_scale, global_step=global_step)
-      with tf.control_dependencies([apply_op]):
-        return tf.identity(step_after)
-
-    step_after = tf.cond(all_finite, apply_update, lambda: tf.identity(step_before))
-    with tf.control_dependencies(side_effects):
-      return tf.identity(step_after)
-
-  if num_accumulation_steps == 1:
-    step_after = finish_update(grads)
-  else:
-    is_update, accumulated, accumulate_op = _accumulate(grads, tvars, num_accumulation_steps)
-    is_update = tf.identity(is_update, name="update_step")
-    with tf.control_dependencies([accumulate_op]):
-      step_after = tf.cond(is_update, lambda: finish_update(accumulated),
-                           lambda: tf.identity(step_before))
-  step_update = tf.identity(step_after, name="step_update")
-  return tf.group(step_update, name="train_op")
+  if isinstance(hvd, bool):
+    # The release's signature ends in `use_tpu` where ours has `hvd` (a module or None).
+    if use_tpu:
+      raise ValueError("create_optimizer: use_tpu given twice, positionally as in the original "
+                       "release (after num_warmup_steps) and by keyword")
+    hvd, use_tpu = None, hvd
+  return build_train_op(
+      loss, Schedule(optimizer_type, init_lr, num_train_steps, num_warmup_steps),
+      Precision(manual_fp16, use_fp16, init_loss_scale, loss_scale_increment_period),
+      Accumulation(num_accumulation_steps, allreduce_post_accumulation),
+      Distribution(hvd, use_tpu))

@@ -13,9 +13,9 @@ the other. Importing this module defines the flags and nothing else.
 
 import os
 
-from absl import app
 from absl import flags
 from absl import logging
+from utils import cli  # pylint: disable=g-bad-import-order
 import tensorflow as tf
 
 import modeling
@@ -217,4 +217,4 @@ main = finetuning.main_builder("run_classifier.py", run, FLAGS)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_main(main)

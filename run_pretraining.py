@@ -9,20 +9,22 @@ Launched once per worker by `mpirun` / `horovodrun` with --horovod, or under a T
 """
 
 import os
-import sys
 
 from absl import app
 from absl import flags
 from absl import logging
+# Before TensorFlow: cli sets TensorFlow's native log level, which TensorFlow reads when it loads.
+from utils import cli  # pylint: disable=g-bad-import-order
 import tensorflow as tf
 
-import gpu_environment
 import modeling
 import optimization
+from utils import checkpoint_compat
+from utils import determinism
 from utils import dllogger_setup
+from utils import graph_names
 from utils import hooks as hooks_lib
-from utils import hvd_utils
-from utils import session_config as session_config_lib
+from utils import job
 # The input pipeline and the record checks live in utils/; re-exported here because the original
 # release's run_pretraining.py exposes input_fn_builder and callers import it from this module.
 from utils.input_pipeline import DEFAULT_INPUT_SEED  # pylint: disable=unused-import
@@ -176,17 +178,18 @@ def get_next_sentence_output(bert_config, input_tensor, labels):
 
 
 def build_pretraining_model(bert_config, features, is_training, compute_type=tf.float32,
-                            use_one_hot_embeddings=False):
+                            use_one_hot_embeddings=False, dropout_key=None):
   """Builds BERT with both pretraining heads on a batch of features.
 
   Args:
     bert_config: `modeling.BertConfig`.
-    features: dict of Tensors (SPEC section 3): input_ids, input_mask, segment_ids
+    features: dict of Tensors (docs/DESIGN.md section 3): input_ids, input_mask, segment_ids
       [batch, seq]; masked_lm_positions, masked_lm_ids, masked_lm_weights [batch, predictions];
       next_sentence_labels [batch, 1].
     is_training: apply dropout.
     compute_type: tf.float32 or tf.float16 for the encoder.
     use_one_hot_embeddings: one-hot word embedding lookup (TPU).
+    dropout_key: optional int64 Tensor [2]: stateless dropout keyed on it (see `modeling.BertModel`).
 
   Returns:
     dict with "model" (`BertModel`), "total_loss", "mlm_loss", "nsp_loss" (fp32 scalars),
@@ -196,7 +199,8 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
   model = modeling.BertModel(
       config=bert_config, is_training=is_training, input_ids=features["input_ids"],
       input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
-      use_one_hot_embeddings=use_one_hot_embeddings, compute_type=compute_type)
+      use_one_hot_embeddings=use_one_hot_embeddings, compute_type=compute_type,
+      dropout_key=dropout_key)
   mlm_loss, mlm_per_example_loss, mlm_log_probs = get_masked_lm_output(
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
       features["masked_lm_positions"], features["masked_lm_ids"], features["masked_lm_weights"])
@@ -213,10 +217,6 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
       "nsp_log_probs": nsp_log_probs,
   }
 
-
-# -------------------------------------------------------------------------------------------------
-# Input pipeline: TFRecords of tf.train.Example (SPEC section 3), sharded per worker (section 7).
-# -------------------------------------------------------------------------------------------------
 
 # -------------------------------------------------------------------------------------------------
 # The Estimator: model_fn, flags, main.
@@ -259,45 +259,46 @@ def _log_trainable_variables(tvars, initialized_variable_names, rank):
     logging.info("  %d :: name = %s, shape = %s%s", rank, var.name, var.shape, init_string)
 
 
-def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_steps,
-                     num_warmup_steps, use_one_hot_embeddings=False, hvd=None, manual_fp16=False,
-                     amp=False, num_accumulation_steps=1, optimizer_type="lamb",
-                     allreduce_post_accumulation=False, init_loss_scale=2**32, use_tpu=False,
-                     tpu_estimator_spec=None, verbose_logging=False):
+def model_fn_builder(bert_config, init_checkpoint, schedule,
+                     precision=optimization.Precision(),
+                     accumulation=optimization.Accumulation(),
+                     distribution=optimization.Distribution(), verbose_logging=False,
+                     dropout_seed=None):
   """Returns the `model_fn` of the pretraining Estimator (or TPUEstimator).
 
   Args:
     bert_config: `modeling.BertConfig`.
     init_checkpoint: checkpoint to initialise matching variables from, or None.
-    learning_rate: effective peak learning rate (already multiplied by the number of workers).
-    num_train_steps, num_warmup_steps: optimizer updates (see `optimization.create_optimizer`).
-    use_one_hot_embeddings: one-hot word embedding lookup (TPU).
-    hvd: the `horovod.tensorflow` module under Horovod, else None.
-    manual_fp16: build the encoder in fp16 (fp32 master weights, loss scaling).
-    amp: automatic mixed precision (loss scaling on a GPU; the rewrite is a session option).
-    num_accumulation_steps, optimizer_type, allreduce_post_accumulation, init_loss_scale: see
-      `optimization.create_optimizer`.
-    use_tpu: wrap the optimizer for TPU cores.
-    tpu_estimator_spec: return `TPUEstimatorSpec` (for a TPUEstimator); defaults to `use_tpu`.
+    schedule: `optimization.Schedule` (learning rate already multiplied by the number of workers).
+    precision: `optimization.Precision`; with manual_fp16 the encoder computes in fp16.
+    accumulation: `optimization.Accumulation`.
+    distribution: `optimization.Distribution`: Horovod, or TPU cores (one-hot embedding lookup);
+      a TPUEstimator (`uses_tpu_estimator`) gets `TPUEstimatorSpec`s.
     verbose_logging: list every trainable variable, marking those loaded from the checkpoint.
+    dropout_seed: deterministic mode: training counts micro-steps (`utils/determinism.py`) and
+      draws each dropout mask from (seed, micro-step, rank, layer, site); None: stateful dropout.
 
   Returns:
     model_fn(features, labels, mode, params).
   """
-  if tpu_estimator_spec is None:
-    tpu_estimator_spec = use_tpu
+  tpu_estimator_spec = distribution.uses_tpu_estimator
+  hvd = distribution.hvd
 
   def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
     """Builds the graph of one mode (TRAIN or EVAL)."""
     is_training = mode == tf.estimator.ModeKeys.TRAIN
+    dropout_key = advance_micro_step = None
+    if is_training and dropout_seed is not None:
+      dropout_key, advance_micro_step = determinism.begin_micro_step(
+          dropout_seed, hvd.rank() if hvd is not None else 0)
     built = build_pretraining_model(
         bert_config, features, is_training,
-        compute_type=tf.float16 if manual_fp16 else tf.float32,
-        use_one_hot_embeddings=use_one_hot_embeddings)
-    # The graph names of SPEC section 5, read by the logging hook.
-    tf.identity(built["mlm_loss"], name="mlm_loss")
-    tf.identity(built["nsp_loss"], name="nsp_loss")
-    total_loss = tf.identity(built["total_loss"], name="total_loss")
+        compute_type=tf.float16 if precision.manual_fp16 else tf.float32,
+        use_one_hot_embeddings=distribution.use_tpu, dropout_key=dropout_key)
+    # The graph names the logging hook reads.
+    tf.identity(built["mlm_loss"], name=graph_names.MLM_LOSS)
+    tf.identity(built["nsp_loss"], name=graph_names.NSP_LOSS)
+    total_loss = tf.identity(built["total_loss"], name=graph_names.TOTAL_LOSS)
 
     tvars = _tf1.trainable_variables()
     initialized_variable_names = {}
@@ -316,11 +317,10 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
                                hvd.rank() if hvd is not None else 0)
 
     if mode == tf.estimator.ModeKeys.TRAIN:
-      train_op = optimization.create_optimizer(
-          total_loss, learning_rate, num_train_steps, num_warmup_steps, hvd=hvd,
-          manual_fp16=manual_fp16, use_fp16=amp, num_accumulation_steps=num_accumulation_steps,
-          optimizer_type=optimizer_type, allreduce_post_accumulation=allreduce_post_accumulation,
-          init_loss_scale=init_loss_scale, use_tpu=use_tpu)
+      train_op = optimization.build_train_op(total_loss, schedule, precision, accumulation,
+                                             distribution)
+      if advance_micro_step is not None:
+        train_op = tf.group(train_op, advance_micro_step, name="train_op_and_micro_step")
       if tpu_estimator_spec:
         return _tf1.estimator.tpu.TPUEstimatorSpec(mode=mode, loss=total_loss,
                                                    train_op=train_op, scaffold_fn=scaffold_fn)
@@ -408,8 +408,11 @@ flags.DEFINE_bool("tpu_estimator", False,
                   "--use_tpu.")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
 flags.DEFINE_bool("deterministic_run", False,
-                  "Reproducible run: fixed seeds, single-threaded input, no dropout, "
-                  "deterministic ops.")
+                  "Reproducible run: seeded initialisation and input order, single-threaded input, "
+                  "dropout masks drawn from (--seed, micro-step, worker, layer), deterministic ops, "
+                  "exact resume from a checkpoint.")
+flags.DEFINE_integer("seed", job.DETERMINISTIC_SEED,
+                     "Seed of a --deterministic_run (initial weights, input shuffles, dropout).")
 flags.DEFINE_bool("enable_scoped_allocator", False,
                   "Scoped allocator for HorovodAllreduce (see docs/DECISIONS.md: Horovod 0.28.1's "
                   "kernel rejects it). TF_DISABLE_SCOPED_ALLOCATOR=1 always turns it off.")
@@ -428,21 +431,14 @@ flags.DEFINE_integer("intra_op_threads", 0, "Threads inside one op (0: TensorFlo
 flags.DEFINE_integer("inter_op_threads", 0, "Ops run in parallel (0: TensorFlow decides).")
 
 
-# Horovod cycle time (ms) on machines without a GPU, unless the launch sets one.
-CPU_HOROVOD_CYCLE_TIME_MS = 5
-
-
-class UsageError(ValueError):
-  """A bad flag or input, found before any graph is built."""
-
-
-def _require(condition, message, *args):
-  if not condition:
-    raise UsageError(message % args)
+UsageError = job.UsageError
 
 
 def validate_flags(f):
   """Checks flag values and combinations that need no file access.
+
+  The optimizer's settings are checked by `optimization`'s own checks (the rules the configuration
+  objects enforce), here with the flags named.
 
   Args:
     f: the parsed flags (or any object with the same attributes).
@@ -450,58 +446,92 @@ def validate_flags(f):
   Raises:
     UsageError: naming the flag.
   """
-  _require(f.do_train or f.do_eval, "one of --do_train and --do_eval is required")
-  _require(f.bert_config_file, "--bert_config_file is required")
-  _require(f.output_dir, "--output_dir is required")
+  require = job.require
+  require(f.do_train or f.do_eval, "one of --do_train and --do_eval is required")
+  require(f.bert_config_file, "--bert_config_file is required")
+  require(f.output_dir, "--output_dir is required")
   if f.do_train:
-    _require(f.input_file or f.input_files_dir,
-             "--do_train needs the training data: give --input_files_dir or --input_file")
+    require(f.input_file or f.input_files_dir,
+            "--do_train needs the training data: give --input_files_dir or --input_file")
   if f.do_eval and not f.do_train:
-    _require(f.eval_files_dir or f.input_file or f.input_files_dir,
-             "--do_eval needs data: give --eval_files_dir (or --input_files_dir / --input_file)")
-  for name in ("train_batch_size", "eval_batch_size", "num_accumulation_steps", "num_train_steps",
-               "save_checkpoints_steps", "display_loss_steps", "iterations_per_loop",
-               "max_eval_steps", "max_seq_length", "max_predictions_per_seq", "num_tpu_cores",
-               "keep_checkpoint_max"):
+    require(f.eval_files_dir or f.input_file or f.input_files_dir,
+            "--do_eval needs data: give --eval_files_dir (or --input_files_dir / --input_file)")
+  for name in ("train_batch_size", "eval_batch_size", "save_checkpoints_steps",
+               "display_loss_steps", "iterations_per_loop", "max_eval_steps", "max_seq_length",
+               "max_predictions_per_seq", "num_tpu_cores", "keep_checkpoint_max"):
     value = getattr(f, name)
-    _require(value >= 1, "--%s must be >= 1, got %d", name, value)
-  _require(f.num_warmup_steps >= 0, "--num_warmup_steps must be >= 0, got %d",
-           f.num_warmup_steps)
-  _require(f.learning_rate > 0, "--learning_rate must be positive, got %g", f.learning_rate)
-  _require(f.init_loss_scale > 0, "--init_loss_scale must be positive, got %d", f.init_loss_scale)
-  _require(f.max_predictions_per_seq <= f.max_seq_length,
-           "--max_predictions_per_seq (%d) cannot exceed --max_seq_length (%d)",
-           f.max_predictions_per_seq, f.max_seq_length)
-  if f.optimizer_type == "adam":
-    _require(f.num_warmup_steps < f.num_train_steps,
-             "--num_warmup_steps (%d) must be smaller than --num_train_steps (%d) with "
-             "--optimizer_type=adam", f.num_warmup_steps, f.num_train_steps)
-  _require(not (f.amp and f.manual_fp16), "--amp and --manual_fp16 cannot be combined")
-  _require(not (f.use_tpu and f.horovod), "--use_tpu and --horovod cannot be combined")
-  _require(not (f.use_tpu and f.num_accumulation_steps > 1),
-           "--num_accumulation_steps > 1 is not supported with --use_tpu")
-  _require(f.intra_op_threads >= 0 and f.inter_op_threads >= 0,
-           "--intra_op_threads and --inter_op_threads must be >= 0")
-
-
-def _checkpoint_step(model_dir):
-  """Global step of the newest checkpoint in `model_dir`, 0 when there is none."""
-  checkpoint = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
-  if not checkpoint:
-    return 0
-  return int(tf.train.load_variable(checkpoint, "global_step"))
-
-
-def _check_init_checkpoint(path):
+    require(value >= 1, "--%s must be >= 1, got %d", name, value)
+  require(f.max_predictions_per_seq <= f.max_seq_length,
+          "--max_predictions_per_seq (%d) cannot exceed --max_seq_length (%d)",
+          f.max_predictions_per_seq, f.max_seq_length)
+  require(f.intra_op_threads >= 0 and f.inter_op_threads >= 0,
+          "--intra_op_threads and --inter_op_threads must be >= 0")
   try:
-    tf.train.list_variables(path)
-  except (tf.errors.OpError, ValueError) as e:
-    raise UsageError("--init_checkpoint=%s cannot be read: %s"
-                     % (path, getattr(e, "message", str(e)).strip().splitlines()[0]))
+    optimization.check_accumulation(f.num_accumulation_steps, as_flags=True)
+    optimization.check_schedule(f.learning_rate, f.num_train_steps, f.num_warmup_steps,
+                                f.optimizer_type, as_flags=True)
+    optimization.check_precision(f.manual_fp16, f.amp, f.init_loss_scale, as_flags=True)
+    optimization.check_distribution(f.use_tpu, f.horovod, f.num_accumulation_steps,
+                                    as_flags=True)
+  except ValueError as e:
+    raise UsageError(str(e))
 
 
-def _resolve_inputs(f):
-  """(train_files, eval_files) from the flags; UsageError naming the flags when nothing matches."""
+def training_settings(f, workers):
+  """The optimizer's configuration objects, built once from the flags.
+
+  Args:
+    f: the parsed flags.
+    workers: `job.Workers` (the learning rate is per worker; the job's is that x workers).
+
+  Returns:
+    (`optimization.Schedule`, `Precision`, `Accumulation`, `Distribution`).
+  """
+  schedule = optimization.Schedule(f.optimizer_type, f.learning_rate * workers.size,
+                                   f.num_train_steps, f.num_warmup_steps)
+  precision = optimization.Precision(manual_fp16=f.manual_fp16, amp=f.amp,
+                                     init_loss_scale=f.init_loss_scale)
+  accumulation = optimization.Accumulation(f.num_accumulation_steps,
+                                           f.allreduce_post_accumulation)
+  distribution = optimization.Distribution(hvd=workers.hvd, use_tpu=f.use_tpu,
+                                           tpu_estimator=f.tpu_estimator)
+  return schedule, precision, accumulation, distribution
+
+
+def _load_bert_config(f):
+  """The model configuration of --bert_config_file, checked against --max_seq_length; with
+  deterministic ops for --deterministic_run (dropout stays: its masks are keyed, see
+  `utils/determinism.py`)."""
+  try:
+    bert_config = modeling.BertConfig.from_json_file(f.bert_config_file)
+  except ValueError as e:
+    raise UsageError("--bert_config_file: %s" % e)
+  job.require(bert_config.max_position_embeddings >= f.max_seq_length,
+              "--max_seq_length=%d exceeds max_position_embeddings=%d of %s", f.max_seq_length,
+              bert_config.max_position_embeddings, f.bert_config_file)
+  if f.deterministic_run:
+    tf.config.experimental.enable_op_determinism()
+  return bert_config
+
+
+def _consumed_records(f):
+  """Records each worker consumed up to the newest checkpoint of a deterministic run."""
+  try:
+    micro_steps = determinism.checkpoint_micro_steps(f.output_dir)
+  except ValueError as e:
+    raise UsageError("--deterministic_run: %s" % e)
+  if micro_steps:
+    logging.info("deterministic resume: %d micro-steps done, the input continues after %d "
+                 "records per worker", micro_steps, micro_steps * f.train_batch_size)
+  return micro_steps * f.train_batch_size
+
+
+def _resolve_inputs(f, vocab_size):
+  """(train_files, eval_files) from the flags, their first records checked against the model.
+
+  Raises:
+    UsageError: naming the flags when nothing matches, or the file whose record does not fit.
+  """
   train_files, eval_files = [], []
   try:
     if f.do_train or not f.eval_files_dir:
@@ -510,59 +540,15 @@ def _resolve_inputs(f):
                   if f.eval_files_dir else train_files)
   except ValueError as e:
     raise UsageError(str(e))
-  return (train_files if f.do_train else []), (eval_files if f.do_eval else [])
-
-
-def _build_estimator(f, model_fn, output_dir, session_config, saves_checkpoints, rank):
-  """The Estimator (or TPUEstimator with --use_tpu / --tpu_estimator) writing to `output_dir`."""
-  save_steps = f.save_checkpoints_steps if saves_checkpoints else None
-  seed = 12345 if f.deterministic_run else None
-  # Ranks > 0 write no summaries (their step counter included) and no checkpoints.
-  log_step_count_steps = (10000 if f.report_loss else 100) if rank == 0 else None
-  common = dict(model_dir=output_dir, session_config=session_config,
-                save_checkpoints_steps=save_steps, save_checkpoints_secs=None,
-                save_summary_steps=save_steps if rank == 0 else None,
-                keep_checkpoint_max=f.keep_checkpoint_max,
-                log_step_count_steps=log_step_count_steps, tf_random_seed=seed)
-  if not (f.use_tpu or f.tpu_estimator):
-    return tf.estimator.Estimator(model_fn=model_fn,
-                                  config=tf.estimator.RunConfig(**common))
-  cluster = None
-  if f.use_tpu and f.tpu_name:
-    cluster = tf.distribute.cluster_resolver.TPUClusterResolver(
-        f.tpu_name, zone=f.tpu_zone, project=f.gcp_project)
-  tpu = _tf1.estimator.tpu
-  run_config = tpu.RunConfig(
-      cluster=cluster, master=f.master,
-      tpu_config=tpu.TPUConfig(iterations_per_loop=f.iterations_per_loop,
-                               num_shards=f.num_tpu_cores,
-                               per_host_input_for_training=tpu.InputPipelineConfig.PER_HOST_V2),
-      **common)
-  return tpu.TPUEstimator(use_tpu=f.use_tpu, model_fn=model_fn, config=run_config,
-                          train_batch_size=f.train_batch_size,
-                          eval_batch_size=f.eval_batch_size)
-
-
-def threads_per_worker(requested, workers_on_node, cores=None):
-  """Intra-op threads for one worker: the flag's value, else the node's cores shared by its workers.
-
-  Args:
-    requested: --intra_op_threads (0: choose).
-    workers_on_node: Horovod local size (1 without Horovod).
-    cores: cores of the node; os.cpu_count() when None.
-
-  Returns:
-    the thread count for the session config (0 lets TensorFlow use every core).
-  """
-  if requested > 0 or workers_on_node <= 1:
-    return requested
-  return max(1, (cores or os.cpu_count() or 1) // workers_on_node)
-
-
-def _write_eval_results(path, result):
-  with tf.io.gfile.GFile(path, "w") as writer:
-    for key in sorted(result):
-      writer.write("%s = %s\n" % (key, result[key]))
+  train_files = train_files if f.do_train else []
+  eval_files = eval_files if f.do_eval else []
+  try:
+    check_input_files(sorted(set(train_files) | set(eval_files)), f.max_seq_length,
+                      f.max_predictions_per_seq, vocab_size)
+  except ValueError as e:
+    raise UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
+                     "vocabulary of --bert_config_file)" % e)
+  return train_files, eval_files
 
 
 def run(f):
@@ -578,125 +564,90 @@ def run(f):
     UsageError: for bad flags or data, before any graph is built.
   """
   validate_flags(f)
-  # Per-session thread pools: without this, the first device TF creates (XLA-compiled functions
-  # create one while the graph is built) fixes a process-wide pool of one thread per core and
-  # --intra_op_threads is silently ignored, so workers sharing a node oversubscribe its cores.
-  os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
-  if f.horovod and gpu_environment.local_gpu_count() == 0:
-    # Horovod's background thread coordinates the workers every cycle (1 ms by default) even
-    # when nothing is pending; on CPU-only nodes that polling takes cycles from the compute
-    # threads (docs/PERFORMANCE.md). horovodrun --cycle-time-ms or the variable still decide.
-    os.environ.setdefault("HOROVOD_CYCLE_TIME", str(CPU_HOROVOD_CYCLE_TIME_MS))
-  hvd = hvd_utils.hvd_init() if f.horovod else None
-  rank, size = hvd_utils.hvd_rank(), hvd_utils.hvd_size()
-  local_rank = hvd_utils.comm_local_rank()
-  if rank != 0:
-    logging.set_verbosity(logging.WARNING)
-
-  try:
-    bert_config = modeling.BertConfig.from_json_file(f.bert_config_file)
-  except ValueError as e:
-    raise UsageError("--bert_config_file: %s" % e)
-  _require(bert_config.max_position_embeddings >= f.max_seq_length,
-           "--max_seq_length=%d exceeds max_position_embeddings=%d of %s", f.max_seq_length,
-           bert_config.max_position_embeddings, f.bert_config_file)
-  if f.deterministic_run:
-    bert_config.hidden_dropout_prob = 0.0
-    bert_config.attention_probs_dropout_prob = 0.0
-    tf.config.experimental.enable_op_determinism()
-  train_files, eval_files = _resolve_inputs(f)
-  try:
-    check_input_files(sorted(set(train_files) | set(eval_files)), f.max_seq_length,
-                      f.max_predictions_per_seq, bert_config.vocab_size)
-  except ValueError as e:
-    raise UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
-                     "vocabulary of --bert_config_file)" % e)
+  workers = job.start_workers(f.horovod)
+  bert_config = _load_bert_config(f)
+  train_files, eval_files = _resolve_inputs(f, bert_config.vocab_size)
   if f.init_checkpoint:
-    _check_init_checkpoint(f.init_checkpoint)
+    job.check_init_checkpoint(f.init_checkpoint)
 
-  output_dir = hvd_utils.worker_output_dir(f.output_dir, rank, local_rank, f.node_local_output_dir)
-  tf.io.gfile.makedirs(output_dir)
-  saves = f.checkpoint_all_workers or hvd_utils.saves_checkpoints(rank, local_rank,
-                                                                  f.node_local_output_dir)
+  output_dir, saves = job.worker_output_dir(workers, f.output_dir, f.node_local_output_dir,
+                                            f.checkpoint_all_workers)
   dllog_path = f.dllog_path or os.path.join(f.output_dir, "bert_dllog.json")
-  run_logger = dllogger_setup.RunLogger(dllog_path, rank=rank)
-  learning_rate = f.learning_rate * size
-  global_batch_size = f.train_batch_size * f.num_accumulation_steps * size
+  run_logger = dllogger_setup.open_run_log(dllog_path, workers.rank,
+                                            job.checkpoint_step(f.output_dir))
+  schedule, precision, accumulation, distribution = training_settings(f, workers)
+  global_batch_size = f.train_batch_size * f.num_accumulation_steps * workers.size
   logging.info("workers: %d; global batch: %d x %d accumulation x %d workers = %d; learning "
-               "rate: %g per worker x %d workers = %g", size, f.train_batch_size,
-               f.num_accumulation_steps, size, global_batch_size, f.learning_rate, size,
-               learning_rate)
+               "rate: %g per worker x %d workers = %g", workers.size, f.train_batch_size,
+               f.num_accumulation_steps, workers.size, global_batch_size, f.learning_rate,
+               workers.size, schedule.learning_rate)
 
-  intra_op_threads = threads_per_worker(f.intra_op_threads, hvd_utils.comm_local_size())
-  if intra_op_threads != f.intra_op_threads:
-    logging.info("%d workers on this node: %d intra-op threads each (set --intra_op_threads to "
-                 "override)", hvd_utils.comm_local_size(), intra_op_threads)
-  session_config = session_config_lib.build_session_config(
-      use_horovod=hvd is not None, local_rank=local_rank,
-      enable_scoped_allocator=f.enable_scoped_allocator, use_xla=f.use_xla, amp=f.amp,
-      intra_op_threads=intra_op_threads, inter_op_threads=f.inter_op_threads)
-  model_fn = model_fn_builder(
-      bert_config=bert_config, init_checkpoint=f.init_checkpoint, learning_rate=learning_rate,
-      num_train_steps=f.num_train_steps, num_warmup_steps=f.num_warmup_steps,
-      use_one_hot_embeddings=f.use_tpu, hvd=hvd, manual_fp16=f.manual_fp16, amp=f.amp,
-      num_accumulation_steps=f.num_accumulation_steps, optimizer_type=f.optimizer_type,
-      allreduce_post_accumulation=f.allreduce_post_accumulation,
-      init_loss_scale=f.init_loss_scale, use_tpu=f.use_tpu,
-      tpu_estimator_spec=f.use_tpu or f.tpu_estimator, verbose_logging=f.verbose_logging)
-  estimator = _build_estimator(f, model_fn, output_dir, session_config, saves, rank)
+  config = job.session_config(
+      workers, intra_op_threads=f.intra_op_threads, inter_op_threads=f.inter_op_threads,
+      use_xla=f.use_xla, amp=f.amp, enable_scoped_allocator=f.enable_scoped_allocator)
+  model_fn = model_fn_builder(bert_config, f.init_checkpoint, schedule, precision, accumulation,
+                              distribution, verbose_logging=f.verbose_logging,
+                              dropout_seed=f.seed if f.deterministic_run else None)
+  # A deterministic resume needs the checkpoint's micro-step counter (its own message, first).
+  skip_records = _consumed_records(f) if f.do_train and f.deterministic_run else 0
+  try:
+    checkpoint_compat.check_output_dir(output_dir, model_fn, f.do_train, f.max_seq_length,
+                                       f.max_predictions_per_seq, f.optimizer_type)
+  except checkpoint_compat.CheckpointMismatch as e:
+    raise UsageError(str(e))
+  if f.do_train and saves:
+    checkpoint_compat.record_optimizer(output_dir, f.optimizer_type)
+  tpu = None
+  if distribution.uses_tpu_estimator:
+    tpu = job.TpuSettings(f.use_tpu, f.tpu_name, f.tpu_zone, f.gcp_project, f.master,
+                          f.iterations_per_loop, f.num_tpu_cores)
+  estimator = job.build_estimator(
+      model_fn, output_dir, config, workers, saves, f.save_checkpoints_steps,
+      f.keep_checkpoint_max, random_seed=f.seed if f.deterministic_run else None,
+      reports_loss=f.report_loss,
+      tpu=tpu, batch_sizes=dict(train_batch_size=f.train_batch_size,
+                                eval_batch_size=f.eval_batch_size))
+
+  def explain(files):
+    return lambda error: name_bad_input(error, files, f.max_seq_length,
+                                        f.max_predictions_per_seq, bert_config.vocab_size)
 
   if f.do_train:
-    # Every worker decides from the same (rank 0's) checkpoints, so none waits alone in a collective.
-    done_steps = _checkpoint_step(f.output_dir)
-    if done_steps >= f.num_train_steps:
-      logging.info("%s already holds step %d >= --num_train_steps=%d: nothing to train",
-                   f.output_dir, done_steps, f.num_train_steps)
-    else:
-      hooks = []
-      if saves:
-        hooks.append(hooks_lib.PeriodicCheckpointSaverHook(
-            output_dir, save_steps=f.save_checkpoints_steps, save_graph_def=f.save_graph_def))
-      if f.report_loss:
-        hooks.append(hooks_lib.TrainingLogHook(
-            run_logger, global_batch_size, num_accumulation_steps=f.num_accumulation_steps,
-            display_loss_steps=f.display_loss_steps,
-            save_checkpoints_steps=f.save_checkpoints_steps if saves else None))
-      if hooks_lib.weight_sync_enabled(f.force_weight_sync):
-        hooks.append(hooks_lib.WeightSyncHook(f.num_accumulation_steps))
-      if size > 1:
-        hooks.append(hvd_utils.broadcast_global_variables_hook(0))
-      train_input_fn = input_fn_builder(
-          train_files, f.train_batch_size, f.max_seq_length, f.max_predictions_per_seq,
-          is_training=True, num_workers=size, worker_index=rank,
-          deterministic=f.deterministic_run)
-      logging.info("***** Running training from step %d to %d *****", done_steps,
-                   f.num_train_steps)
-      try:
-        estimator.train(input_fn=train_input_fn, hooks=hooks, max_steps=f.num_train_steps)
-      except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-        raise name_bad_input(e, train_files, f.max_seq_length, f.max_predictions_per_seq,
-                             bert_config.vocab_size)
+    log_hook = None
+    if f.report_loss:
+      log_hook = hooks_lib.TrainingLogHook(
+          run_logger, global_batch_size, num_accumulation_steps=f.num_accumulation_steps,
+          display_loss_steps=f.display_loss_steps,
+          save_checkpoints_steps=f.save_checkpoints_steps if saves else None,
+          num_train_steps=f.num_train_steps,
+          # TensorBoard run "train", beside the Estimator's "eval".
+          summary_dir=os.path.join(output_dir, "train"))
+    hooks = job.training_hooks(
+        workers, output_dir if saves else None, f.save_checkpoints_steps,
+        save_graph_def=f.save_graph_def, log_hook=log_hook,
+        force_weight_sync=f.force_weight_sync, num_accumulation_steps=f.num_accumulation_steps)
+    train_input_fn = input_fn_builder(
+        train_files, f.train_batch_size, f.max_seq_length, f.max_predictions_per_seq,
+        is_training=True, num_workers=workers.size, worker_index=workers.rank,
+        deterministic=f.deterministic_run, seed=f.seed if f.deterministic_run else None,
+        skip_records=skip_records)
+    job.train(estimator, train_input_fn, f.num_train_steps, f.output_dir, hooks,
+              explain_input_error=explain(train_files),
+              explain_nan_loss=lambda step: hooks_lib.nan_loss_error(
+                  step, f.output_dir, f.learning_rate, f.manual_fp16, f.init_loss_scale))
 
-  if f.do_eval and rank == 0:
+  if f.do_eval and workers.rank == 0:
     eval_input_fn = input_fn_builder(
         eval_files, f.eval_batch_size, f.max_seq_length, f.max_predictions_per_seq,
-        is_training=False, deterministic=f.deterministic_run)
+        is_training=False, deterministic=f.deterministic_run,
+        seed=f.seed if f.deterministic_run else None)
     logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
                  len(eval_files), f.eval_batch_size, f.max_eval_steps)
-    try:
-      result = estimator.evaluate(input_fn=eval_input_fn, steps=f.max_eval_steps,
-                                  hooks=[hooks_lib.EvalTimingHook(run_logger, f.eval_batch_size)])
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-      raise name_bad_input(e, eval_files, f.max_seq_length, f.max_predictions_per_seq,
-                           bert_config.vocab_size)
-    eval_path = os.path.join(output_dir, "eval_results.txt")
-    _write_eval_results(eval_path, result)
-    logging.info("***** Eval results (%s) *****", eval_path)
-    for key in sorted(result):
-      logging.info("  %s = %s", key, result[key])
+    job.evaluate(estimator, eval_input_fn, f.max_eval_steps, run_logger, f.eval_batch_size,
+                 output_dir, explain_input_error=explain(eval_files))
 
   run_logger.close()
-  if rank == 0:
+  if workers.rank == 0:
     logging.info("outputs: checkpoints in %s, dllogger log %s", output_dir, dllog_path)
   return 0
 
@@ -705,12 +656,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError("unexpected arguments: %s" % " ".join(argv[1:]))
   logging.set_verbosity(logging.INFO)
-  try:
-    return run(FLAGS)
-  except UsageError as e:
-    print("run_pretraining.py: error: %s" % e, file=sys.stderr, flush=True)
-    return 2
+  return job.run_main("run_pretraining.py", run, FLAGS)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_main(main)

@@ -18,9 +18,9 @@ Importing this module defines the flags and nothing else.
 import os
 import random
 
-from absl import app
 from absl import flags
 from absl import logging
+from utils import cli  # pylint: disable=g-bad-import-order
 import tensorflow as tf
 
 import modeling
@@ -228,4 +228,4 @@ main = finetuning.main_builder("run_squad.py", run, FLAGS)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_main(main)

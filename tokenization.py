@@ -16,9 +16,7 @@ both agree character for character. `python tokenization.py build_vocab ...` tra
 
 import collections
 import functools
-import glob
 import itertools
-import os
 import re
 import unicodedata
 
@@ -31,6 +29,8 @@ from tokenizers import models as tk_models
 from tokenizers import normalizers as tk_normalizers
 from tokenizers import pre_tokenizers as tk_pre_tokenizers
 from tokenizers import trainers as tk_trainers
+
+from utils import paths
 
 # Tokens every BERT vocabulary starts with, in this order ([PAD] has id 0).
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -51,6 +51,19 @@ _PLANES_WITH_THESE_CATEGORIES = (range(0x0, 0x20000), range(0xE0000, 0xF0000))
 _UNCASED_MODELS = ("uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12",
                    "multilingual_L-12_H-768_A-12", "chinese_L-12_H-768_A-12")
 _CASED_MODELS = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16", "multi_cased_L-12_H-768_A-12")
+# Vocabulary tokens that `preserve_unused_tokens` keeps whole.
+_UNUSED_TOKEN_RE = re.compile(r"\[unused\d+\]")
+_PRESERVE_UNUSED_TOKENS_FLAG = "preserve_unused_tokens"
+
+# The original release defines this flag in its tokenization module and its tokenizers read it;
+# scripts and tests written for the release set it (e.g. `--preserve_unused_tokens` on the command
+# line). It is consulted only when a tokenizer is built without an explicit
+# `preserve_unused_tokens` argument. (Defined once per process, whichever module comes first.)
+if _PRESERVE_UNUSED_TOKENS_FLAG not in flags.FLAGS:
+  flags.DEFINE_bool(
+      _PRESERVE_UNUSED_TOKENS_FLAG, False,
+      "Keep vocabulary tokens such as [unused0] whole: neither lower-cased, split on "
+      "punctuation nor split into WordPieces.")
 
 
 def convert_to_unicode(text):
@@ -72,15 +85,6 @@ def whitespace_tokenize(text):
   return text.split()
 
 
-def _open_text(path, mode="r"):
-  """Opens a local file, or a remote one (a "scheme://" path) through tf.io.gfile, as text."""
-  if "://" in path:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return tf.io.gfile.GFile(path, mode)
-  # newline="\n": lines end at "\n" only, as with the original's readline().
-  return open(path, mode, encoding="utf-8", newline="\n")
-
-
 def load_vocab(vocab_file):
   """Reads a vocabulary file, one token per line; the id of a token is its line number.
 
@@ -98,7 +102,7 @@ def load_vocab(vocab_file):
   """
   vocab = collections.OrderedDict()
   try:
-    with _open_text(vocab_file) as reader:
+    with paths.open_file(vocab_file) as reader:
       for line in reader:
         token = line.strip()
         if token not in vocab:
@@ -159,6 +163,79 @@ def validate_case_matches_checkpoint(do_lower_case, init_checkpoint):
                    "pass --do_lower_case=%s" % (wrong, init_checkpoint, model_name, kind, right))
 
 
+def preserve_token(token, vocab, preserve_unused_tokens=None):
+  """True when `token` (a whitespace-separated word) is kept whole: preservation is on, and the
+  token is an "[unusedN]" token of `vocab`.
+
+  Args:
+    token: str.
+    vocab: container of the vocabulary's tokens.
+    preserve_unused_tokens: bool, or None for the `--preserve_unused_tokens` flag.
+  """
+  if not _preserves_unused_tokens(preserve_unused_tokens):
+    return False
+  return token in vocab and _UNUSED_TOKEN_RE.fullmatch(token) is not None
+
+
+def _preserves_unused_tokens(preserve_unused_tokens):
+  """`preserve_unused_tokens`, or when it is None the value of the `--preserve_unused_tokens` flag
+  (its default if the flags are not parsed)."""
+  if preserve_unused_tokens is None:
+    return bool(flags.FLAGS[_PRESERVE_UNUSED_TOKENS_FLAG].value)
+  return bool(preserve_unused_tokens)
+
+
+def _preserved_tokens(vocab, preserve_unused_tokens):
+  """The tokens of `vocab` that are kept whole (a frozenset; empty when preservation is off)."""
+  if not _preserves_unused_tokens(preserve_unused_tokens):
+    return frozenset()
+  return frozenset(token for token in vocab if _UNUSED_TOKEN_RE.fullmatch(token))
+
+
+@functools.lru_cache(maxsize=None)
+def _cjk_python_re():
+  return re.compile("[%s]" % "".join("%s-%s" % (chr(low), chr(high)) for low, high in _CJK_RANGES))
+
+
+def _split_at_preserved(text, preserved):
+  """Splits text into the words kept whole and the runs of text between them.
+
+  Words are found as the original finds them before its preservation check: removed characters
+  dropped, whitespace characters made spaces, CJK characters set apart, then split on whitespace.
+
+  Args:
+    text: str or UTF-8 bytes.
+    preserved: set of the words kept whole.
+
+  Returns:
+    list of (is_preserved, str): a preserved word, or the other words joined by spaces (to be
+    tokenized as usual).
+  """
+  text = convert_to_unicode(text)
+  cleaned = "".join(" " if _is_whitespace(c) else c for c in text if not _is_removed(c))
+  words = _cjk_python_re().sub(r" \g<0> ", cleaned).split()
+  segments, pending = [], []
+  for word in words:
+    if word in preserved:
+      if pending:
+        segments.append((False, " ".join(pending)))
+        pending = []
+      segments.append((True, word))
+    else:
+      pending.append(word)
+  if pending:
+    segments.append((False, " ".join(pending)))
+  return segments
+
+
+def _tokenize_preserving(text, preserved, tokenize):
+  """`tokenize` applied to the text between the preserved words, which are kept as they are."""
+  tokens = []
+  for is_preserved, piece in _split_at_preserved(text, preserved):
+    tokens.extend([piece] if is_preserved else tokenize(piece))
+  return tokens
+
+
 def _ranges_to_class(codepoints):
   """Sorted code points -> an Oniguruma character class such as "[\\x{41}-\\x{5A}\\x{5F}]"."""
   body = "".join("\\x{%X}" % a if a == b else "\\x{%X}-\\x{%X}" % (a, b)
@@ -166,9 +243,37 @@ def _ranges_to_class(codepoints):
   return "[" + body + "]"
 
 
+def _is_whitespace(char):
+  """True for the characters the original splits words on: space, tab, newline, return, Zs."""
+  return char in " \t\n\r" or unicodedata.category(char) == "Zs"
+
+
+def _is_control(char):
+  """True for control and format characters (Cc, Cf), which are removed; tab, newline and return
+  count as whitespace instead."""
+  if char in "\t\n\r":
+    return False
+  return unicodedata.category(char) in ("Cc", "Cf")
+
+
+def _is_punctuation(char):
+  """True for ASCII non-alphanumeric printable characters (such as "^", "$", "`") and Unicode
+  punctuation (P*): each becomes a token of its own."""
+  cp = ord(char)
+  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+    return True
+  return unicodedata.category(char).startswith("P")
+
+
+def _is_removed(char):
+  """True for the characters the original drops before anything else: NUL, U+FFFD, controls."""
+  return char in "\x00\ufffd" or _is_control(char)
+
+
 @functools.lru_cache(maxsize=None)
 def _codepoint_sets():
-  """The original's character categories, from this Python's unicodedata.
+  """The original's character categories (`_is_removed`, `_is_whitespace`, `_is_punctuation`), as
+  sorted code point lists.
 
   Returns:
     dict of sorted code point lists: "removed" (NUL, U+FFFD, control and format characters other
@@ -179,17 +284,13 @@ def _codepoint_sets():
   removed, space, mark, punctuation = [], [], [], []
   for cp in itertools.chain(*_PLANES_WITH_THESE_CATEGORIES):
     char = chr(cp)
-    category = unicodedata.category(char)
-    if char in "\t\n\r":
-      space.append(cp)
-    elif cp == 0 or cp == 0xFFFD or category in ("Cc", "Cf"):
+    if _is_removed(char):
       removed.append(cp)
-    elif category == "Zs" or char.isspace():
+    elif _is_whitespace(char) or char.isspace():
       space.append(cp)
-    elif category == "Mn":
+    elif unicodedata.category(char) == "Mn":
       mark.append(cp)
-    if (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
-        or category.startswith("P")):
+    if _is_punctuation(char):
       punctuation.append(cp)
   cjk = sorted(cp for low, high in _CJK_RANGES for cp in range(low, high + 1))
   return {"removed": removed, "space": space, "mark": mark, "punctuation": punctuation,
@@ -293,17 +394,28 @@ def _wordpiece_model(vocab, unk_token, max_input_chars_per_word):
 class BasicTokenizer(object):
   """Splits text into words and punctuation, lower-cases and strips accents (optional)."""
 
-  def __init__(self, do_lower_case=True):
+  def __init__(self, do_lower_case=True, vocab=tuple(), preserve_unused_tokens=None):
     """Builds the tokenizer.
 
     Args:
       do_lower_case: lower-case the text and strip accents.
+      vocab: container of the vocabulary's tokens; only its "[unusedN]" tokens matter, and only
+        with preservation on.
+      preserve_unused_tokens: keep the "[unusedN]" words of `vocab` whole (not lower-cased, not
+        split on punctuation); None: the `--preserve_unused_tokens` flag, as the original.
     """
     self.do_lower_case = do_lower_case
+    self.vocab = vocab
+    self._preserved = _preserved_tokens(vocab, preserve_unused_tokens)
     self._normalizer, self._pre_tokenizer = _basic_pipeline(do_lower_case)
 
   def tokenize(self, text):
     """Text (str or UTF-8 bytes) -> list of str words and punctuation characters."""
+    if self._preserved:
+      return _tokenize_preserving(text, self._preserved, self._tokenize_plain)
+    return self._tokenize_plain(text)
+
+  def _tokenize_plain(self, text):
     normalized = self._normalizer.normalize_str(_prepare_text(text, self.do_lower_case))
     return [piece for piece, _ in self._pre_tokenizer.pre_tokenize_str(normalized)]
 
@@ -342,12 +454,16 @@ class WordpieceTokenizer(object):
 class FullTokenizer(object):
   """Basic tokenisation followed by WordPiece: raw text -> WordPiece tokens and ids."""
 
-  def __init__(self, vocab_file, do_lower_case=True):
+  def __init__(self, vocab_file, do_lower_case=True, preserve_unused_tokens=None):
     """Loads the vocabulary and builds the pipeline.
 
     Args:
       vocab_file: vocabulary file, one token per line.
       do_lower_case: lower-case and strip accents (uncased models).
+      preserve_unused_tokens: keep the vocabulary's "[unusedN]" tokens whole when they appear as
+        words of the text; None: the `--preserve_unused_tokens` flag (read now), as the original.
+        With it on and such tokens in the vocabulary, text is split at them in Python first,
+        which is slower.
 
     Raises:
       ValueError: naming the file when it is missing, unreadable or has no "[UNK]".
@@ -356,7 +472,9 @@ class FullTokenizer(object):
     self.inv_vocab = {v: k for k, v in self.vocab.items()}
     self.do_lower_case = do_lower_case
     check_special_tokens(self.vocab, vocab_file, required=("[UNK]",))
-    self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+    self._preserved = _preserved_tokens(self.vocab, preserve_unused_tokens)
+    self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case, vocab=self.vocab,
+                                          preserve_unused_tokens=bool(self._preserved))
     self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
     # One Rust pipeline for both steps, assembled from the parts the two tokenizers above built.
     self._backend = tokenizers.Tokenizer(self.wordpiece_tokenizer._backend.model)
@@ -366,6 +484,11 @@ class FullTokenizer(object):
 
   def tokenize(self, text):
     """Raw text (str or UTF-8 bytes) -> list of WordPiece tokens (str)."""
+    if self._preserved:
+      return _tokenize_preserving(text, self._preserved, self._tokenize_plain)
+    return self._tokenize_plain(text)
+
+  def _tokenize_plain(self, text):
     prepared = _prepare_text(text, self.do_lower_case)
     return self._backend.encode(prepared, add_special_tokens=False).tokens
 
@@ -379,6 +502,8 @@ class FullTokenizer(object):
       list (one per text) of lists of int token ids; equal to
       `[convert_tokens_to_ids(tokenize(t)) for t in texts]`.
     """
+    if self._preserved:
+      return [self.convert_tokens_to_ids(self.tokenize(text)) for text in texts]
     prepared = [_prepare_text(text, self.do_lower_case) for text in texts]
     encodings = self._backend.encode_batch_fast(prepared, add_special_tokens=False)
     return [encoding.ids for encoding in encodings]
@@ -401,6 +526,10 @@ class FullTokenizer(object):
     backend, separator = self._lines_backend()
     if not lines:
       return np.zeros([0], np.int32), np.zeros([0], np.int64)
+    if self._preserved:
+      per_line = self.tokenize_to_ids(lines)
+      return (np.array([i for ids in per_line for i in ids], np.int32),
+              np.array([len(ids) for ids in per_line], np.int64))
     chunks = [_prepare_text("\n".join(lines[i:i + lines_per_chunk]), self.do_lower_case)
               for i in range(0, len(lines), lines_per_chunk)]
     encodings = backend.encode_batch_fast(chunks, add_special_tokens=False)
@@ -436,7 +565,7 @@ class FullTokenizer(object):
 def _iter_prepared_lines(input_files, do_lower_case):
   """Yields the non-blank lines of `input_files`, prepared as for tokenisation."""
   for path in input_files:
-    with _open_text(path) as reader:
+    with paths.open_file(path) as reader:
       for line in reader:
         line = line.strip()
         if line:
@@ -490,7 +619,7 @@ def build_vocab(input_files, vocab_size, output_file, do_lower_case=True, min_fr
     ValueError: for a missing input file, input without any text, or a vocab_size too small for
       the special tokens and the characters.
   """
-  missing = [path for path in input_files if "://" not in path and not os.path.isfile(path)]
+  missing = [path for path in input_files if not paths.is_file(path)]
   if not input_files or missing:
     raise ValueError("build_vocab: input file(s) not found: %s" % (missing or "(none given)"))
   alphabet = _training_alphabet(input_files, do_lower_case, limit_alphabet)
@@ -532,7 +661,7 @@ def build_vocab(input_files, vocab_size, output_file, do_lower_case=True, min_fr
     logging.warning("build_vocab: the corpus gives %d tokens; filling up to %d with [unusedN]",
                     len(tokens), vocab_size)
     tokens += ["[unused%d]" % i for i in range(vocab_size - len(tokens))]
-  with _open_text(output_file, "w") as writer:
+  with paths.open_file(output_file, "w") as writer:
     writer.write("".join(token + "\n" for token in tokens))
   return tokens
 
@@ -552,22 +681,23 @@ def _main(argv):
   """`build_vocab`: trains a vocabulary on the files of --input_file, writes --output_file."""
   flag_values = flags.FLAGS
   if len(argv) != 2 or argv[1] != "build_vocab":
-    raise SystemExit("usage: python tokenization.py build_vocab --input_file=GLOBS "
-                     "--output_file=vocab.txt [--vocab_size=8192] [--nodo_lower_case]")
-  patterns = [p for p in flag_values.input_file.split(",") if p]
-  files = sorted({path for pattern in patterns for path in glob.glob(pattern)})
+    raise app.UsageError("usage: python tokenization.py build_vocab --input_file=GLOBS "
+                         "--output_file=vocab.txt [--vocab_size=8192] [--nodo_lower_case]")
+  # Sorted as a whole: the vocabulary does not depend on the order of the patterns.
+  files = sorted(paths.resolve_files(paths.split_list(flag_values.input_file)))
   if not files:
-    raise SystemExit("build_vocab: no file matches --input_file=%s" % flag_values.input_file)
+    raise app.UsageError("build_vocab: no file matches --input_file=%s" % flag_values.input_file)
   try:
     tokens = build_vocab(files, flag_values.vocab_size, flag_values.output_file,
                          do_lower_case=flag_values.do_lower_case,
                          min_frequency=flag_values.min_frequency,
                          limit_alphabet=flag_values.limit_alphabet)
   except ValueError as e:
-    raise SystemExit("build_vocab: error: %s" % e)
+    raise app.UsageError("build_vocab: %s" % e)
   logging.info("build_vocab: wrote %d tokens to %s", len(tokens), flag_values.output_file)
 
 
 if __name__ == "__main__":
+  from utils import cli  # pylint: disable=g-import-not-at-top (scripts only: it defines --verbose)
   _define_build_vocab_flags()
-  app.run(_main)
+  cli.run_main(_main)

@@ -12,7 +12,14 @@ multiply-add): the encoder's dense layers, the attention scores and context (QK^
 output projection onto the vocabulary, and the MLM transform plus the pooler. Embedding lookups,
 element-wise work and the optimizer are not counted: MFU measures how much of the matmul peak the
 model's own matmuls turn into progress.
+
+  python bench/flops.py --config base --seq 128 --predictions 20    # FLOPs per sequence
 """
+
+import argparse
+import json
+import os
+import sys
 
 
 def encoder_params(hidden_size, num_hidden_layers, intermediate_size):
@@ -91,3 +98,30 @@ def measure_matmul_peak(runs, size=4096):
         sess.run(product.op)
         best = min(best, time.perf_counter() - start)
   return 2.0 * size ** 3 / best
+
+
+def main(argv=None):
+  """Command line: prints the model FLOPs per sequence of a configuration; returns 0."""
+  parser = argparse.ArgumentParser(
+      prog="python bench/flops.py",
+      description="Model FLOPs per sequence of BERT pretraining (forward + backward), the figure "
+                  "MFU divides.")
+  parser.add_argument("--config", default="base",
+                      help="bert_configs/<name>.json by name (tiny, small, base, ...) or a path")
+  parser.add_argument("--seq", type=int, default=128, help="sequence length T")
+  parser.add_argument("--predictions", type=int, default=20, help="max_predictions_per_seq P")
+  args = parser.parse_args(argv)
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from bench import throughput  # pylint: disable=g-import-not-at-top (its config lookup)
+  with open(throughput.config_file(args.config)) as f:
+    config = argparse.Namespace(**json.load(f))
+  total = config_flops_per_sequence(config, args.seq, args.predictions)
+  print("%s: %.3f GFLOP per sequence (T=%d, P=%d, V=%d, encoder parameters %d)"
+        % (args.config, total / 1e9, args.seq, args.predictions, config.vocab_size,
+           encoder_params(config.hidden_size, config.num_hidden_layers,
+                          config.intermediate_size)))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,11 +1,13 @@
-"""Horovod scaling on one machine: 1 process with 1 intra-op thread against `horovodrun -np 2`
-with 1 thread per worker, for several accumulation settings, per-micro-step and post-accumulation
-allreduce.
+"""Horovod scaling: 1 process with 1 intra-op thread against `horovodrun` with 1 thread per
+worker, for several accumulation settings, per-micro-step and post-accumulation allreduce. Without
+--hosts the workers are 2 on this machine (localhost:2); with --hosts they are the host list's
+slots (e.g. hostA:1,hostB:1, run from hostA; the 1-worker run is on this host).
 
   PY=$(make -s python-path | tail -n1)
   $PY bench/scaling.py --config tiny --batch 8 --steps 30
+  $PY -m tests.cluster.cluster -- $PY bench/scaling.py --hosts hostA:1,hostB:1 --network_interface cl0
 
-scaling efficiency = (2-worker sequences/s) / (2 x 1-worker sequences/s); 1.0 is perfect. Per update
+scaling efficiency = (N-worker sequences/s) / (N x 1-worker sequences/s); 1.0 is perfect. Per update
 it also reports the allreduce calls and bytes, counted in the graph `create_optimizer` builds (a
 recording stand-in for Horovod collects every allreduce it issues; per-micro-step allreduces run
 `num_accumulation_steps` times per update).
@@ -74,7 +76,40 @@ def parse_args(argv=None):
   parser.add_argument("--warmup", type=int, default=5)
   parser.add_argument("--accumulations", default="1,4,16")
   parser.add_argument("--optimizer", default="lamb", choices=["lamb", "adam"])
-  return parser.parse_args(argv)
+  parser.add_argument("--hosts", default="localhost:2",
+                      help="horovodrun host list host:slots,...; the workers are its slots")
+  parser.add_argument("--network_interface", default="",
+                      help="horovodrun --network-interface (the NIC every host has)")
+  args = parser.parse_args(argv)
+  try:
+    args.num_workers = num_workers(args.hosts)
+  except ValueError as e:
+    parser.error("--hosts: %s" % e)
+  return args
+
+
+def num_workers(hosts):
+  """Total slots of a host list "host:slots,..." (e.g. "hostA:1,hostB:1" -> 2).
+
+  Raises:
+    ValueError: naming the entry that is not host:slots with slots >= 1.
+  """
+  total = 0
+  for entry in hosts.split(","):
+    host, _, slots = entry.partition(":")
+    if not host or not slots.isdigit() or int(slots) < 1:
+      raise ValueError("expected host:slots (slots >= 1) separated by commas, got %r" % entry)
+    total += int(slots)
+  return total
+
+
+def horovodrun_command(hosts, network_interface=""):
+  """The Gloo launcher for the host list (with --network-interface when one is given)."""
+  command = [os.path.join(os.path.dirname(sys.executable), "horovodrun"),
+             "-np", str(num_workers(hosts)), "-H", hosts, "--gloo", "--disable-cache"]
+  if network_interface:
+    command += ["--network-interface", network_interface]
+  return command
 
 
 def _throughput_args(args, accumulation):
@@ -91,8 +126,8 @@ def main(argv=None):
   config_path = throughput.config_file(args.config)
   config = modeling.BertConfig.from_json_file(config_path)
   data_dir = throughput.cached_records(config.vocab_size, args.seq, args.predictions)
-  horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "-np", "2",
-                "-H", "localhost:2", "--gloo"]
+  horovodrun = horovodrun_command(args.hosts, args.network_interface)
+  workers = args.num_workers
   rows = []
   for accumulation in [int(a) for a in args.accumulations.split(",")]:
     run_args = _throughput_args(args, accumulation)
@@ -104,13 +139,14 @@ def main(argv=None):
         extra = ["--horovod"] + (["--allreduce_post_accumulation"] if post else [])
         steps, _, _ = throughput.run_training(run_args, config_path, data_dir, work_dir,
                                               launcher=horovodrun, extra_flags=extra)
-      double, _, _ = throughput.steady_summary(steps, args.warmup)
+      multi, _, _ = throughput.steady_summary(steps, args.warmup)
       calls, num_bytes = allreduce_traffic(config, args.seq, args.predictions, args.batch,
                                            accumulation, post)
-      row = {"config": args.config, "batch": args.batch, "accumulation": accumulation,
+      row = {"config": args.config, "batch": args.batch, "hosts": args.hosts,
+             "workers": workers, "accumulation": accumulation,
              "post_accumulation": post, "seq_per_s_1_worker": round(single, 2),
-             "seq_per_s_2_workers": round(double, 2),
-             "scaling_efficiency": round(double / (2 * single), 3),
+             "seq_per_s_n_workers": round(multi, 2),
+             "scaling_efficiency": round(multi / (workers * single), 3),
              "allreduce_calls_per_update": calls,
              "allreduce_mb_per_update": round(num_bytes / 2**20, 2)}
       print(json.dumps(row), flush=True)
@@ -120,13 +156,14 @@ def main(argv=None):
 
 
 def print_table(rows):
-  header = ("accum", "post", "1 worker seq/s", "2 workers seq/s", "efficiency",
+  header = ("hosts", "accum", "post", "1 worker seq/s", "N workers seq/s", "efficiency",
             "allreduce calls/update", "MB/update")
   print(" | ".join(header))
   for r in rows:
     print(" | ".join(str(v) for v in (
-        r["accumulation"], "yes" if r["post_accumulation"] else "no", r["seq_per_s_1_worker"],
-        r["seq_per_s_2_workers"], r["scaling_efficiency"], r["allreduce_calls_per_update"],
+        r["hosts"], r["accumulation"], "yes" if r["post_accumulation"] else "no",
+        r["seq_per_s_1_worker"], r["seq_per_s_n_workers"], r["scaling_efficiency"],
+        r["allreduce_calls_per_update"],
         r["allreduce_mb_per_update"])))
 
 

@@ -113,7 +113,7 @@ def _configure_environment(args):
 
 
 def synthetic_batches(np, rng, num, batch_size, seq_length, predictions, vocab_size):
-  """`num` x `batch_size` random pretraining examples (SPEC section 3 layout, int32).
+  """`num` x `batch_size` random pretraining examples (docs/DESIGN.md section 3 layout, int32).
 
   Sequence lengths vary (padding at the end, as in real data); every example has between P/2 and
   P real predictions at distinct positions.

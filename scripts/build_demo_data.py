@@ -6,7 +6,8 @@ the training documents and TFRecords are written for max_seq_length 128 / 20 pre
 
   OUTPUT_DIR/corpus/train-NN.txt, corpus/eval-00.txt   every 20th module is held out for eval
   OUTPUT_DIR/vocab.txt                                  --vocab_size tokens, [PAD] [UNK] [CLS] ...
-  OUTPUT_DIR/seq128/train-NN.tfrecord, seq128/eval-00.tfrecord
+  OUTPUT_DIR/seq128/train/train-NN.tfrecord            --input_files_dir=OUTPUT_DIR/seq128/train
+  OUTPUT_DIR/seq128/eval/eval-00.tfrecord               --eval_files_dir=OUTPUT_DIR/seq128/eval
   OUTPUT_DIR/stats.json                                 sizes, counts, build time, fingerprint
 
 The result depends only on the Python version (its standard library) and on this repository's code.
@@ -20,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import sysconfig
 import time
@@ -28,9 +30,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
 
-from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
+from utils import cli  # noqa: E402
 
 import create_pretraining_data  # noqa: E402
 import tokenization  # noqa: E402
@@ -171,7 +173,13 @@ def build(output_dir, settings):
     os.remove(stats_path)  # an interrupted build must not look finished
   corpus_dir = os.path.join(output_dir, "corpus")
   records_dir = os.path.join(output_dir, "seq%d" % settings["max_seq_length"])
-  for directory in (corpus_dir, records_dir):
+  # Training and evaluation records in separate directories: a directory given as
+  # --input_files_dir is read whole, so evaluation records next to the training ones would be
+  # trained on. Records of an earlier build (or layout) go first.
+  shutil.rmtree(records_dir, ignore_errors=True)
+  train_dir = os.path.join(records_dir, "train")
+  eval_dir = os.path.join(records_dir, "eval")
+  for directory in (corpus_dir, train_dir, eval_dir):
     os.makedirs(directory, exist_ok=True)
 
   documents = stdlib_documents()
@@ -195,9 +203,9 @@ def build(output_dir, settings):
       max_predictions_per_seq=settings["max_predictions_per_seq"], masked_lm_prob=0.15,
       short_seq_prob=0.1, dupe_factor=settings["dupe_factor"], do_whole_word_mask=False,
       random_seed=settings["random_seed"])
-  train_records = [os.path.join(records_dir, "train-%02d.tfrecord" % i)
+  train_records = [os.path.join(train_dir, "train-%02d.tfrecord" % i)
                    for i in range(_NUM_TRAIN_SHARDS)]
-  eval_records = [os.path.join(records_dir, "eval-00.tfrecord")]
+  eval_records = [os.path.join(eval_dir, "eval-00.tfrecord")]
   train_counts = create_pretraining_data.create_pretraining_data(
       train_text, train_records, vocab_file, options)
   eval_counts = create_pretraining_data.create_pretraining_data(
@@ -248,4 +256,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_main(main)

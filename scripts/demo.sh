@@ -48,11 +48,14 @@ else
   echo "demo: Horovod is not usable here: training in one process instead" >&2
 fi
 
+# horovodrun loads TensorFlow itself: without this its native INFO lines open the demo's output (the
+# workers are quiet by default anyway, utils/cli.py).
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}"
 start=$(date +%s)
 "${launcher[@]}" "$py" run_pretraining.py "${horovod_flag[@]}" \
   --bert_config_file="$out/bert_config.json" \
-  --input_file="$data/seq128/train-*.tfrecord" \
-  --eval_files_dir="$data/seq128/eval-*.tfrecord" \
+  --input_files_dir="$data/seq128/train" \
+  --eval_files_dir="$data/seq128/eval" \
   --output_dir="$out" \
   --do_train --do_eval \
   --max_seq_length=128 --max_predictions_per_seq=20 \
@@ -77,6 +80,7 @@ echo "demo: checkpoints   $out/model.ckpt-$steps.*"
 echo "demo: dllogger log  $out/bert_dllog.json"
 echo "demo: eval results  $out/eval_results.txt"
 echo "demo: plot          $out/training.png"
+echo "demo: TensorBoard   $bin_dir/tensorboard --logdir $out   (runs train and eval)"
 cat "$out/eval_results.txt"
 
 # Fine-tuning: the same settings twice, from the pretrained checkpoint and from random weights.

@@ -6,7 +6,7 @@
 #
 # The environment lives outside the clone, keyed on requirements.txt and this script, so a fresh
 # clone on a machine that already built it starts in seconds. Override the location with
-# BERT_ENV_ROOT. Horovod is built from source after TensorFlow (SPEC section 1).
+# BERT_ENV_ROOT. Horovod is built from source after TensorFlow (docs/DESIGN.md section 1).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -8,13 +8,15 @@
 #
 # Every option has a default (NVIDIA's recipe, scaled per worker) and `--help` lists them. Batch
 # sizes and learning rates are PER WORKER: the global batch is batch x accumulation x workers and
-# run_pretraining.py multiplies the learning rate by the number of workers.
+# run_pretraining.py multiplies the learning rate by the number of workers. The python and the
+# horovodrun are the project's environment's (scripts/env.sh) unless --python / --horovodrun name
+# others; mpirun is the one on PATH unless --mpirun names one. The launcher says which it uses.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 declare -A opt=(
-  [python]=python3 [config]="$here/bert_configs/base.json" [output_dir]="$here/output/pretraining"
+  [python]="" [horovodrun]="" [mpirun]=mpirun [config]="$here/bert_configs/base.json" [output_dir]="$here/output/pretraining"
   [phase1_data]="" [phase2_data]="" [eval_data]="" [launcher]=horovodrun [np]=1 [hosts]=""
   [precision]=fp32 [xla]=false [phases]=1,2 [optimizer]=lamb
   [phase1_seq]=128 [phase1_pred]=20 [phase1_batch]=64 [phase1_accum]=128 [phase1_lr]=7.5e-4
@@ -24,10 +26,18 @@ declare -A opt=(
   [save_checkpoints_steps]=100 [display_loss_steps]=1 [dry_run]=false [extra]=""
 )
 
+# What an empty default means, for --help.
+declare -A default_note=(
+  [python]="(the environment's python: scripts/env.sh)"
+  [horovodrun]="(the horovodrun next to --python, else the one on PATH)"
+)
+
 usage() {
   echo "usage: $0 [--name value ...]  (flags: --dry_run, --xla; 'true' for the others)"
   echo "options and defaults:"
-  for key in $(printf '%s\n' "${!opt[@]}" | sort); do printf '  --%-24s %s\n' "$key" "${opt[$key]}"; done
+  for key in $(printf '%s\n' "${!opt[@]}" | sort); do
+    printf '  --%-24s %s\n' "$key" "${opt[$key]:-${default_note[$key]:-}}"
+  done
 }
 
 while [ $# -gt 0 ]; do
@@ -54,20 +64,43 @@ esac
 xla_flags=()
 [ "${opt[xla]}" = true ] && xla_flags=(--use_xla)
 
+# The project's environment unless told otherwise (its path is the last line env.sh prints).
+if [ -z "${opt[python]}" ]; then
+  opt[python]="$("$here/scripts/env.sh" | tail -n 1)" \
+    || { echo "$0: the environment could not be created (scripts/env.sh)" >&2; exit 1; }
+fi
+[ -x "${opt[python]}" ] || command -v "${opt[python]}" >/dev/null \
+  || { echo "$0: --python ${opt[python]} is not an executable" >&2; exit 2; }
+if [ -z "${opt[horovodrun]}" ]; then
+  opt[horovodrun]="$(dirname "$(command -v "${opt[python]}")")/horovodrun"
+  [ -x "${opt[horovodrun]}" ] || opt[horovodrun]=horovodrun
+fi
+
+# resolve TOOL OPTION: the tool's path, or exit 2 naming the option.
+resolve() {
+  command -v "$1" 2>/dev/null \
+    || { echo "$0: $1 not found: install it or name it with --$2" >&2; exit 2; }
+}
+
 launch=()
+launcher_path=""
 case "${opt[launcher]}" in
   horovodrun)
-    launch=(horovodrun -np "${opt[np]}")
+    launcher_path="$(resolve "${opt[horovodrun]}" horovodrun)"
+    launch=("${opt[horovodrun]}" -np "${opt[np]}")
     [ -n "${opt[hosts]}" ] && launch+=(-H "${opt[hosts]}")
     horovod=(--horovod) ;;
   mpirun)
-    launch=(mpirun -np "${opt[np]}" --bind-to none --map-by slot -x PATH -x LD_LIBRARY_PATH)
+    launcher_path="$(resolve "${opt[mpirun]}" mpirun)"
+    launch=("${opt[mpirun]}" -np "${opt[np]}" --bind-to none --map-by slot -x PATH -x LD_LIBRARY_PATH)
     [ -n "${opt[hosts]}" ] && launch+=(-H "${opt[hosts]}")
     [ "$(id -u)" = 0 ] && launch+=(--allow-run-as-root)
     horovod=(--horovod) ;;
   none) horovod=() ;;
   *) echo "$0: --launcher must be horovodrun, mpirun or none, got ${opt[launcher]}" >&2; exit 2 ;;
 esac
+
+echo "using python ${opt[python]}${launcher_path:+, launcher $launcher_path}" >&2
 
 run() {
   echo "+ $*" >&2

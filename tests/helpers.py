@@ -1,5 +1,7 @@
 """Small helpers shared by the tests: random batches, weight randomisation, sessions."""
 
+import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -19,7 +21,8 @@ def tiny_config(**overrides):
 
 
 def random_batch(rng, batch_size, seq_length, vocab_size, num_predictions, type_vocab_size=2):
-  """A batch of pretraining features as numpy arrays (SPEC section 3 dtypes after parsing).
+  """A batch of pretraining features as numpy arrays (docs/DESIGN.md section 3 dtypes after
+  parsing).
 
   Every sequence has some padding at the end; masked positions are distinct, ascending and inside
   the real tokens; the last prediction slot of each sequence is padding (weight 0).
@@ -140,3 +143,23 @@ def read_eval_results(path):
       key, value = line.strip().split(" = ")
       result[key] = float(value)
   return result
+
+
+def read_scalars(summary_dir):
+  """{tag: [(step, value), ...]} of the one events file in `summary_dir`, in file order.
+
+  Raises ValueError unless the directory holds exactly one events file."""
+  (events_file,) = [os.path.join(summary_dir, n) for n in os.listdir(summary_dir)
+                    if n.startswith("events.out.tfevents.")]
+  scalars = {}
+  for event in _tf1.train.summary_iterator(events_file):
+    for value in event.summary.value:
+      scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+  return scalars
+
+
+# TensorBoard tag of the training scalars -> key of the log line with the same value.
+SCALAR_LOG_KEYS = {"learning_rate": "learning_rate", "total_loss": "total_loss",
+                   "mlm_loss": "mlm_loss", "nsp_loss": "nsp_loss",
+                   "throughput_train": "throughput_train", "global_norm": "global_norm",
+                   "loss_scale": "loss_scaler", "skipped_updates": "skipped_updates"}

@@ -1,7 +1,7 @@
 """An independent BERT forward pass in numpy (float64), for checking the TF graph.
 
-Written from the paper's equations and the checkpoint layout (SPEC section 4), sharing no code with
-`modeling.py`. Weights are a dict keyed by checkpoint variable names.
+Written from the paper's equations and the checkpoint layout (docs/DESIGN.md section 4), sharing
+no code with `modeling.py`. Weights are a dict keyed by checkpoint variable names.
 """
 
 import numpy as np

@@ -4,6 +4,7 @@
 """
 
 import numpy as np
+import pytest
 
 import modeling
 from bench import flops
@@ -26,6 +27,15 @@ def test_flops_formula_by_hand_for_bert_base():
   assert abs(flops.mfu(226e9 / expected, expected, 226e9) - 1.0) < 1e-12
 
 
+def test_flops_command_line(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    flops.main(["--help"])
+  assert exit_info.value.code == 0 and "--config" in capsys.readouterr().out
+  assert flops.main(["--config", "base", "--seq", "128", "--predictions", "20"]) == 0
+  # 70.021 GFLOP: the by-hand figure of test_flops_formula_by_hand_for_bert_base.
+  assert capsys.readouterr().out.startswith("base: 70.021 GFLOP per sequence")
+
+
 def test_allreduce_traffic_counts_every_gradient_per_update():
   config = modeling.BertConfig.from_json_file("bert_configs/tiny.json")
   num_tensors = 5 + 16 * config.num_hidden_layers + 2 + 4 + 1 + 2  # embeddings, layers, pooler, cls
@@ -42,3 +52,20 @@ def test_allreduce_traffic_counts_every_gradient_per_update():
 def test_summarise_median_min_max():
   assert throughput.summarise([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
   assert throughput.summarise([4.0, 1.0, 2.0, 3.0]) == (2.5, 1.0, 4.0)
+
+
+def test_scaling_host_list_sets_workers_and_launcher():
+  assert scaling.num_workers("hostA:1,hostB:1") == 2
+  assert scaling.num_workers("localhost:2") == 2
+  assert scaling.num_workers("a:2,b:2,c:4") == 8
+  for bad in ("hostA", "hostA:0", "hostA:1,", "a:x"):
+    try:
+      scaling.num_workers(bad)
+    except ValueError as e:
+      assert repr(bad.split(",")[-1]) in str(e)
+    else:
+      raise AssertionError("accepted %r" % bad)
+  command = scaling.horovodrun_command("hostA:1,hostB:1", "cl0")
+  assert command[1:] == ["-np", "2", "-H", "hostA:1,hostB:1", "--gloo", "--disable-cache",
+                         "--network-interface", "cl0"]
+  assert "--network-interface" not in scaling.horovodrun_command("localhost:2")

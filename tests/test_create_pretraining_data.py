@@ -5,6 +5,7 @@ the corpus is tokenised again with `tokenization.FullTokenizer.tokenize` to chec
 come from. Expected counts are computed here with Python's own round().
 """
 
+import logging
 import os
 import random
 import subprocess
@@ -385,6 +386,56 @@ def test_a_dead_worker_stops_the_run_with_the_file_named(corpus, tmp_path, monke
   assert not os.listdir(str(tmp_path))  # no output, no partial file
 
 
+def test_a_rerun_removes_the_leftovers_of_an_interrupted_run(corpus, tmp_path, caplog):
+  inputs, vocab_file = corpus
+  reference = generate(inputs, vocab_file, tmp_path / "reference", num_workers=2)
+  out = tmp_path / "out"
+  out.mkdir()
+  outputs = [str(out / "a.tfrecord"), str(out / "b.tfrecord")]  # 3 inputs -> 2 outputs: parts
+  leftovers = [outputs[0] + ".partial", outputs[1] + ".part-00001.partial",
+               outputs[0] + ".part-00002"]
+  for path in leftovers + [outputs[1]]:
+    with open(path, "wb") as writer:
+      writer.write(b"from an interrupted run")
+  with caplog.at_level(logging.WARNING):
+    generate(inputs, vocab_file, out, num_workers=2, outputs=outputs)
+  assert sorted(os.listdir(str(out))) == ["a.tfrecord", "b.tfrecord"]
+  assert all(path in caplog.text for path in leftovers)
+  assert read_examples(outputs) == read_examples([reference[0], reference[2], reference[1]])
+
+
+def test_outputs_are_published_only_when_the_whole_set_is_written(corpus, tmp_path, monkeypatch):
+  inputs, vocab_file = corpus
+  real_process_file = cpd.process_file
+  published = []
+
+  def recording(task):
+    result = real_process_file(task)
+    published.append(sorted(os.listdir(str(tmp_path))))  # what a reader sees mid-run
+    return result
+
+  monkeypatch.setattr(cpd, "process_file", recording)
+  outputs = generate(inputs, vocab_file, tmp_path)
+  assert len(published) == 3
+  assert all(not name.endswith(".tfrecord") for names in published for name in names), published
+  assert sorted(os.listdir(str(tmp_path))) == sorted(os.path.basename(p) for p in outputs)
+
+
+def test_output_directories_are_created_and_a_file_in_the_way_is_named(corpus, tmp_path):
+  inputs, vocab_file = corpus
+  nested = tmp_path / "new" / "dir" / "out.tfrecord"
+  cpd.create_pretraining_data(inputs[:1], [str(nested)], vocab_file, options(dupe_factor=1))
+  assert len(read_examples([str(nested)])) > 0
+  regular = tmp_path / "results"
+  regular.write_text("a file")
+  args = [sys.executable, "create_pretraining_data.py", "--input_file=%s" % inputs[0],
+          "--output_file=%s" % (regular / "out.tfrecord"), "--vocab_file=%s" % vocab_file]
+  proc = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "--output_file=%s" % regular in proc.stderr and "is a regular file" in proc.stderr
+  assert "Traceback" not in proc.stderr
+
+
 def test_command_line_progress_and_errors(corpus, tmp_path):
   inputs, vocab_file = corpus
   out = tmp_path / "cli.tfrecord"
@@ -397,5 +448,5 @@ def test_command_line_progress_and_errors(corpus, tmp_path):
   assert len(read_examples([str(out)])) > 0
   missing = subprocess.run(args[:3] + ["--output_file=%s" % out, "--vocab_file=/no/vocab.txt"],
                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-  assert missing.returncode != 0 and "/no/vocab.txt" in missing.stderr
+  assert missing.returncode == 2 and "/no/vocab.txt" in missing.stderr
   assert "Traceback" not in missing.stderr

@@ -37,7 +37,7 @@ ORIGINAL_SPEC = {
 
 
 def record_values(number, seq=SEQ, pred=PRED):
-  """Feature values of test record `number` (numpy, SPEC dtypes)."""
+  """Feature values of test record `number` (numpy, docs/DESIGN.md section 3 dtypes)."""
   return {
       "input_ids": np.array([number] + [(number * 7 + i) % 50 for i in range(1, seq)]),
       "input_mask": np.array([1] * (seq - 2) + [0, 0]),
@@ -182,6 +182,40 @@ def test_worker_shards_by_record_when_files_are_fewer(tmp_path, caplog):
   training = _shards(files, 3, is_training=True, batches_per_worker=30)
   for worker in range(3):
     assert set(training[worker]) == set(evaluation[worker])
+
+
+def _file_of(number, sizes):
+  """Index of the file that holds record `number` in `write_files(sizes)`."""
+  return int(np.searchsorted(np.cumsum(sizes), number, side="right"))
+
+
+@pytest.mark.parametrize("sizes,num_workers,deterministic", [
+    ([7, 5, 9, 3], 1, False),   # more files than the interleave reads at a time
+    ([7, 5, 9, 3], 1, True),
+    ([7, 5, 9, 3, 4], 2, False),  # by file: worker 0 has 3 files, worker 1 has 2
+    ([7, 6], 3, True),          # by record
+])
+def test_training_reads_every_record_once_per_epoch(tmp_path, sizes, num_workers, deterministic):
+  # Repeating the file list and then shuffling it with a buffer the size of the list mixed epochs:
+  # with 4 files most seeds left a file out of the first files read. Counted per file over each
+  # epoch of each worker's shard, for several seeds.
+  files = write_files(tmp_path, sizes)
+  shards = _shards(files, num_workers, is_training=False)
+  for worker in range(num_workers):
+    shard = shards[worker]
+    per_file = np.bincount([_file_of(n, sizes) for n in shard], minlength=len(sizes))
+    for seed in (0, 1, 2):
+      input_fn = run_pretraining.input_fn_builder(
+          files, batch_size=1, max_seq_length=SEQ, max_predictions_per_seq=PRED,
+          is_training=True, num_cpu_threads=2, num_workers=num_workers, worker_index=worker,
+          deterministic=deterministic, seed=seed, shuffle_buffer_size=4)
+      seen = record_numbers(run_dataset(input_fn, max_batches=3 * len(shard))[0])
+      epochs = [seen[e * len(shard):(e + 1) * len(shard)] for e in range(3)]
+      for epoch in epochs:
+        counts = np.bincount([_file_of(n, sizes) for n in epoch], minlength=len(sizes))
+        np.testing.assert_array_equal(counts, per_file)
+        assert sorted(epoch) == sorted(shard)
+      assert epochs[0] != epochs[1] != epochs[2], "the order must change every epoch"
 
 
 def test_resolve_input_files_globs_and_directories(tmp_path):

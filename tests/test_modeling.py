@@ -38,7 +38,7 @@ def test_output_shapes_tiny_config(graph):
 
 
 def _expected_variables(num_layers, hidden, intermediate, vocab, types, positions):
-  """Checkpoint names and shapes of SPEC section 4, spelled out here independently."""
+  """Checkpoint names and shapes of docs/DESIGN.md section 4, spelled out here independently."""
   h, i = hidden, intermediate
   expected = {
       "bert/embeddings/word_embeddings": [vocab, h],
@@ -247,10 +247,37 @@ def test_config_round_trip(tmp_path):
   path.write_text(config.to_json_string())
   assert modeling.BertConfig.from_json_file(str(path)).to_dict() == config.to_dict()
   assert modeling.BertConfig.from_dict(as_dict).to_dict() == config.to_dict()
-  # Defaults are the original's (BERT-base).
-  defaults = modeling.BertConfig.from_dict({"vocab_size": 10}).to_dict()
+  # Defaults are the original's (BERT-base), through an explicit constructor call only.
+  defaults = modeling.BertConfig(vocab_size=10).to_dict()
   assert defaults["hidden_size"] == 768 and defaults["num_hidden_layers"] == 12
   assert defaults["type_vocab_size"] == 16 and defaults["initializer_range"] == 0.02
+
+
+# The size keys of bert_config.json; a file must give every one.
+SIZES = {"vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "intermediate_size": 128, "max_position_embeddings": 64, "type_vocab_size": 2}
+
+
+@pytest.mark.parametrize("key", sorted(SIZES))
+def test_missing_size_key_is_an_error_naming_it_and_the_file(key, tmp_path):
+  values = dict(SIZES)
+  del values[key]
+  with pytest.raises(ValueError, match="config: .*missing required key '%s'" % key):
+    modeling.BertConfig.from_dict(values)
+  path = tmp_path / "two_layers.json"
+  path.write_text(json.dumps(values))
+  with pytest.raises(ValueError, match="two_layers.json.*'%s'" % key):
+    modeling.BertConfig.from_json_file(str(path))
+
+
+def test_only_non_size_keys_take_the_release_defaults(caplog):
+  with caplog.at_level(logging.INFO):
+    config = modeling.BertConfig.from_dict(SIZES, source="small.json")
+  assert config.num_hidden_layers == 2 and config.hidden_size == 64
+  assert config.hidden_act == "gelu" and config.hidden_dropout_prob == 0.1
+  assert config.attention_probs_dropout_prob == 0.1 and config.initializer_range == 0.02
+  assert any("small.json" in r.getMessage() and "hidden_dropout_prob=0.1" in r.getMessage()
+             for r in caplog.records)
 
 
 @pytest.mark.parametrize("key,value", [
@@ -268,16 +295,20 @@ def test_config_round_trip(tmp_path):
     ("initializer_range", 0.0),
 ])
 def test_invalid_config_value_names_the_key(key, value):
-  values = {"vocab_size": 100, "hidden_size": 64, "num_attention_heads": 4}
+  values = dict(SIZES)
   values[key] = value
   with pytest.raises(ValueError, match=key):
     modeling.BertConfig.from_dict(values)
 
 
-def test_heads_not_dividing_hidden_names_both_keys():
+def test_heads_not_dividing_hidden_names_both_keys(graph):
+  # As in the original release, a configuration is checked as a whole when a model is built.
+  config = modeling.BertConfig.from_dict(dict(SIZES, hidden_size=30, num_attention_heads=4))
   with pytest.raises(ValueError, match="hidden_size.*num_attention_heads"):
-    modeling.BertConfig.from_dict({"vocab_size": 10, "hidden_size": 30,
-                                   "num_attention_heads": 4})
+    config.validate()
+  with pytest.raises(ValueError, match="hidden_size.*num_attention_heads"):
+    modeling.BertModel(config, is_training=False, input_ids=tf.zeros([2, 8], tf.int32))
+  assert not _tf1.global_variables()  # refused before building anything
 
 
 def test_missing_vocab_size_and_bad_file(tmp_path):
@@ -293,9 +324,7 @@ def test_missing_vocab_size_and_bad_file(tmp_path):
 
 def test_unknown_keys_warn(tmp_path, caplog):
   path = tmp_path / "multilingual_config.json"
-  path.write_text(json.dumps({
-      "vocab_size": 100, "hidden_size": 64, "num_attention_heads": 4,
-      "directionality": "bidi", "pooler_fc_size": 768}))
+  path.write_text(json.dumps(dict(SIZES, directionality="bidi", pooler_fc_size=768)))
   with caplog.at_level(logging.WARNING):
     config = modeling.BertConfig.from_json_file(str(path))
   assert config.hidden_size == 64

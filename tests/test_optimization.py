@@ -202,7 +202,8 @@ def _train(batches, micro_batch, num_accumulation_steps, optimizer_type, lr=0.05
         num_accumulation_steps=num_accumulation_steps, **kwargs)
     graph = _tf1.get_default_graph()
     fetch = {"step": graph.get_tensor_by_name("step_update:0"),
-             "lr": graph.get_tensor_by_name("learning_rate:0")}
+             "lr": graph.get_tensor_by_name("learning_rate:0"),
+             "norm": graph.get_tensor_by_name("global_norm:0")}
     if num_accumulation_steps > 1:
       fetch["update"] = graph.get_tensor_by_name("update_step:0")
       fetch["local_step"] = helpers.variable("local_step")
@@ -219,6 +220,18 @@ def _train(batches, micro_batch, num_accumulation_steps, optimizer_type, lr=0.05
           records.append(record)
       weights = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
   return weights, records
+
+
+def _initial_weights():
+  """The initial values of helpers.softmax_regression_loss's variables (the same in every graph:
+  its initialisers are constants), by variable name."""
+  with tf.Graph().as_default():
+    batch = helpers.softmax_regression_data(np.random.RandomState(0), 1)
+    helpers.softmax_regression_loss({"ids": tf.constant(batch["ids"]),
+                                     "x": tf.constant(batch["x"])}, tf.constant(batch["y"]))
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      return {v.op.name: sess.run(v) for v in _tf1.global_variables()}
 
 
 def _np_model_grads(weights, batch):
@@ -245,12 +258,7 @@ def _np_model_grads(weights, batch):
 def test_first_lamb_update_uses_step_one_and_the_lr_of_step_zero():
   rng = np.random.RandomState(2)
   batch = helpers.softmax_regression_data(rng, 8)
-  with tf.Graph().as_default():
-    ids = tf.constant(batch["ids"])
-    loss = helpers.softmax_regression_loss({"ids": ids, "x": tf.constant(batch["x"])}, tf.constant(batch["y"]))
-    with _tf1.Session() as sess:
-      sess.run(_tf1.global_variables_initializer())
-      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  initial = _initial_weights()
   weights, records = _train([batch], 8, 1, "lamb", lr=0.05)
 
   # numpy: clip by global norm 1.0, then LAMB with t = 1 and the LR of step 0 (= 0.05, no warmup).
@@ -328,12 +336,7 @@ def test_accumulation_equals_one_big_batch_with_clipping(optimizer_type, loss_mu
   assert [bool(r["update"]) for r in records] == [False, False, False, True] * 3
   assert [int(r["step"]) for r in records] == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
   # The clip was active on the first update (numpy gradient norm of the first batch > 1).
-  with tf.Graph().as_default():
-    helpers.softmax_regression_loss({"ids": tf.constant(batches[0]["ids"]), "x": tf.constant(batches[0]["x"])},
-           tf.constant(batches[0]["y"]))
-    with _tf1.Session() as sess:
-      sess.run(_tf1.global_variables_initializer())
-      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  initial = _initial_weights()
   grads = _np_model_grads(initial, batches[0])
   if loss_multiplier == 1.0:
     assert np.sqrt(sum(np.sum(g * g) for g in grads.values())) > 1.0
@@ -342,15 +345,25 @@ def test_accumulation_equals_one_big_batch_with_clipping(optimizer_type, loss_mu
   assert accumulated["emb/table/accum"].shape == (7, 4)
 
 
+@pytest.mark.parametrize("micro_batch,num_accumulation_steps", [(8, 1), (2, 4)])
+def test_global_norm_is_the_unclipped_norm_of_the_update(micro_batch, num_accumulation_steps):
+  rng = np.random.RandomState(7)
+  batch = helpers.softmax_regression_data(rng, 8)
+  initial = _initial_weights()
+  _, records = _train([batch], micro_batch, num_accumulation_steps, "lamb")
+  grads = _np_model_grads(initial, batch)
+  expected = np.sqrt(sum(np.sum(g * g) for g in grads.values()))
+  assert expected > 1.0  # clipping is active: the logged norm is the one before it
+  np.testing.assert_allclose(records[-1]["norm"], expected, rtol=1e-5)
+  # Micro-steps that apply no update have no norm.
+  assert all(np.isnan(r["norm"]) for r in records[:-1])
+  assert len(records) == num_accumulation_steps
+
+
 def test_accumulators_hold_the_big_batch_gradient():
   rng = np.random.RandomState(4)
   batch = helpers.softmax_regression_data(rng, 8)
-  with tf.Graph().as_default():
-    helpers.softmax_regression_loss({"ids": tf.constant(batch["ids"]),
-                                     "x": tf.constant(batch["x"])}, tf.constant(batch["y"]))
-    with _tf1.Session() as sess:
-      sess.run(_tf1.global_variables_initializer())
-      initial = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+  initial = _initial_weights()
   weights, _ = _train([batch], 2, 4, "lamb")
   # After one cycle of 4 micro-batches of 2, each accumulator holds the gradient of the mean loss
   # over all 8 rows (each micro-step contributes its mean gradient / 4).
@@ -368,16 +381,28 @@ def test_dynamic_loss_scale_sequence_and_skipped_updates():
     train_op = optimization.create_optimizer(
         loss, 0.1, 100, 0, manual_fp16=True, init_loss_scale=4, optimizer_type="lamb",
         loss_scale_increment_period=2)
-    scale_used = _tf1.get_default_graph().get_tensor_by_name("loss_scale:0")
+    graph = _tf1.get_default_graph()
+    scale_used = graph.get_tensor_by_name("loss_scale:0")
+    norm = graph.get_tensor_by_name("global_norm:0")
+    skipped = graph.get_tensor_by_name("skipped_updates:0")
     step = helpers.variable("global_step")
+    counter = helpers.variable("skipped_update_count")
+    assert counter.dtype.base_dtype == tf.int64 and counter not in _tf1.trainable_variables()
     with _tf1.Session() as sess:
       sess.run(_tf1.global_variables_initializer())
-      scales, used, changed, steps = [], [], [], []
+      scales, used, changed, steps, norms, skips = [], [], [], [], [], []
       for value in feeds:
         before = sess.run(w)
-        _, s_used = sess.run([train_op, scale_used], {x: value})
+        _, s_used, norm_value, skipped_value = sess.run([train_op, scale_used, norm, skipped],
+                                                        {x: value})
         after = sess.run(w)
         used.append(s_used)
+        skips.append(skipped_value)
+        # d loss / d w = x + 2 w, unscaled: the loss scale (4 to 8 here) must not show.
+        if np.isfinite(value):
+          np.testing.assert_allclose(norm_value, np.linalg.norm(value + 2.0 * before), rtol=1e-6)
+        else:
+          assert not np.isfinite(norm_value)
         scales.append(sess.run(helpers.variable("current_loss_scale")))
         changed.append(not np.array_equal(before, after))
         steps.append(sess.run(step))
@@ -386,6 +411,7 @@ def test_dynamic_loss_scale_sequence_and_skipped_updates():
   assert used == [4, 4, 8, 8, 4, 4, 2, 2]
   assert changed == [True, True, True, False, True, False, True, True]
   assert steps == [1, 2, 3, 3, 4, 4, 5, 6]
+  assert skips == [0, 0, 0, 1, 1, 2, 2, 2]
 
 
 def test_none_gradients_are_warned_by_name(caplog):
@@ -446,3 +472,33 @@ def test_use_tpu_wraps_in_cross_shard_optimizer():
       with pytest.raises(tf.errors.OpError, match="CrossReplicaSum"):
         sess.run(_tf1.global_variables_initializer())
         sess.run(train_op)
+
+
+def test_the_original_releases_positional_call():
+  # create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, use_tpu), as the original
+  # release's run_classifier.py and run_squad.py call it: AdamWeightDecay, no Horovod.
+  w0, grad = np.array([1.0, 2.0]), np.array([0.05, 0.05])  # norm < 1: no clipping
+  with tf.Graph().as_default():
+    w = _tf1.get_variable("dense/kernel", initializer=tf.constant(w0, tf.float32))
+    train_op = optimization.create_optimizer(tf.reduce_sum(w * tf.constant(grad, tf.float32)),
+                                             0.1, 10, 2, False)
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      for _ in range(3):
+        sess.run(train_op)
+      got = sess.run(w)
+  expected, m, v = w0, np.zeros(2), np.zeros(2)
+  for k in range(1, 4):
+    lr = np_schedule(k - 1, 0.1, 10, 2, "adam")
+    expected, m, v = np_adam_wd_step(expected, grad, m, v, lr, 0.01)
+  np.testing.assert_allclose(got, expected, rtol=1e-6)
+  assert not np.allclose(got, w0)
+
+  with tf.Graph().as_default() as graph:
+    w = _tf1.get_variable("dense/kernel", initializer=tf.constant([1.0, 2.0]))
+    optimization.create_optimizer(tf.reduce_sum(w * w), 0.1, 10, 1, True)
+    assert [op for op in graph.get_operations() if op.type == "CrossReplicaSum"]
+  with tf.Graph().as_default():
+    w = _tf1.get_variable("dense/kernel", initializer=tf.constant([1.0, 2.0]))
+    with pytest.raises(ValueError, match="use_tpu given twice"):
+      optimization.create_optimizer(tf.reduce_sum(w * w), 0.1, 10, 1, False, use_tpu=True)

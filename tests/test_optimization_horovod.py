@@ -2,7 +2,8 @@
 
 2 workers x batch B must give the same weights as 1 process x batch 2B for both allreduce modes
 and with accumulation; an inf gradient on one worker must leave both workers unchanged and halve
-both loss scales; the fp16 allreduce path must run.
+both loss scales; the fp16 allreduce path must run. All of it with resource variables and again
+under TF1 behaviour (ref variables).
 """
 
 import os
@@ -26,14 +27,20 @@ def _run(args, timeout):
   return proc
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-  out = tmp_path_factory.mktemp("optimizer_horovod")
-  _run([sys.executable, WORKER, "--out", str(out), "--global_workers", "2"], timeout=300)
+# "resource": graph mode as elsewhere; "ref": TF1 behaviour (ref variables, v1 control flow).
+@pytest.fixture(scope="module", params=["resource", "ref"])
+def results(tmp_path_factory, request):
+  out = tmp_path_factory.mktemp("optimizer_horovod_" + request.param)
+  tf1 = ["--tf1"] if request.param == "ref" else []
+  _run([sys.executable, WORKER, "--out", str(out), "--global_workers", "2"] + tf1, timeout=300)
   _run([HOROVODRUN, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, WORKER,
-        "--out", str(out), "--horovod"], timeout=300)
-  return {name: dict(np.load(out / (name + ".npz")))
-          for name in ("single", "rank0", "rank1")}
+        "--out", str(out), "--horovod"] + tf1, timeout=300)
+  loaded = {name: dict(np.load(out / (name + ".npz"))) for name in ("single", "rank0", "rank1")}
+  for name, values in loaded.items():
+    for config in CONFIGS:
+      kinds = values[config + "/ref_variables"]
+      assert kinds.all() if request.param == "ref" else not kinds.any(), (name, config)
+  return loaded
 
 
 @pytest.mark.parametrize("config", CONFIGS)

@@ -126,24 +126,28 @@ def reference_wordpiece(words, vocab, max_chars=200):
   return pieces
 
 
-def run_original_tokenizer(vocab_file, texts):
-  """Tokens of the original bert.tokenization, in a subprocess: {"lower"|"cased": {...}}."""
+def run_original_tokenizer(vocab_file, texts, preserve_unused_tokens=False):
+  """Tokens of the original bert.tokenization, in a subprocess: {"lower"|"cased": {...}}.
+
+  With `preserve_unused_tokens` the original runs with its flag of that name set, and its
+  BasicTokenizer gets the vocabulary (as its FullTokenizer gives it)."""
   code = (
       "import json, sys\n"
       "from absl import flags\n"
       "from bert import tokenization\n"
-      "flags.FLAGS(['original'])\n"
       "request = json.load(sys.stdin)\n"
+      "flags.FLAGS(['original', '--preserve_unused_tokens=%s' % request['preserve']])\n"
       "out = {}\n"
       "for name, lower in (('lower', True), ('cased', False)):\n"
       "  full = tokenization.FullTokenizer(request['vocab'], do_lower_case=lower)\n"
-      "  basic = tokenization.BasicTokenizer(do_lower_case=lower)\n"
+      "  basic = tokenization.BasicTokenizer(do_lower_case=lower, vocab=full.vocab)\n"
       "  out[name] = {'full': [full.tokenize(t) for t in request['texts']],\n"
       "               'basic': [basic.tokenize(t) for t in request['texts']]}\n"
       "json.dump(out, sys.stdout)\n")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(
-      {"vocab": vocab_file, "texts": texts}), capture_output=True, text=True, env=env,
+      {"vocab": vocab_file, "texts": texts, "preserve": bool(preserve_unused_tokens)}),
+                        capture_output=True, text=True, env=env,
                         timeout=300, cwd=REPO_ROOT)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout)
@@ -263,6 +267,60 @@ def test_paragraphs_match_original_bert_tokenization(trained_vocab):
   # tokenizers' stock BertNormalizer).
   assert "\u03bf\u03b4\u03bf\u03c2" in original["lower"]["basic"][3]
   assert any("\ue000" in word for word in original["lower"]["basic"][4])
+
+
+# Unused tokens whole, glued to punctuation, to CJK, with a control character inside, upper-cased,
+# outside the vocabulary, around accents and a Greek capital sigma.
+PRESERVE_TEXTS = [
+    "[unused0] Caf\u00e9 [unused1]. ([unused1]) x[unused0] [unused0]y [UNUSED0] [unused99999]",
+    "\u4e2d[unused12]\u6587 [unu\x05sed1] [unused1]\u00a0\u039f\u03a3 [unused12]\t[unused0]",
+    "no unused tokens here, just WANTED running!",
+    "",
+]
+
+
+def test_preserve_unused_tokens_matches_the_original(trained_vocab, tmp_path):
+  _, tokens = trained_vocab
+  vocab_file = write_vocab(tmp_path / "vocab.txt",
+                           tokens + ["[unused0]", "[unused1]", "[unused12]"])
+  original = run_original_tokenizer(vocab_file, PRESERVE_TEXTS, preserve_unused_tokens=True)
+  for name, lower in (("lower", True), ("cased", False)):
+    ours = tokenization.FullTokenizer(vocab_file, do_lower_case=lower,
+                                      preserve_unused_tokens=True)
+    basic = tokenization.BasicTokenizer(do_lower_case=lower, vocab=ours.vocab,
+                                        preserve_unused_tokens=True)
+    assert [basic.tokenize(t) for t in PRESERVE_TEXTS] == original[name]["basic"]
+    assert [ours.tokenize(t) for t in PRESERVE_TEXTS] == original[name]["full"]
+    expected_ids = [ours.convert_tokens_to_ids(ours.tokenize(t)) for t in PRESERVE_TEXTS]
+    assert ours.tokenize_to_ids(PRESERVE_TEXTS) == expected_ids
+    ids, lengths = ours.tokenize_lines_to_ids(PRESERVE_TEXTS)
+    assert ids.tolist() == [i for line in expected_ids for i in line]
+    assert lengths.tolist() == [len(line) for line in expected_ids]
+  # Not vacuous: the original kept whole the whitespace-separated words only (not "[unused1].",
+  # "x[unused0]", "[UNUSED0]" or "[unused99999]", which is not in the vocabulary), and words set
+  # apart by CJK characters, Zs spaces or a removed control character.
+  assert [t for t in original["lower"]["full"][0] if t.startswith("[unused")] == ["[unused0]"]
+  assert [t for t in original["lower"]["full"][1] if t.startswith("[unused")] == [
+      "[unused12]", "[unused1]", "[unused1]", "[unused12]", "[unused0]"]
+  # Off by default, as the original's flag: the same text is split.
+  plain = tokenization.FullTokenizer(vocab_file)
+  assert "[unused0]" not in plain.tokenize(PRESERVE_TEXTS[0])
+
+
+def test_character_classes_of_the_original():
+  # The cases of the original's own tests, plus the edges of each rule.
+  for char in (" ", "\t", "\r", "\n", "\u00a0", "\u3000"):
+    assert tokenization._is_whitespace(char), repr(char)
+  for char in ("A", "-", "\x0b", "\u2028"):
+    assert not tokenization._is_whitespace(char), repr(char)
+  for char in ("\u0005", "\x00", "\x7f", "\u200b", "\ufeff"):
+    assert tokenization._is_control(char), repr(char)
+  for char in ("A", " ", "\t", "\r", "\n", "\U0001F4A9"):
+    assert not tokenization._is_control(char), repr(char)
+  for char in ("-", "$", "`", ".", "^", "~", "\u00bf", "\u201c", "\u3002"):
+    assert tokenization._is_punctuation(char), repr(char)
+  for char in ("A", " ", "0", "\u00e9", "\u4e2d"):
+    assert not tokenization._is_punctuation(char), repr(char)
 
 
 def test_skipped_planes_hold_no_character_of_the_classes():

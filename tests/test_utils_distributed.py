@@ -89,11 +89,15 @@ def assert_weights(got, expected):
       np.testing.assert_allclose(got_step[name], expected_step[name], rtol=1e-5, atol=1e-6)
 
 
-def test_weight_sync_averages_weights_before_the_train_op(tmp_path):
+@pytest.mark.parametrize("tf1", [False, True], ids=["resource", "ref"])
+def test_weight_sync_averages_weights_before_the_train_op(tmp_path, tf1):
   rng = np.random.RandomState(7)
   scenarios = [weight_sync_scenario(rng, num_accumulation_steps=1, iterations=3),
                weight_sync_scenario(rng, num_accumulation_steps=3, iterations=7)]
-  results = launch(WEIGHT_SYNC_WORKER, {"scenarios": scenarios}, tmp_path)
+  results = launch(WEIGHT_SYNC_WORKER, {"scenarios": scenarios, "tf1": tf1}, tmp_path)
+  for rank in range(NUM_WORKERS):
+    for scenario in results[rank]["scenarios"]:
+      assert scenario["ref_variables"] == [tf1] * len(scenario["ref_variables"])
 
   for index, scenario in enumerate(scenarios):
     got = [results[rank]["scenarios"][index] for rank in range(NUM_WORKERS)]
@@ -150,7 +154,7 @@ def test_scoped_allocator_is_rejected_by_horovods_allreduce_kernel(session_confi
   """Why the scoped allocator is opt-in (docs/DECISIONS.md): with it, Grappler rewrites the two
   allreduces into one over a shared buffer, and Horovod 0.28.1's kernel, which allocates its own
   output, refuses to run. When a Horovod release supports it, this test fails: then make it the
-  default again (SPEC section 7)."""
+  default again (docs/DESIGN.md section 7)."""
   for result in session_config_results:
     outcome = result["scoped_allocator"]
     assert "error" in outcome, outcome

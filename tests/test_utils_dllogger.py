@@ -22,7 +22,7 @@ def test_builtin_lines_are_dllogger_json(tmp_path):
   log_path = tmp_path / "sub" / "dllogger.json"
   now, stamps = scripted_now(1.5, 2.25, 10.0)
   logger = dllogger_setup.RunLogger(str(log_path), backend="builtin", stdout=False, now=now)
-  assert logger.enabled and logger.backend_name == "builtin"
+  assert logger.enabled
   logger.log(step=1, data={"total_loss": np.float32(7.5), "throughput_train": 99.25})
   logger.log(step=np.int64(20), data={"learning_rate": 1e-4, "loss_scaler": np.float32(32768)})
   logger.log(step=dllogger_setup.SUMMARY_STEP, data={"throughput_train": 101.5,
@@ -64,7 +64,7 @@ def test_stdout_line_is_readable(capsys):
 def test_other_ranks_never_open_the_file(tmp_path, capsys):
   log_path = tmp_path / "never" / "dllogger.json"
   logger = dllogger_setup.RunLogger(str(log_path), rank=1, backend="builtin")
-  assert not logger.enabled and logger.backend_name is None
+  assert not logger.enabled
   logger.log(step=1, data={"total_loss": 1.0})
   logger.flush()
   logger.close()
@@ -80,6 +80,26 @@ def test_append_keeps_earlier_lines(tmp_path):
     logger.log(step=2, data={"a": 2})
   steps = [dllogger_setup.parse_log_line(line)["step"] for line in open(log_path)]
   assert steps == [1, 2]
+
+
+def test_run_log_of_a_restart_appends_and_marks_the_restart(tmp_path):
+  log_path = str(tmp_path / "out" / "bert_dllog.json")
+  first = dllogger_setup.open_run_log(log_path, 0, 0, backend="builtin", stdout=False)
+  first.log(step=1, data={"total_loss": 7.0})
+  first.log(step=2, data={"total_loss": 6.0})
+  first.close()
+  # Only rank 0 writes: another rank's logger adds nothing, restart line included.
+  dllogger_setup.open_run_log(log_path, 1, 2, backend="builtin", stdout=False).close()
+  second = dllogger_setup.open_run_log(log_path, 0, 2, backend="builtin", stdout=False)
+  second.log(step=3, data={"total_loss": 5.0})
+  second.close()
+  records = [dllogger_setup.parse_log_line(line) for line in open(log_path)]
+  assert [r["step"] for r in records] == [1, 2, "RESTART", 3]
+  assert records[2]["data"] == {"resumed_from_step": 2}
+  # A first run into an empty directory has no restart line.
+  fresh = str(tmp_path / "fresh.json")
+  dllogger_setup.open_run_log(fresh, 0, 0, backend="builtin", stdout=False).close()
+  assert open(fresh).read() == ""
 
 
 def test_bad_input_is_rejected_with_a_clear_error(tmp_path):
@@ -169,7 +189,6 @@ def fake_dllogger(tmp_path, monkeypatch):
 def test_uses_the_dllogger_package_when_importable(tmp_path, fake_dllogger, capsys):
   log_path = str(tmp_path / "dllogger.json")
   logger = dllogger_setup.RunLogger(log_path)
-  assert logger.backend_name == "dllogger"
   logger.log(step=5, data={"total_loss": np.float32(2.5)})
   logger.log(step=(), data={"throughput_train": 10.0})
   logger.close()
@@ -185,14 +204,19 @@ def test_uses_the_dllogger_package_when_importable(tmp_path, fake_dllogger, caps
   assert out == ["FAKE 5 total_loss : 2.5", "FAKE summary throughput_train : 10"]
 
 
-def test_builtin_backend_is_used_when_asked_even_with_the_package(tmp_path, fake_dllogger):
+def test_builtin_backend_is_used_when_asked_even_with_the_package(tmp_path, fake_dllogger,
+                                                                   capsys):
   logger = dllogger_setup.RunLogger(str(tmp_path / "log.json"), backend="builtin")
-  assert logger.backend_name == "builtin"
+  logger.log(step=1, data={"a": 1})
+  logger.close()
   assert fake_dllogger.calls == []
+  assert capsys.readouterr().out.startswith("DLL ")  # the built-in backend's stdout line
+  assert dllogger_setup.parse_log_line(open(tmp_path / "log.json").readline())["data"] == {"a": 1}
 
 
-def test_dllogger_backend_required_but_missing(monkeypatch):
+def test_dllogger_backend_required_but_missing(monkeypatch, capsys):
   monkeypatch.setitem(sys.modules, "dllogger", None)  # makes `import dllogger` fail
   with pytest.raises(ImportError, match="dllogger package is not installed"):
     dllogger_setup.RunLogger(None, backend="dllogger")
-  assert dllogger_setup.RunLogger(None, backend="auto").backend_name == "builtin"
+  dllogger_setup.RunLogger(None, backend="auto").log(step=1, data={"a": 1})
+  assert capsys.readouterr().out.startswith("DLL ")  # the built-in backend's stdout line

@@ -1,25 +1,29 @@
 """utils/hooks.py: the training log hook, the eval timing hook and the weight-sync switch.
 
 The training log hook runs inside a real `MonitoredSession` on a small graph that has the named
-tensors of SPEC section 5: the losses, learning rate and loss scale are fed per micro-step, the
-global step and `update_step` come from real accumulation-counter variables. A scripted clock gives
-every micro-step a known duration; the expected log lines are computed here from those numbers.
+tensors of docs/DESIGN.md section 5: the losses, learning rate, gradient norm, loss scale and skipped-update
+count are fed per micro-step, the global step and `update_step` come from real
+accumulation-counter variables. A scripted clock gives every micro-step a known duration; the
+expected log lines (and TensorBoard scalars) are computed here from those numbers.
 """
 
-import ast
-import inspect
 import json
+import logging
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import helpers
 from utils import dllogger_setup
 from utils import hooks
 
 _tf1 = tf.compat.v1
-FED_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "loss_scale")
+FED_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "global_norm",
+               "loss_scale", "skipped_updates")
+# The tensors the optimizer creates only when it scales the loss.
+LOSS_SCALING = ("loss_scale", "skipped_updates")
 
 
 class ScriptedClock(object):
@@ -47,12 +51,13 @@ def clock_for(durations, gap=0.25):
 
 def build_graph(num_accumulation_steps, initial_global_step=0, with_update_step=True,
                 omit=()):
-  """A train graph with the SPEC section 5 tensors; returns (train_op, placeholders)."""
+  """A train graph with the docs/DESIGN.md section 5 tensors; returns (train_op, placeholders)."""
   placeholders = {}
   for name in FED_TENSORS:
     if name in omit:
       continue
-    placeholders[name] = _tf1.placeholder(tf.float32, [], name=name + "_value")
+    dtype = tf.int64 if name == "skipped_updates" else tf.float32
+    placeholders[name] = _tf1.placeholder(dtype, [], name=name + "_value")
     tf.identity(placeholders[name], name=name)
   global_step = _tf1.get_variable(
       "global_step", [], tf.int64, initializer=_tf1.constant_initializer(initial_global_step),
@@ -93,7 +98,9 @@ def random_feeds(rng, count):
   return [{"total_loss": float(rng.uniform(5, 9)), "mlm_loss": float(rng.uniform(4, 8)),
            "nsp_loss": float(rng.uniform(0.3, 0.9)),
            "learning_rate": float(rng.uniform(1e-5, 1e-3)),
-           "loss_scale": float(2 ** rng.randint(10, 16))} for _ in range(count)]
+           "global_norm": float(rng.uniform(0.5, 3.0)),
+           "loss_scale": float(2 ** rng.randint(10, 16)),
+           "skipped_updates": int(rng.randint(0, 5))} for _ in range(count)]
 
 
 def expected_lines(feeds, durations, accumulation, global_batch, display, first_step=0,
@@ -117,6 +124,9 @@ def expected_lines(feeds, durations, accumulation, global_batch, display, first_
     }
     if fp16:
       data["loss_scaler"] = last["loss_scale"]
+    data["global_norm"] = last["global_norm"]
+    if fp16:
+      data["skipped_updates"] = last["skipped_updates"]
     lines.append((step, data))
   return lines
 
@@ -136,7 +146,7 @@ def test_training_hook_without_accumulation_logs_each_update(graph, tmp_path):
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch, num_accumulation_steps=1,
                                display_loss_steps=1, clock=clock_for(durations))
-  train_op, placeholders = build_graph(1, with_update_step=False, omit=("loss_scale",))
+  train_op, placeholders = build_graph(1, with_update_step=False, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   logger.close()
 
@@ -163,10 +173,12 @@ def test_training_hook_with_accumulation_and_fp16(graph, tmp_path):
   feeds = random_feeds(rng, accumulation * num_updates)
   durations = list(rng.uniform(0.1, 0.5, len(feeds)))
   log_path = str(tmp_path / "log.json")
+  summary_dir = str(tmp_path / "train")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch,
                                num_accumulation_steps=accumulation, display_loss_steps=display,
-                               use_fp16=True, clock=clock_for(durations))
+                               log_loss_scale=True, summary_dir=summary_dir,
+                               clock=clock_for(durations))
   train_op, placeholders = build_graph(accumulation)
   run_micro_steps(hook, train_op, placeholders, feeds)
 
@@ -176,6 +188,14 @@ def test_training_hook_with_accumulation_and_fp16(graph, tmp_path):
   assert [r["step"] for r in records] == [1, 2, 4, 6, 8, []]
   for record, (_, data) in zip(records, expected):
     assert_data_close(record["data"], data)
+  # TensorBoard: each tag at the logged steps with the logged value (the loss scale under its
+  # graph name; simple_value is a float32).
+  scalars = helpers.read_scalars(summary_dir)
+  assert set(scalars) == set(helpers.SCALAR_LOG_KEYS)
+  for tag, key in helpers.SCALAR_LOG_KEYS.items():
+    assert [step for step, _ in scalars[tag]] == [1, 2, 4, 6, 8], tag
+    for (step, value), (_, data) in zip(scalars[tag], expected):
+      assert value == pytest.approx(data[key], rel=1e-6), (tag, step)
   update_times = [sum(durations[i:i + accumulation]) for i in range(0, len(feeds), accumulation)]
   steady = update_times[6:]
   assert records[-1]["data"]["throughput_train"] == pytest.approx(
@@ -190,7 +210,7 @@ def test_training_hook_counts_updates_without_update_step_tensor(graph, tmp_path
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
                                clock=clock_for(durations))
-  train_op, placeholders = build_graph(2, with_update_step=False, omit=("loss_scale",))
+  train_op, placeholders = build_graph(2, with_update_step=False, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
   expected = expected_lines(feeds, durations, 2, 8, display=1)
@@ -210,7 +230,7 @@ def test_training_hook_resumed_run_skips_checkpoint_steps_in_average(graph, tmp_
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch, display_loss_steps=4,
                                save_checkpoints_steps=3, clock=clock_for(durations))
-  train_op, placeholders = build_graph(1, initial_global_step=5, omit=("loss_scale",))
+  train_op, placeholders = build_graph(1, initial_global_step=5, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
   # First update of the run (step 6), then steps divisible by 4.
@@ -224,27 +244,29 @@ def test_training_hook_resumed_run_skips_checkpoint_steps_in_average(graph, tmp_
   assert summary["throughput_train"] == pytest.approx(global_batch * 4 / sum(steady))
 
 
-@pytest.mark.parametrize("use_fp16,graph_has_loss_scale,logged", [
+@pytest.mark.parametrize("log_loss_scale,graph_has_loss_scale,logged", [
     (None, True, True),     # default: logged whenever the optimizer scales the loss
     (None, False, False),
     (False, True, False),
     (True, False, False),   # expected but missing: a warning, no crash
 ])
-def test_training_hook_loss_scale(graph, tmp_path, use_fp16, graph_has_loss_scale, logged):
+def test_training_hook_loss_scale(graph, tmp_path, log_loss_scale, graph_has_loss_scale, logged):
   feeds = random_feeds(np.random.RandomState(9), 2)
   log_path = str(tmp_path / "log.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, use_fp16=use_fp16,
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, log_loss_scale=log_loss_scale,
                                clock=clock_for([0.1, 0.2]))
-  omit = () if graph_has_loss_scale else ("loss_scale",)
+  omit = () if graph_has_loss_scale else LOSS_SCALING
   train_op, placeholders = build_graph(1, omit=omit)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)[:-1]
   assert [r["step"] for r in records] == [1, 2]
   for record, feed in zip(records, feeds):
     assert ("loss_scaler" in record["data"]) is logged
+    assert ("skipped_updates" in record["data"]) is logged
     if logged:
       assert record["data"]["loss_scaler"] == feed["loss_scale"]
+      assert record["data"]["skipped_updates"] == feed["skipped_updates"]
 
 
 @pytest.mark.parametrize("num_updates", [0, 1, 3, 6])
@@ -256,7 +278,7 @@ def test_training_hook_short_run_ends_cleanly(graph, tmp_path, num_updates):
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
                                clock=clock_for(durations))
-  train_op, placeholders = build_graph(2, omit=("loss_scale",))
+  train_op, placeholders = build_graph(2, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
   assert [r["step"] for r in records] == list(range(1, num_updates + 1)) + [[]]
@@ -267,13 +289,40 @@ def test_training_hook_short_run_ends_cleanly(graph, tmp_path, num_updates):
   assert summary["total_time"] == pytest.approx(sum(durations))
 
 
+def test_training_hook_logs_skipped_updates_apart_from_the_steps(graph, tmp_path):
+  # The global step advances only when `apply` is fed True (as the optimizer does for finite
+  # gradients). Skipped updates must not be written as (repeated) step lines.
+  for name in FED_TENSORS:
+    tf.identity(_tf1.placeholder(tf.float32, [], name=name + "_value"), name=name)
+  apply = _tf1.placeholder(tf.bool, [], name="apply")
+  global_step = _tf1.train.get_or_create_global_step()
+  new_step = global_step.assign_add(tf.cast(apply, tf.int64))
+  tf.identity(new_step, name="step_update")
+  applied_pattern = [False, False, False, True, False, True, True]  # 4 skipped, 3 applied
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, display_loss_steps=1,
+                               clock=clock_for([0.1] * len(applied_pattern)))
+  graph_tensor = lambda name: graph.get_tensor_by_name(name + "_value:0")  # noqa: E731
+  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+    for k, applies in enumerate(applied_pattern):
+      feed = {graph_tensor(name): 1.0 + k for name in FED_TENSORS}
+      feed[apply] = applies
+      session.run(new_step, feed_dict=feed)
+  records = read_records(log_path)
+  assert [r["step"] for r in records] == [1, 2, 3, []]
+  assert [r["data"]["total_loss"] for r in records[:3]] == [4.0, 6.0, 7.0]
+  assert records[-1]["data"]["skipped_updates"] == 4
+  assert records[-1]["data"]["update_steps"] == 7
+
+
 def test_training_hook_on_rank1_writes_nothing(graph, tmp_path, capsys):
   rng = np.random.RandomState(5)
   feeds = random_feeds(rng, 3)
   log_path = tmp_path / "rank1" / "log.json"
   logger = dllogger_setup.RunLogger(str(log_path), rank=1, backend="builtin")
   hook = hooks.TrainingLogHook(logger, global_batch_size=8, clock=clock_for([0.1, 0.2, 0.3]))
-  train_op, placeholders = build_graph(1, omit=("loss_scale",))
+  train_op, placeholders = build_graph(1, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   assert not log_path.exists() and not log_path.parent.exists()
   assert "DLL" not in capsys.readouterr().out
@@ -300,45 +349,70 @@ def test_training_hook_rejects_bad_arguments():
     hooks.TrainingLogHook("log.json", global_batch_size=8)
 
 
-def _log_calls(cls):
-  """Calls `<something>.log(...)` in the source of class `cls`."""
-  tree = ast.parse(inspect.getsource(cls).lstrip())
-  return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-          and isinstance(node.func, ast.Attribute) and node.func.attr == "log"]
+def test_training_hook_on_rank1_writes_no_events_file(graph, tmp_path):
+  logger = dllogger_setup.RunLogger(None, rank=1, backend="builtin")
+  summary_dir = tmp_path / "train"
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, summary_dir=str(summary_dir),
+                               clock=clock_for([0.1, 0.2]))
+  train_op, placeholders = build_graph(1)
+  run_micro_steps(hook, train_op, placeholders, random_feeds(np.random.RandomState(11), 2))
+  assert not summary_dir.exists()
 
 
-@pytest.mark.parametrize("cls", [hooks.TrainingLogHook, hooks.EvalTimingHook])
-def test_hooks_have_a_single_logging_call(cls):
-  assert len(_log_calls(cls)) == 1
+def test_progress_message():
+  assert hooks.format_duration(0.9) == "0:00:00"
+  assert hooks.format_duration(3 * 3600 + 25 * 60 + 7.6) == "3:25:07"
+  assert hooks.format_duration(50 * 3600) == "50:00:00"
+  assert (hooks.progress_message(20, 600, 62.5, 0.5)
+          == "update 20 of 600 (3.3%), elapsed 0:01:02, ETA 0:04:50")
+  assert (hooks.progress_message(1, 600, 9.0, None)
+          == "update 1 of 600 (0.2%), elapsed 0:00:09, ETA unknown")
+  assert hooks.progress_message(20, None, 62.5, 0.5) == "update 20, elapsed 0:01:02"
+  assert (hooks.progress_message(600, 600, 3600.0, 2.0)
+          == "update 600 of 600 (100.0%), elapsed 1:00:00, ETA 0:00:00")
+
+
+def test_training_hook_logs_progress_with_eta(graph, tmp_path, caplog):
+  # Micro-steps of 30 s (compilation), then 10 s each, 0.25 s apart (clock_for): the first update
+  # ends 40.25 s after the run started, the next 20.5 s later (two micro-steps and two gaps).
+  logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
+                               display_loss_steps=2, num_train_steps=100,
+                               clock=clock_for([30.0, 10.0, 10.0, 10.0, 10.0, 10.0]))
+  train_op, placeholders = build_graph(2, initial_global_step=40, omit=LOSS_SCALING)
+  with caplog.at_level(logging.INFO):
+    run_micro_steps(hook, train_op, placeholders, random_feeds(np.random.RandomState(12), 6))
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("update ")]
+  # Updates end at steps 41 (the first of the run), 42 and 43 (not a multiple of 2).
+  assert lines == [
+      "update 41 of 100 (41.0%), elapsed 0:00:40, ETA unknown",
+      # 58 updates left x 20.5 s = 1189 s.
+      "update 42 of 100 (42.0%), elapsed 0:01:00, ETA 0:19:49",
+  ]
 
 
 def build_eval_graph():
-  """An eval graph whose runs take a batch-size feed; returns (op, batch size placeholder)."""
+  """An eval graph whose runs take a feed; returns (op, placeholder)."""
   examples = _tf1.placeholder(tf.int32, [], name="examples_value")
-  tf.identity(examples, name="eval_examples")
   return tf.identity(examples * 2), examples
 
 
-@pytest.mark.parametrize("use_tensor", [False, True])
-def test_eval_hook_throughput_skips_warmup_batches(graph, tmp_path, use_tensor):
+def test_eval_hook_throughput_skips_warmup_batches(graph, tmp_path):
   rng = np.random.RandomState(6)
   durations = [2.0, 1.0] + list(rng.uniform(0.05, 0.2, 5))
-  batch_sizes = [16] * 6 + [5]  # the last batch is partial
   log_path = str(tmp_path / "eval.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.EvalTimingHook(logger, eval_batch_size=16, warmup_batches=2,
-                              batch_size_tensor_name="eval_examples" if use_tensor else None,
                               clock=clock_for(durations))
   op, examples = build_eval_graph()
   with _tf1.train.MonitoredSession(hooks=[hook]) as session:
-    for size in batch_sizes:
-      session.run(op, feed_dict={examples: size})
+    for _ in durations:
+      session.run(op, feed_dict={examples: 16})
   records = read_records(log_path)
   assert [r["step"] for r in records] == [[]]
   data = records[0]["data"]
   timed = np.array(durations[2:])
-  counted = batch_sizes[2:] if use_tensor else [16] * 5
-  assert data["throughput_val"] == pytest.approx(sum(counted) / timed.sum())
+  assert data["throughput_val"] == pytest.approx(16 * 5 / timed.sum())
   assert data["eval_batches"] == 7 and data["timed_eval_batches"] == 5
   assert data["eval_time"] == pytest.approx(timed.sum())
   assert data["latency_avg_ms"] == pytest.approx(timed.mean() * 1000)
@@ -346,7 +420,7 @@ def test_eval_hook_throughput_skips_warmup_batches(graph, tmp_path, use_tensor):
   assert hook.batch_times == pytest.approx(durations)
 
 
-def test_eval_hook_without_measured_batches_and_bad_tensor(graph, tmp_path):
+def test_eval_hook_without_measured_batches(graph, tmp_path):
   log_path = str(tmp_path / "eval.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
   hook = hooks.EvalTimingHook(logger, eval_batch_size=4, clock=clock_for([0.3]))
@@ -356,9 +430,6 @@ def test_eval_hook_without_measured_batches_and_bad_tensor(graph, tmp_path):
   data = read_records(log_path)[0]["data"]
   assert data["throughput_val"] is None and data["latency_p99_ms"] is None
   assert data["eval_batches"] == 1
-  bad = hooks.EvalTimingHook(logger, eval_batch_size=4, batch_size_tensor_name="no_such_tensor")
-  with pytest.raises(ValueError, match="no_such_tensor"):
-    bad.begin()
 
 
 @pytest.mark.parametrize("flag,env,expected", [

@@ -17,20 +17,32 @@ def test_helpers_answer_as_a_single_process_before_init():
   assert hvd_utils.hvd_size() == 1
   assert hvd_utils.hvd_rank() == 0
   assert hvd_utils.comm_local_rank() == 0
-  assert hvd_utils.is_rank0() is True
   assert hvd_utils.broadcast_global_variables_hook(0) is None
   with pytest.raises(RuntimeError, match="hvd_init"):
     hvd_utils.average_variables_op([])
 
 
-def test_hvd_attribute_is_the_horovod_module_imported_lazily():
-  module = hvd_utils.hvd
-  assert module is not None and module.__name__ == "horovod.tensorflow"
-  assert hasattr(module, "allreduce")
-  # Importing does not initialise: the helpers still answer as a single process.
-  assert hvd_utils.horovod_enabled() is False and hvd_utils.hvd_size() == 1
-  with pytest.raises(AttributeError, match="no_such_name"):
-    getattr(hvd_utils, "no_such_name")
+SINGLE_PROCESS = r"""
+import sys
+import run_pretraining
+from utils import hvd_utils, hooks, job, paths, records, session_config
+assert (hvd_utils.hvd_size(), hvd_utils.hvd_rank(), hvd_utils.comm_local_size()) == (1, 0, 1)
+assert not any(name == "horovod" or name.startswith("horovod.") for name in sys.modules), \
+    sorted(name for name in sys.modules if name.startswith("horovod"))
+print("horovod not loaded")
+"""
+
+
+def run_python(code):
+  """Runs `code` in a fresh interpreter in the repository; returns its stdout (exit 0 asserted)."""
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=180, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  return proc.stdout
+
+
+def test_single_process_runs_never_load_horovod():
+  assert "horovod not loaded" in run_python(SINGLE_PROCESS)
 
 
 @pytest.mark.parametrize("rank,local_rank,node_local,expected_dir,saves", [
@@ -62,9 +74,8 @@ sys.modules["horovod"] = None  # `import horovod...` now fails as if it were not
 import tensorflow as tf
 tf.compat.v1.disable_eager_execution()
 from utils import dllogger_setup, hooks, hvd_utils, plot_log, session_config
-assert hvd_utils.hvd is None
 assert (hvd_utils.hvd_size(), hvd_utils.hvd_rank(), hvd_utils.comm_local_rank()) == (1, 0, 0)
-assert hvd_utils.horovod_enabled() is False and hvd_utils.is_rank0()
+assert hvd_utils.horovod_enabled() is False
 assert hvd_utils.broadcast_global_variables_hook() is None
 try:
   hvd_utils.hvd_init()
@@ -81,8 +92,13 @@ print("works without horovod")
 
 
 def test_every_utils_module_works_without_horovod():
-  proc = subprocess.run([sys.executable, "-c", WITHOUT_HOROVOD], cwd=REPO_ROOT,
-                        capture_output=True, text=True, timeout=180,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-  assert "works without horovod" in proc.stdout
+  assert "works without horovod" in run_python(WITHOUT_HOROVOD)
+
+
+def test_horovod_without_a_launcher_warns_it_trains_one_worker():
+  code = "from utils import hvd_utils; hvd = hvd_utils.hvd_init(); print('size', hvd.size())"
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "size 1" in proc.stdout
+  assert "Horovod runs 1 worker: started without horovodrun / mpirun" in proc.stderr

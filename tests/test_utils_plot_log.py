@@ -24,8 +24,10 @@ def png_size(path):
   return struct.unpack(">II", header[16:24])
 
 
-def write_log(path, num_steps=30):
-  """A training log as the training hook writes it; returns the per-step values."""
+def write_log(path, num_steps=30, extra=None):
+  """A training log as the training hook writes it; returns the per-step values.
+
+  `extra(step)` gives more keys of a step's line (e.g. global_norm, loss_scaler)."""
   rng = np.random.RandomState(8)
   values = []
   with dllogger_setup.RunLogger(str(path), backend="builtin", stdout=False) as logger:
@@ -34,6 +36,8 @@ def write_log(path, num_steps=30):
       data = {"throughput_train": float(rng.uniform(80, 100)), "mlm_loss": loss - 0.6,
               "nsp_loss": 0.6, "total_loss": loss, "avg_loss_step": loss + 0.1,
               "learning_rate": 1e-4 * step}
+      if extra is not None:
+        data.update(extra(step))
       values.append((step, data))
       logger.log(step=step, data=data)
     logger.log(step=(), data={"throughput_train": 91.5, "update_steps": num_steps})
@@ -66,6 +70,29 @@ def test_plot_log_writes_a_png(tmp_path):
   assert plot_log.plot_log(str(log_path), str(out)) == str(out)
   assert png_size(out) == (900, 1000)
   assert os.path.getsize(out) > 20000  # three panels with curves, not a blank image
+
+
+def _fp16_keys(step):
+  """fp16 log keys: updates 3 and 4 overflow (non-finite norm), each halving the loss scale."""
+  skipped = min(max(step - 2, 0), 2)
+  norm = float("inf") if step == 3 else float("nan") if step == 4 else 1.0 + 1.0 / step
+  return {"global_norm": norm, "loss_scaler": 2.0 ** (16 - skipped), "skipped_updates": skipped}
+
+
+@pytest.mark.parametrize("extra,height", [
+    (lambda step: {"global_norm": 1.0 / step}, 1300),  # fp32: a gradient norm panel
+    (_fp16_keys, 1600),                                 # fp16: and a loss scale panel
+])
+def test_gradient_norm_and_loss_scale_panels_when_logged(tmp_path, extra, height):
+  log_path = tmp_path / "dllogger.json"
+  values = write_log(log_path, extra=extra)
+  steps, _ = plot_log.read_log(str(log_path))
+  xs, norms = plot_log.series(steps, "global_norm")
+  assert xs == list(range(1, 31))
+  np.testing.assert_array_equal(norms, [d["global_norm"] for _, d in values])
+  out = tmp_path / "training.png"
+  plot_log.plot_log(str(log_path), str(out))
+  assert png_size(out) == (900, height)
 
 
 def test_command_line(tmp_path):

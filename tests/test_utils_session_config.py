@@ -59,8 +59,7 @@ def test_bad_environment_and_thread_counts():
 
 
 @pytest.mark.parametrize("gpus", [0, 1])
-def test_xla_amp_and_threads(caplog, monkeypatch, gpus):
-  caplog.set_level(logging.INFO)
+def test_xla_amp_and_threads(monkeypatch, gpus):
   monkeypatch.setattr(gpu_environment, "local_gpu_count", lambda: gpus)
   config = session_config.build_session_config(use_xla=True, amp=True, intra_op_threads=2,
                                                inter_op_threads=1, environ={})
@@ -68,7 +67,17 @@ def test_xla_amp_and_threads(caplog, monkeypatch, gpus):
           == tf.compat.v1.OptimizerOptions.ON_1)
   assert config.graph_options.rewrite_options.auto_mixed_precision == RewriterConfig.ON
   assert config.intra_op_parallelism_threads == 2 and config.inter_op_parallelism_threads == 1
-  assert ("no effect" in caplog.text) is (gpus == 0)
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_amp_takes_effect_only_with_a_gpu(caplog, monkeypatch, gpus):
+  caplog.set_level(logging.INFO)
+  monkeypatch.setattr(gpu_environment, "local_gpu_count", lambda: gpus)
+  assert gpu_environment.amp_takes_effect(True) is (gpus == 1)
+  assert ("no effect without a GPU" in caplog.text) is (gpus == 0)
+  caplog.clear()
+  assert gpu_environment.amp_takes_effect(False) is False
+  assert caplog.text == ""
 
 
 def test_gpu_pinning_by_local_rank(monkeypatch):

@@ -27,6 +27,7 @@ import numbers
 import os
 import sys
 
+from absl import logging
 import numpy as np
 
 from utils import checks
@@ -35,6 +36,9 @@ from utils import checks
 SUMMARY_STEP = ()
 # Prefix of every line of the file.
 LINE_PREFIX = "DLLL "
+# The step of the line that marks a restart in an appended log (dllogger takes string steps, as
+# its "PARAMETER" lines).
+RESTART_STEP = "RESTART"
 
 _BACKENDS = ("auto", "dllogger", "builtin")
 
@@ -189,7 +193,7 @@ class _DLLoggerBackend(object):
 
 
 class RunLogger(object):
-  """The run log of SPEC section 5, written by rank 0 only."""
+  """The run log of docs/DESIGN.md section 5, written by rank 0 only."""
 
   def __init__(self, log_path, rank=0, stdout=True, append=False, backend="auto", now=None):
     """Opens the log (on rank 0 only).
@@ -214,7 +218,6 @@ class RunLogger(object):
     checks.check_integer("rank", rank, 0)
     self._log_path = log_path
     self._backend = None
-    self._backend_name = None
     self._closed = False
     if rank != 0:
       return
@@ -223,20 +226,13 @@ class RunLogger(object):
       module = _import_dllogger(required=(backend == "dllogger"))
     if module is not None:
       self._backend = _DLLoggerBackend(module, log_path, stdout, append)
-      self._backend_name = "dllogger"
     else:
       self._backend = _BuiltinBackend(log_path, stdout, append, now or datetime.datetime.now)
-      self._backend_name = "builtin"
 
   @property
   def enabled(self):
     """True on the worker that writes the log (rank 0)."""
     return self._backend is not None
-
-  @property
-  def backend_name(self):
-    """"dllogger", "builtin", or None on a worker that does not log."""
-    return self._backend_name
 
   def log(self, step, data):
     """Writes one log line (rank 0 only).
@@ -273,6 +269,31 @@ class RunLogger(object):
     self.close()
 
 
+def open_run_log(log_path, rank, resumed_from_step, **kwargs):
+  """The run log of a job that may be a restart: appends, and marks where a restart begins.
+
+  A job started again on the same output directory (after a crash or a kill) must keep the earlier
+  run's lines, the ones that tell what happened before the crash: the file is never truncated.
+  When it already holds lines, a line with step `RESTART_STEP` and data
+  {"resumed_from_step": resumed_from_step} separates the runs.
+
+  Args:
+    log_path: file for the `DLLL` lines, or None (stdout only).
+    rank: this worker's rank (only rank 0 writes).
+    resumed_from_step: global step the run starts from (the newest checkpoint's, 0 without one).
+    **kwargs: further `RunLogger` arguments (stdout, backend, now).
+
+  Returns:
+    the `RunLogger`, opened for appending.
+  """
+  restarted = bool(rank == 0 and log_path and os.path.isfile(log_path)
+                   and os.path.getsize(log_path) > 0)
+  logger = RunLogger(log_path, rank=rank, append=True, **kwargs)
+  if restarted:
+    logger.log(step=RESTART_STEP, data={"resumed_from_step": int(resumed_from_step)})
+  return logger
+
+
 def _import_dllogger(required):
   """The `dllogger` module, or None when it is not installed and not required."""
   try:
@@ -300,3 +321,40 @@ def parse_log_line(line):
   except ValueError:
     return None
   return record if isinstance(record, dict) else None
+
+
+def read_log(log_path):
+  """Reads the per-step and summary records of a log file.
+
+  Args:
+    log_path: a file of `DLLL {json}` lines.
+
+  Returns:
+    (steps, summaries): `steps` is a list of (step, data dict) for the lines whose step is an
+    integer, in file order; `summaries` the data dicts of the lines whose step is [].
+
+  Raises:
+    OSError: when the file cannot be read.
+    ValueError: naming the file, when it has no per-step log line.
+  """
+  steps = []
+  summaries = []
+  skipped = 0
+  with open(log_path, "r") as reader:
+    for line in reader:
+      record = parse_log_line(line)
+      if record is None or record.get("type") != "LOG" or not isinstance(record.get("data"), dict):
+        if line.strip():
+          skipped += 1
+        continue
+      step = record.get("step")
+      if isinstance(step, numbers.Integral) and not isinstance(step, bool):
+        steps.append((int(step), record["data"]))
+      elif step == []:
+        summaries.append(record["data"])
+  if not steps:
+    raise ValueError("%s: no per-step log line (expected lines 'DLLL {json}' with type LOG and an "
+                     "integer step)" % log_path)
+  if skipped:
+    logging.info("%s: skipped %d lines that are not DLLL log records", log_path, skipped)
+  return steps, summaries

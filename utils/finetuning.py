@@ -22,6 +22,7 @@ import modeling
 import optimization
 import tokenization
 from utils import dllogger_setup
+from utils import graph_names
 from utils import job as job_lib
 
 _tf1 = tf.compat.v1
@@ -158,42 +159,34 @@ def _init_from_checkpoint(init_checkpoint, use_scaffold_fn):
   return None, loaded
 
 
-def model_fn_builder(head_fn, bert_config, init_checkpoint, learning_rate, num_train_steps,
-                     num_warmup_steps, hvd=None, manual_fp16=False, amp=False,
-                     num_accumulation_steps=1, optimizer_type="adam",
-                     allreduce_post_accumulation=False, init_loss_scale=2**32, use_tpu=False,
-                     tpu_estimator_spec=None, use_one_hot_embeddings=False,
-                     verbose_logging=False):
+def model_fn_builder(head_fn, bert_config, init_checkpoint, schedule,
+                     precision=optimization.Precision(),
+                     accumulation=optimization.Accumulation(),
+                     distribution=optimization.Distribution(), verbose_logging=False):
   """The model_fn of a fine-tuning Estimator (or TPUEstimator).
 
   Args:
     head_fn: head_fn(model, features, mode) -> HeadOutput; `model` is the BertModel.
     bert_config: `modeling.BertConfig`.
     init_checkpoint: checkpoint whose matching variables initialise the model, or None.
-    learning_rate: effective peak learning rate (per-worker rate x workers).
-    num_train_steps, num_warmup_steps: optimizer updates.
-    hvd: `horovod.tensorflow` under Horovod, else None.
-    manual_fp16: fp16 encoder, fp32 master weights, dynamic loss scaling.
-    amp: automatic mixed precision (GPU): loss scaling.
-    num_accumulation_steps, optimizer_type, allreduce_post_accumulation, init_loss_scale, use_tpu:
-      see `optimization.create_optimizer`.
-    tpu_estimator_spec: return TPUEstimatorSpecs (default: use_tpu).
-    use_one_hot_embeddings: one-hot embedding lookup (TPU).
+    schedule, precision, accumulation, distribution: the training step's settings
+      (`optimization.build_train_op`); with precision.manual_fp16 the encoder computes in fp16,
+      with distribution.use_tpu the embeddings are looked up one-hot, and a TPUEstimator
+      (distribution.uses_tpu_estimator) gets TPUEstimatorSpecs.
     verbose_logging: list the trainable variables.
 
   Returns:
     model_fn(features, labels, mode, params).
   """
-  if tpu_estimator_spec is None:
-    tpu_estimator_spec = use_tpu
+  tpu_estimator_spec = distribution.uses_tpu_estimator
 
   def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
     is_training = mode == tf.estimator.ModeKeys.TRAIN
     model = modeling.BertModel(
         config=bert_config, is_training=is_training, input_ids=features["input_ids"],
         input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
-        use_one_hot_embeddings=use_one_hot_embeddings,
-        compute_type=tf.float16 if manual_fp16 else tf.float32)
+        use_one_hot_embeddings=distribution.use_tpu,
+        compute_type=tf.float16 if precision.manual_fp16 else tf.float32)
     head = head_fn(model, features, mode)
     scaffold_fn, loaded = _init_from_checkpoint(init_checkpoint, tpu_estimator_spec)
     if verbose_logging:
@@ -202,12 +195,9 @@ def model_fn_builder(head_fn, bert_config, init_checkpoint, learning_rate, num_t
                      ", *INIT_FROM_CKPT*" if var.name in loaded else "")
     spec = {"mode": mode}
     if mode == tf.estimator.ModeKeys.TRAIN:
-      loss = tf.identity(head.loss, name="total_loss")
-      spec.update(loss=loss, train_op=optimization.create_optimizer(
-          loss, learning_rate, num_train_steps, num_warmup_steps, hvd=hvd,
-          manual_fp16=manual_fp16, use_fp16=amp, num_accumulation_steps=num_accumulation_steps,
-          optimizer_type=optimizer_type, allreduce_post_accumulation=allreduce_post_accumulation,
-          init_loss_scale=init_loss_scale, use_tpu=use_tpu))
+      loss = tf.identity(head.loss, name=graph_names.TOTAL_LOSS)
+      spec.update(loss=loss, train_op=optimization.build_train_op(
+          loss, schedule, precision, accumulation, distribution))
     elif mode == tf.estimator.ModeKeys.EVAL:
       spec["loss"] = head.loss
       if tpu_estimator_spec:
@@ -243,20 +233,19 @@ def check_flags(f, actions):
   for name in ("bert_config_file", "vocab_file", "output_dir"):
     require(getattr(f, name), "--%s is required", name)
   for name in ("max_seq_length", "train_batch_size", "save_checkpoints_steps",
-               "iterations_per_loop", "num_tpu_cores", "num_accumulation_steps",
-               "keep_checkpoint_max"):
+               "iterations_per_loop", "num_tpu_cores", "keep_checkpoint_max"):
     require(getattr(f, name) >= 1, "--%s must be >= 1, got %d", name, getattr(f, name))
   require(f.learning_rate > 0, "--learning_rate must be positive, got %g", f.learning_rate)
   require(f.num_train_epochs > 0, "--num_train_epochs must be positive, got %g",
           f.num_train_epochs)
   require(0 <= f.warmup_proportion < 1, "--warmup_proportion must be in [0, 1), got %g",
           f.warmup_proportion)
-  require(f.init_loss_scale > 0, "--init_loss_scale must be positive, got %d", f.init_loss_scale)
-  require(not (f.amp and f.manual_fp16), "--amp and --manual_fp16 cannot be combined")
-  require(not (f.use_tpu and f.horovod), "--use_tpu and --horovod cannot be combined")
-  require(not (f.use_tpu and f.num_accumulation_steps > 1),
-          "--num_accumulation_steps > 1 is not supported with --use_tpu")
   try:
+    optimization.check_optimizer_type(f.optimizer_type, as_flags=True)
+    optimization.check_precision(f.manual_fp16, f.amp, f.init_loss_scale, as_flags=True)
+    optimization.check_accumulation(f.num_accumulation_steps, as_flags=True)
+    optimization.check_distribution(f.use_tpu, f.horovod, f.num_accumulation_steps,
+                                    as_flags=True)
     tokenization.validate_case_matches_checkpoint(f.do_lower_case, f.init_checkpoint)
   except ValueError as e:
     raise job_lib.UsageError(str(e))
@@ -337,19 +326,22 @@ def start(f, workers, head_fn, bert_config, num_train_steps, num_warmup_steps, b
   if f.init_checkpoint:
     job_lib.check_init_checkpoint(f.init_checkpoint)
   output_dir, saves = job_lib.worker_output_dir(workers, f.output_dir, False, False)
-  run_logger = dllogger_setup.RunLogger(
-      f.dllog_path or os.path.join(f.output_dir, "bert_dllog.json"), rank=workers.rank)
-  learning_rate = f.learning_rate * workers.size
+  run_logger = dllogger_setup.open_run_log(
+      f.dllog_path or os.path.join(f.output_dir, "bert_dllog.json"), workers.rank,
+      job_lib.checkpoint_step(f.output_dir))
+  schedule = optimization.Schedule(f.optimizer_type, f.learning_rate * workers.size,
+                                   max(num_train_steps, 1), num_warmup_steps)
+  distribution = optimization.Distribution(hvd=workers.hvd, use_tpu=f.use_tpu)
   logging.info("workers: %d; global batch: %d; learning rate: %g per worker x %d workers = %g; "
                "%d updates, %d of warmup", workers.size, global_batch_size(f, workers),
-               f.learning_rate, workers.size, learning_rate, num_train_steps, num_warmup_steps)
+               f.learning_rate, workers.size, schedule.learning_rate, num_train_steps,
+               num_warmup_steps)
   model_fn = model_fn_builder(
-      head_fn, bert_config, f.init_checkpoint, learning_rate, max(num_train_steps, 1),
-      num_warmup_steps, hvd=workers.hvd, manual_fp16=f.manual_fp16, amp=f.amp,
-      num_accumulation_steps=f.num_accumulation_steps, optimizer_type=f.optimizer_type,
-      allreduce_post_accumulation=f.allreduce_post_accumulation,
-      init_loss_scale=f.init_loss_scale, use_tpu=f.use_tpu, use_one_hot_embeddings=f.use_tpu,
-      verbose_logging=f.verbose_logging)
+      head_fn, bert_config, f.init_checkpoint, schedule,
+      optimization.Precision(manual_fp16=f.manual_fp16, amp=f.amp,
+                             init_loss_scale=f.init_loss_scale),
+      optimization.Accumulation(f.num_accumulation_steps, f.allreduce_post_accumulation),
+      distribution, verbose_logging=f.verbose_logging)
   tpu = None
   if f.use_tpu:
     tpu = job_lib.TpuSettings(f.use_tpu, f.tpu_name, f.tpu_zone, f.gcp_project, f.master,
@@ -357,7 +349,8 @@ def start(f, workers, head_fn, bert_config, num_train_steps, num_warmup_steps, b
   estimator = job_lib.build_estimator(
       model_fn, output_dir, job_lib.session_config(workers, use_xla=f.use_xla, amp=f.amp),
       workers, saves, f.save_checkpoints_steps, f.keep_checkpoint_max,
-      deterministic=f.deterministic_run, reports_loss=False, tpu=tpu, batch_sizes=batch_sizes)
+      random_seed=job_lib.DETERMINISTIC_SEED if f.deterministic_run else None,
+      reports_loss=False, tpu=tpu, batch_sizes=batch_sizes)
   return Job(workers, output_dir, saves, estimator, run_logger)
 
 

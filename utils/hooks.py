@@ -1,7 +1,7 @@
 """SessionRunHooks of the pretraining job: training log, eval timing, weight sync.
 
-Each hook gets everything it needs in its constructor and reads the graph tensors of SPEC section 5
-by name. The hooks run on every worker (the graph is the same everywhere, so collectives never
+Each hook gets everything it needs in its constructor and reads the graph tensors named in
+`utils/graph_names.py`. The hooks run on every worker (the graph is the same everywhere, so collectives never
 stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank 0 only.
 
 * `TrainingLogHook`: per optimizer update, throughput (global batch / time of the update), losses,
@@ -9,7 +9,7 @@ stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank 
   `display_loss_steps` updates; at the end a summary with the throughput average.
 * `EvalTimingHook`: per-batch evaluation times and the evaluation throughput.
 * `WeightSyncHook`: averages the trainable variables over all workers every
-  `num_accumulation_steps` iterations, before the train op (SPEC section 7).
+  `num_accumulation_steps` iterations, before the train op (docs/DESIGN.md section 7).
 """
 
 import collections
@@ -22,27 +22,69 @@ import tensorflow as tf
 from utils import checks
 from utils import dllogger_setup
 from utils import env_flags
+from utils import graph_names
 from utils import hvd_utils
 
 _tf1 = tf.compat.v1
 
-# Graph tensors the training log needs (SPEC section 5); `update_step`, `loss_scale` are optional.
-REQUIRED_TRAIN_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "step_update")
+# Graph tensors the training log needs; `update_step`, `global_norm`, `loss_scale` and
+# `skipped_updates` are optional.
+REQUIRED_TRAIN_TENSORS = (graph_names.TOTAL_LOSS, graph_names.MLM_LOSS, graph_names.NSP_LOSS,
+                          graph_names.LEARNING_RATE, graph_names.STEP_UPDATE)
+# Graph tensors that exist only when the optimizer scales the loss (fp16).
+LOSS_SCALING_TENSORS = (graph_names.LOSS_SCALE, graph_names.SKIPPED_UPDATES)
+# TensorBoard tag of each per-update log key written as a scalar; the loss scale keeps its graph
+# name there (the log uses NVIDIA's `loss_scaler`).
+SUMMARY_TAGS = collections.OrderedDict([
+    ("learning_rate", "learning_rate"), ("total_loss", "total_loss"), ("mlm_loss", "mlm_loss"),
+    ("nsp_loss", "nsp_loss"), ("throughput_train", "throughput_train"),
+    ("global_norm", "global_norm"), ("loss_scaler", "loss_scale"),
+    ("skipped_updates", "skipped_updates")])
 # Update steps left out of the throughput average at the start of a run (start-up, first-run graph
 # optimisation, XLA compilation), as NVIDIA's script does.
 DEFAULT_WARMUP_STEPS = 6
 # Evaluation batches left out of the evaluation throughput.
 DEFAULT_EVAL_WARMUP_BATCHES = 2
-# Environment variable that turns weight sync on (SPEC section 7).
+# Environment variable that turns weight sync on (docs/DESIGN.md section 7).
 FORCE_WEIGHT_SYNC_ENV = "FORCE_WEIGHT_SYNC"
 
 
 def _graph_tensor(graph, name):
   """The tensor `<name>:0` of `graph`, or None when the graph has no op of that name."""
   try:
-    return graph.get_tensor_by_name(name + ":0")
+    return graph.get_tensor_by_name(graph_names.tensor_name(name))
   except KeyError:
     return None
+
+
+def format_duration(seconds):
+  """`seconds` as H:MM:SS, whole seconds truncated (hours may exceed 24)."""
+  minutes, secs = divmod(int(seconds), 60)
+  hours, minutes = divmod(minutes, 60)
+  return "%d:%02d:%02d" % (hours, minutes, secs)
+
+
+def progress_message(step, num_train_steps, elapsed, seconds_per_update):
+  """The readable progress of a run.
+
+  Args:
+    step: global step after the latest update.
+    num_train_steps: global step the run ends at, or None when unknown.
+    elapsed: seconds since the run's first update started.
+    seconds_per_update: recent seconds per update, or None before there is a measure.
+
+  Returns:
+    e.g. "update 20 of 600 (3.3%), elapsed 0:01:02, ETA 0:30:58"; without `num_train_steps`
+    "update 20, elapsed 0:01:02"; "ETA unknown" without `seconds_per_update`.
+  """
+  if num_train_steps is None:
+    return "update %d, elapsed %s" % (step, format_duration(elapsed))
+  if seconds_per_update is None:
+    eta = "unknown"
+  else:
+    eta = format_duration(max(num_train_steps - step, 0) * seconds_per_update)
+  return "update %d of %d (%.1f%%), elapsed %s, ETA %s" % (
+      step, num_train_steps, 100.0 * step / num_train_steps, format_duration(elapsed), eta)
 
 
 def _check_logger(logger):
@@ -61,11 +103,20 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
 
     throughput_train = global_batch_size / (summed run time of the update's micro-steps)
     avg_loss_step    = mean of total_loss over the update's micro-steps
-    mlm_loss, nsp_loss, total_loss, learning_rate (and loss_scaler in fp16): values of the last
-                       micro-step
+    mlm_loss, nsp_loss, total_loss, learning_rate: values of the last micro-step
+    global_norm      = the update's gradient norm (unscaled, before clipping)
+    loss_scaler, skipped_updates (fp16): the loss scale of the last micro-step and the number of
+                       updates skipped so far as non-finite (the checkpointed count)
 
-  and logs them with `step` = the global step after the update, for the first update of the run and
-  whenever that step is a multiple of `display_loss_steps`. At `end()` it logs a summary line
+  and logs them with `step` = the global step after the update, for the first applied update of the
+  run and whenever that step is a multiple of `display_loss_steps`. An update the optimizer skipped
+  (non-finite gradients: the global step did not advance, the fp16 loss scale was lowered) gets no
+  step line, which would repeat the step of the last applied update: it is logged as a skipped
+  update (absl log, rank 0) and counted in the summary's `skipped_updates` (skips of this run). At
+  the logged updates it also writes the values as TensorBoard scalars (tags in SUMMARY_TAGS) to
+  `summary_dir`, under the same step, from the values already fetched (no summary op enters the
+  graph), and logs the run's progress (update k of N, elapsed, ETA from the time per update since
+  the first). At `end()` it logs a summary line
   (step []) whose `throughput_train` is the throughput average: global batch x updates / time over
   the updates after the first `warmup_steps` (and without the updates that wrote a checkpoint, when
   `save_checkpoints_steps` is given). It is None (JSON null) when no update qualifies, e.g. a run
@@ -73,8 +124,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
   """
 
   def __init__(self, logger, global_batch_size, num_accumulation_steps=1, display_loss_steps=1,
-               use_fp16=None, warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
-               clock=time.perf_counter):
+               log_loss_scale=None, warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
+               num_train_steps=None, summary_dir=None, clock=time.perf_counter):
     """Configures the hook.
 
     Args:
@@ -83,12 +134,16 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
         num_accumulation_steps x workers.
       num_accumulation_steps: micro-steps per update.
       display_loss_steps: log every this many global steps.
-      use_fp16: log the loss scale (`loss_scale` tensor) as `loss_scaler`: True expects the
-        tensor (a warning when the graph has none), False never logs it, None (default) logs it
-        when the graph has it (the optimizer creates it only when it scales the loss).
+      log_loss_scale: log the loss scale (`loss_scale` tensor) as `loss_scaler` and the
+        `skipped_updates` count: True expects the tensors (a warning when the graph lacks one),
+        False never logs them, None (default) logs them when the graph has them (the optimizer
+        creates them only when it scales the loss).
       warmup_steps: update steps left out of the throughput average at the start of the run.
       save_checkpoints_steps: when given, the updates on which the Estimator saves a checkpoint
         (every this many global steps from the start of the run) are left out of the average.
+      num_train_steps: global step the run ends at, for the progress line's "of N" and ETA.
+      summary_dir: directory of the TensorBoard events file of the per-update scalars (written
+        by the worker whose logger is enabled, rank 0); None writes none.
       clock: function returning seconds (injected by tests); `time.perf_counter` by default.
 
     Raises:
@@ -101,13 +156,18 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     checks.check_integer("warmup_steps", warmup_steps, 0)
     if save_checkpoints_steps is not None:
       checks.check_integer("save_checkpoints_steps", save_checkpoints_steps, 1)
+    if num_train_steps is not None:
+      checks.check_integer("num_train_steps", num_train_steps, 1)
     self._logger = logger
     self._global_batch_size = global_batch_size
     self._num_accumulation_steps = num_accumulation_steps
     self._display_loss_steps = display_loss_steps
-    self._use_fp16 = use_fp16
+    self._log_loss_scale = log_loss_scale
     self._warmup_steps = warmup_steps
     self._save_checkpoints_steps = save_checkpoints_steps
+    self._num_train_steps = num_train_steps
+    self._summary_dir = summary_dir
+    self._summary_writer = None
     self._clock = clock
     self._fetches = None
     self._global_step_tensor = None
@@ -116,6 +176,11 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
   def _reset(self):
     """Clears the per-run measurements."""
     self._initial_step = 0
+    self._last_step = None  # global step after the previous update (None: not known)
+    self._applied_updates = 0
+    self._skipped_updates = 0
+    self._first_run_start = None
+    self._first_update_end = None
     self._run_start = None
     self._micro_steps = 0
     self._micro_time = 0.0
@@ -141,19 +206,27 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       else:
         fetches[name] = tensor
     if missing:
-      raise ValueError("training log hook: the graph has no tensor named %s (SPEC section 5 "
-                       "names: %s)" % (", ".join(missing), ", ".join(REQUIRED_TRAIN_TENSORS)))
+      raise ValueError("training log hook: the graph has no tensor named %s (the training "
+                       "graph names: %s)" % (", ".join(missing), ", ".join(REQUIRED_TRAIN_TENSORS)))
     if self._num_accumulation_steps > 1:
       self._add_optional_fetch(
-          graph, fetches, "update_step",
+          graph, fetches, graph_names.UPDATE_STEP,
           "counting every %d-th run as an update" % self._num_accumulation_steps)
-    if self._use_fp16:
-      self._add_optional_fetch(graph, fetches, "loss_scale", "the loss scale is not logged")
-    elif self._use_fp16 is None and _graph_tensor(graph, "loss_scale") is not None:
-      fetches["loss_scale"] = _graph_tensor(graph, "loss_scale")
+    self._add_optional_fetch(graph, fetches, graph_names.GLOBAL_NORM,
+                             "the gradient norm is not logged")
+    for name in LOSS_SCALING_TENSORS:
+      if self._log_loss_scale:
+        self._add_optional_fetch(graph, fetches, name, "it is not logged")
+      elif self._log_loss_scale is None and _graph_tensor(graph, name) is not None:
+        fetches[name] = _graph_tensor(graph, name)
     self._fetches = fetches
     self._global_step_tensor = _tf1.train.get_global_step()
     self._reset()
+    self._close_summary_writer()
+    if self._summary_dir and self._logger.enabled:
+      self._summary_writer = _tf1.summary.FileWriter(self._summary_dir)
+      logging.info("training scalars for TensorBoard every %d updates in %s",
+                   self._display_loss_steps, self._summary_dir)
 
   def _add_optional_fetch(self, graph, fetches, name, consequence):
     """Adds tensor `name` to `fetches` when the graph has it; warns (rank 0) when it does not."""
@@ -168,39 +241,81 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     del coord  # unused
     if self._global_step_tensor is not None:
       self._initial_step = int(session.run(self._global_step_tensor))
+      self._last_step = self._initial_step
 
   def before_run(self, run_context):
     self._run_start = self._clock()
+    if self._first_run_start is None:
+      self._first_run_start = self._run_start
     return tf.estimator.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
-    elapsed = self._clock() - self._run_start
+    now = self._clock()
     results = run_values.results
     self._micro_steps += 1
-    self._micro_time += elapsed
-    self._micro_losses.append(float(results["total_loss"]))
+    self._micro_time += now - self._run_start
+    self._micro_losses.append(float(results[graph_names.TOTAL_LOSS]))
     if self._ended_update(results):
-      self._finish_update(results)
+      self._finish_update(results, now)
 
   def _ended_update(self, results):
     """True when this run applied the optimizer (the last micro-step of an update)."""
-    if "update_step" in results:
-      return bool(results["update_step"])
+    if graph_names.UPDATE_STEP in results:
+      return bool(results[graph_names.UPDATE_STEP])
     return self._micro_steps % self._num_accumulation_steps == 0
 
-  def _finish_update(self, results):
-    """Books the update's time, logs it when due and starts the next update."""
+  def _finish_update(self, results, now):
+    """Books the update's time (it ended at `now`), logs it when due, starts the next update."""
     update_time = self._micro_time
     avg_loss_step = float(np.mean(self._micro_losses))
     self._micro_time = 0.0
     self._micro_losses = []
     self.update_times.append(update_time)
-    step = int(results["step_update"])
+    step = int(results[graph_names.STEP_UPDATE])
     if self._counts_for_average(len(self.update_times), step):
       self._steady_time += update_time
       self._steady_updates += 1
-    if len(self.update_times) == 1 or step % self._display_loss_steps == 0:
-      self._emit(step, self._update_data(results, update_time, avg_loss_step))
+    applied = step != self._last_step
+    self._last_step = step
+    if not applied:
+      self._skipped_updates += 1
+      if self._logger.enabled:
+        logging.info("update skipped at step %d (non-finite gradients)%s", step,
+                     "; loss scale now %g" % results["loss_scale"] if "loss_scale" in results
+                     else "")
+      return
+    self._applied_updates += 1
+    if self._first_update_end is None:
+      self._first_update_end = now
+    if self._applied_updates == 1 or step % self._display_loss_steps == 0:
+      data = self._update_data(results, update_time, avg_loss_step)
+      self._logger.log(step=step, data=data)
+      self._write_summary(step, data)
+      if self._logger.enabled:
+        logging.info("%s", self._progress(step, now))
+
+  def _progress(self, step, now):
+    """The progress line; the ETA uses the time per update since the first update ended."""
+    later_updates = len(self.update_times) - 1
+    seconds_per_update = ((now - self._first_update_end) / later_updates if later_updates
+                          else None)
+    return progress_message(step, self._num_train_steps, now - self._first_run_start,
+                            seconds_per_update)
+
+  def _write_summary(self, step, data):
+    """Writes the scalars of SUMMARY_TAGS found in `data` (None values left out) at `step`."""
+    if self._summary_writer is None:
+      return
+    values = [_tf1.Summary.Value(tag=tag, simple_value=float(data[key]))
+              for key, tag in SUMMARY_TAGS.items() if data.get(key) is not None]
+    self._summary_writer.add_summary(_tf1.Summary(value=values), global_step=step)
+    # Flushed at once: someone watching a long run sees every point as it is logged.
+    self._summary_writer.flush()
+
+  def _close_summary_writer(self):
+    if self._summary_writer is not None:
+      self._summary_writer.close()
+      self._summary_writer = None
 
   def _counts_for_average(self, update_index, step):
     """Whether update number `update_index` of the run (1-based) enters the throughput average."""
@@ -211,17 +326,21 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     return True
 
   def _update_data(self, results, update_time, avg_loss_step):
-    """The data of a per-update log line (SPEC section 5 keys)."""
+    """The data of a per-update log line (NVIDIA's keys)."""
     data = collections.OrderedDict()
     data["throughput_train"] = (self._global_batch_size / update_time if update_time > 0
                                 else None)
-    data["mlm_loss"] = float(results["mlm_loss"])
-    data["nsp_loss"] = float(results["nsp_loss"])
-    data["total_loss"] = float(results["total_loss"])
+    data["mlm_loss"] = float(results[graph_names.MLM_LOSS])
+    data["nsp_loss"] = float(results[graph_names.NSP_LOSS])
+    data["total_loss"] = float(results[graph_names.TOTAL_LOSS])
     data["avg_loss_step"] = avg_loss_step
-    data["learning_rate"] = float(results["learning_rate"])
-    if "loss_scale" in results:
-      data["loss_scaler"] = float(results["loss_scale"])
+    data["learning_rate"] = float(results[graph_names.LEARNING_RATE])
+    if graph_names.LOSS_SCALE in results:
+      data["loss_scaler"] = float(results[graph_names.LOSS_SCALE])
+    if graph_names.GLOBAL_NORM in results:
+      data["global_norm"] = float(results[graph_names.GLOBAL_NORM])
+    if graph_names.SKIPPED_UPDATES in results:
+      data["skipped_updates"] = int(results[graph_names.SKIPPED_UPDATES])
     return data
 
   def summary(self):
@@ -230,7 +349,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     Returns:
       OrderedDict: throughput_train (the throughput average, sequences/s, or None when no update
       qualifies), total_time (seconds of all updates), update_steps, steady_update_steps (updates
-      in the average), steady_time (their seconds).
+      in the average), steady_time (their seconds), skipped_updates (updates the optimizer
+      skipped, included in update_steps).
     """
     if self._steady_updates > 0 and self._steady_time > 0:
       throughput = self._global_batch_size * self._steady_updates / self._steady_time
@@ -242,13 +362,15 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
         ("update_steps", len(self.update_times)),
         ("steady_update_steps", self._steady_updates),
         ("steady_time", self._steady_time),
+        ("skipped_updates", self._skipped_updates),
     ])
 
   def end(self, session):
-    """Logs the summary line (step [])."""
+    """Logs the summary line (step []) and closes the TensorBoard events file."""
     del session  # unused
+    self._close_summary_writer()
     summary = self.summary()
-    self._emit(dllogger_setup.SUMMARY_STEP, summary)
+    self._logger.log(step=dllogger_setup.SUMMARY_STEP, data=summary)
     if self._logger.enabled:
       if summary["throughput_train"] is None:
         logging.info("Throughput Average: not measured (%d update steps, the first %d are "
@@ -258,10 +380,6 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
                      "measured, %.2f s)", summary["throughput_train"],
                      summary["steady_update_steps"], summary["update_steps"],
                      summary["steady_time"])
-
-  def _emit(self, step, data):
-    """The hook's one logging call."""
-    self._logger.log(step=step, data=data)
 
 
 class EvalTimingHook(tf.estimator.SessionRunHook):
@@ -273,16 +391,13 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
   """
 
   def __init__(self, logger, eval_batch_size, warmup_batches=DEFAULT_EVAL_WARMUP_BATCHES,
-               batch_size_tensor_name=None, clock=time.perf_counter):
+               clock=time.perf_counter):
     """Configures the hook.
 
     Args:
       logger: `dllogger_setup.RunLogger`.
       eval_batch_size: sequences per evaluation batch.
       warmup_batches: batches left out of the throughput.
-      batch_size_tensor_name: optional name of a scalar graph tensor holding the number of sequences
-        in the current batch (a last, partial batch); without it every batch counts
-        `eval_batch_size`.
       clock: function returning seconds; `time.perf_counter` by default.
 
     Raises:
@@ -294,9 +409,7 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     self._logger = logger
     self._eval_batch_size = eval_batch_size
     self._warmup_batches = warmup_batches
-    self._batch_size_tensor_name = batch_size_tensor_name
     self._clock = clock
-    self._fetches = None
     self._reset()
 
   def _reset(self):
@@ -305,28 +418,13 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     # Seconds of every batch, in order (warm-up included).
     self.batch_times = []
     self._timed_times = []
-    self._timed_examples = 0
 
   def begin(self):
-    """Looks up the batch size tensor, if one was named.
-
-    Raises:
-      ValueError: when the graph has no tensor of that name.
-    """
-    self._fetches = None
-    if self._batch_size_tensor_name:
-      tensor = _graph_tensor(_tf1.get_default_graph(), self._batch_size_tensor_name)
-      if tensor is None:
-        raise ValueError("eval timing hook: the graph has no tensor named %s"
-                         % self._batch_size_tensor_name)
-      self._fetches = tensor
+    """Clears the measurements of an earlier evaluation."""
     self._reset()
 
   def before_run(self, run_context):
     self._run_start = self._clock()
-    if self._fetches is None:
-      return None
-    return tf.estimator.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
     elapsed = self._clock() - self._run_start
@@ -334,10 +432,6 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     if len(self.batch_times) <= self._warmup_batches:
       return
     self._timed_times.append(elapsed)
-    if self._fetches is None:
-      self._timed_examples += self._eval_batch_size
-    else:
-      self._timed_examples += int(run_values.results)
 
   def summary(self):
     """Evaluation timing so far.
@@ -349,7 +443,8 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     """
     timed = np.asarray(self._timed_times, dtype=np.float64)
     eval_time = float(timed.sum())
-    throughput = self._timed_examples / eval_time if timed.size and eval_time > 0 else None
+    throughput = (self._eval_batch_size * timed.size / eval_time if timed.size and eval_time > 0
+                  else None)
     summary = collections.OrderedDict([
         ("throughput_val", throughput),
         ("eval_batches", len(self.batch_times)),
@@ -366,18 +461,44 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     """Logs the summary line (step [])."""
     del session  # unused
     summary = self.summary()
-    self._emit(dllogger_setup.SUMMARY_STEP, summary)
+    self._logger.log(step=dllogger_setup.SUMMARY_STEP, data=summary)
     if self._logger.enabled and summary["throughput_val"] is not None:
       logging.info("Evaluation throughput (sequences/s) = %.2f over %d batches",
                    summary["throughput_val"], summary["timed_eval_batches"])
 
-  def _emit(self, step, data):
-    """The hook's one logging call."""
-    self._logger.log(step=step, data=data)
+
+class TrainingDivergedError(RuntimeError):
+  """The training loss became NaN; the message says what to change."""
+
+
+def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False,
+                   init_loss_scale=None):
+  """The error to stop a job with when the Estimator's NaN-loss check fired.
+
+  Args:
+    checkpoint_step: global step of the newest checkpoint (0: none).
+    output_dir: where the checkpoints are.
+    learning_rate: --learning_rate (per worker).
+    manual_fp16: the encoder ran in fp16.
+    init_loss_scale: --init_loss_scale (fp16).
+
+  Returns:
+    a `TrainingDivergedError` naming the flags to change and where a rerun resumes.
+  """
+  advice = ["lower --learning_rate (now %g per worker) or raise --num_warmup_steps" % learning_rate]
+  if manual_fp16:
+    advice.append("fp16 activations may overflow: lower --init_loss_scale (now %d), or train in "
+                  "fp32 (without --manual_fp16)" % init_loss_scale)
+  advice.append("check the input records (a NaN masked_lm_weights value makes a NaN loss)")
+  resume = ("running the same command again resumes from the newest checkpoint (step %d in %s)"
+            % (checkpoint_step, output_dir) if checkpoint_step else
+            "no checkpoint was saved: a rerun starts from step 0")
+  return TrainingDivergedError("the training loss became NaN. What to try: %s. After a change, %s."
+                               % ("; ".join(advice), resume))
 
 
 def weight_sync_enabled(force_weight_sync, environ=None):
-  """Whether the weight-sync hook is wanted (SPEC section 7).
+  """Whether the weight-sync hook is wanted (docs/DESIGN.md section 7).
 
   Args:
     force_weight_sync: value of the `--force_weight_sync` flag.

@@ -2,36 +2,29 @@
 
 Horovod is optional. Until `hvd_init()` has run, every helper answers as a single process would
 (size 1, rank 0, local rank 0), and none of them imports Horovod, so single-process runs never load
-it. `hvd` is the `horovod.tensorflow` module, imported on first access, or None when Horovod is not
-installed:
+it:
 
   from utils import hvd_utils
-  hvd_utils.hvd_init()                       # under mpirun / horovodrun
-  if hvd_utils.is_rank0(): ...
+  hvd = hvd_utils.hvd_init()                 # under mpirun / horovodrun
+  if hvd_utils.hvd_rank() == 0: ...
   hooks = [hvd_utils.broadcast_global_variables_hook(0)]
 
-Output directories and checkpoint saving follow SPEC section 7: rank 0 writes to `output_dir`, every
-other rank to `output_dir/worker_<rank>`; with `node_local_output_dir`, each node's local rank 0
-also writes to `output_dir` (a node-local disk) and saves checkpoints there.
+Output directories and checkpoint saving follow docs/DESIGN.md section 7: rank 0 writes to
+`output_dir`, every other rank to `output_dir/worker_<rank>`; with `node_local_output_dir`, each
+node's local rank 0 also writes to `output_dir` (a node-local disk) and saves checkpoints there.
 """
 
 import importlib
 import os
 import sys
 
+from absl import logging
 import tensorflow as tf
 
 from utils import checks
 
 _HOROVOD_MODULE = "horovod.tensorflow"
 _tf1 = tf.compat.v1
-
-
-def __getattr__(name):
-  """Module attribute `hvd`: `horovod.tensorflow` (imported now if needed) or None."""
-  if name == "hvd":
-    return _import_horovod()
-  raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def _import_horovod():
@@ -65,6 +58,10 @@ def hvd_init():
         "Horovod is not installed (import of %s failed): install it (see README, `make env`) "
         "or run a single process without --horovod" % _HOROVOD_MODULE)
   module.init()
+  if module.size() == 1:
+    # Started without a launcher, --horovod trains silently as one worker: say so.
+    logging.warning("Horovod runs 1 worker: started without horovodrun / mpirun (or with -np 1)? "
+                    "Training as a single worker.")
   return module
 
 
@@ -95,11 +92,6 @@ def comm_local_size():
   """Number of workers on this worker's node; 1 without Horovod."""
   module = _initialised_horovod()
   return module.local_size() if module is not None else 1
-
-
-def is_rank0():
-  """True on the worker that logs, evaluates and (by default) saves checkpoints."""
-  return hvd_rank() == 0
 
 
 def broadcast_global_variables_hook(root_rank=0):
@@ -146,7 +138,7 @@ def average_variables_op(variables, name="weight_sync"):
 
 
 def worker_output_dir(output_dir, rank, local_rank, node_local_output_dir):
-  """The directory this worker writes to (SPEC section 7).
+  """The directory this worker writes to (docs/DESIGN.md section 7).
 
   Args:
     output_dir: the job's `--output_dir`.
@@ -170,7 +162,7 @@ def worker_output_dir(output_dir, rank, local_rank, node_local_output_dir):
 
 
 def saves_checkpoints(rank, local_rank, node_local_output_dir):
-  """Whether this worker saves checkpoints (SPEC section 7).
+  """Whether this worker saves checkpoints (docs/DESIGN.md section 7).
 
   Rank 0 always does. With `node_local_output_dir`, each node's local rank 0 does too, into its own
   node-local `output_dir`, so the next phase finds a checkpoint on every node. Every other worker

@@ -6,13 +6,18 @@ A pretraining record is a `tf.train.Example` with the seven features of the orig
 interchangeable.
 """
 
-import os
+import random
 
 from absl import logging
 import tensorflow as tf
 
-# Shuffle seed of the deterministic mode when none is given.
-DEFAULT_INPUT_SEED = 12345
+from utils import job
+from utils import paths
+
+# Shuffle seed of the deterministic mode when none is given: the job's deterministic seed.
+DEFAULT_INPUT_SEED = job.DETERMINISTIC_SEED
+# Training epochs: as many as the job asks for (the Estimator stops at --num_train_steps).
+_EPOCHS_FOREVER = 2**62
 
 
 def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
@@ -51,20 +56,9 @@ def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_
   Raises:
     ValueError: naming the patterns and directories when no file matches.
   """
-  patterns = [p.strip() for p in (input_files or "").split(",") if p.strip()]
-  directories = [d.strip() for d in (input_files_dir or "").split(",") if d.strip()]
-  files = []
-  for pattern in patterns:
-    files += [path for path in sorted(tf.io.gfile.glob(pattern)) if not tf.io.gfile.isdir(path)]
-  for directory in directories:
-    if tf.io.gfile.isdir(directory):
-      paths = [os.path.join(directory, name) for name in sorted(tf.io.gfile.listdir(directory))
-               if not name.startswith(".")]
-    else:
-      # Not a directory: taken as a file name or glob pattern, like --input_file.
-      paths = sorted(tf.io.gfile.glob(directory))
-    files += [path for path in paths if not tf.io.gfile.isdir(path)]
-  files = list(dict.fromkeys(files))  # each path once, first place kept
+  patterns = paths.split_list(input_files)
+  directories = paths.split_list(input_files_dir)
+  files = paths.resolve_files(patterns, directories)
   if not files:
     asked = ["--input_file=%s" % p for p in patterns]
     asked += ["--%s=%s" % (dir_flag, d) for d in directories]
@@ -73,7 +67,7 @@ def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_
 
 
 def shard_input_files(input_files, num_workers, worker_index):
-  """This worker's share of the input (SPEC section 7).
+  """This worker's share of the input (docs/DESIGN.md section 7).
 
   With at least as many files as workers, worker w takes files w, w + W, w + 2W, ...; with fewer
   files, every worker reads all files and keeps every W-th record (a warning says so), so no worker
@@ -110,45 +104,90 @@ def _decode_batch(records, name_to_features):
           for name, value in features.items()}
 
 
+def _epoch_seeds(seed, epoch):
+  """Seeds of one epoch's shuffles: (file order [2] int64, record order int64), from seed, epoch.
+
+  Each epoch's order is a function of (seed, epoch) alone, so any epoch can be rebuilt without
+  replaying the ones before it.
+  """
+  epoch = tf.cast(epoch, tf.int64)
+  seed = tf.constant(seed, tf.int64)
+  return tf.stack([seed, epoch]), seed * 1000003 + epoch
+
+
+def _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic, seed,
+               shuffle_buffer_size, epoch):
+  """Every record of this worker's shard once, in a shuffled order of epoch `epoch`.
+
+  Args:
+    files, by_record, num_workers, worker_index, num_cpu_threads, deterministic: see
+      `_serialized_records`.
+    seed: int, the base seed of the shuffles.
+    shuffle_buffer_size: records in the shuffle buffer.
+    epoch: int64 scalar Tensor, the epoch's index.
+
+  Returns:
+    finite tf.data.Dataset of scalar tf.string.
+  """
+  file_seed, record_seed = _epoch_seeds(seed, epoch)
+  if by_record:
+    # Every worker must see the files in the same order for the shards to partition the records.
+    d = tf.data.TFRecordDataset(files).shard(num_workers, worker_index)
+  else:
+    order = tf.random.experimental.stateless_shuffle(tf.constant(files), seed=file_seed)
+    d = tf.data.Dataset.from_tensor_slices(order)
+    cycle_length = max(1, min(num_cpu_threads, len(files)))
+    if deterministic:  # sequential interleave: a fixed order by construction
+      d = d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length)
+    else:
+      d = d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
+                       num_parallel_calls=cycle_length, deterministic=False)
+  return d.shuffle(buffer_size=shuffle_buffer_size, seed=record_seed)
+
+
 def _serialized_records(files, by_record, num_workers, worker_index, is_training, num_cpu_threads,
-                        deterministic, seed):
-  """The serialised records of this worker's shard, before shuffling and batching.
+                        deterministic, seed, shuffle_buffer_size=100):
+  """The serialised records of this worker's shard, before batching.
+
+  Training reads epoch after epoch, forever: each epoch reads every record of the shard once
+  (files in a new order, interleaved `num_cpu_threads` at a time when sharded by file; records
+  shuffled in a buffer of `shuffle_buffer_size`), and the next epoch starts only when it is done, so
+  no record is read twice before every record was read once. Evaluation reads the files once, in
+  order.
 
   Args:
     files, by_record: from `shard_input_files`.
     num_workers, worker_index: the workers sharing the input.
-    is_training: training reads repeatedly, files shuffled and interleaved (when sharded by file);
-      evaluation reads the files once, in order.
+    is_training: epochs of shuffled records (training) or the records once, in order.
     num_cpu_threads: files read at a time (training).
     deterministic: read the interleaved files in a fixed order.
-    seed: shuffle seed, or None.
+    seed: int, base seed of the shuffles (training).
+    shuffle_buffer_size: records in the shuffle buffer (training).
 
   Returns:
     tf.data.Dataset of scalar tf.string.
   """
-  if is_training and not by_record:
-    d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-    d = d.repeat()
-    d = d.shuffle(buffer_size=len(files), seed=seed)
-    cycle_length = max(1, min(num_cpu_threads, len(files)))
-    if deterministic:  # sequential interleave: a fixed order by construction
-      return d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length)
-    return d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
-                        num_parallel_calls=cycle_length, deterministic=False)
-  d = tf.data.TFRecordDataset(files)
-  if by_record:
-    d = d.shard(num_workers, worker_index)
-  return d.repeat() if is_training else d
+  if not is_training:
+    d = tf.data.TFRecordDataset(files)
+    return d.shard(num_workers, worker_index) if by_record else d
+
+  def epoch_records(epoch):
+    return _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic,
+                      seed, shuffle_buffer_size, epoch)
+
+  # flat_map ends one epoch's dataset before it starts the next.
+  return tf.data.Dataset.range(_EPOCHS_FOREVER).flat_map(epoch_records)
 
 
 def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
                      is_training, num_cpu_threads=4, num_workers=1, worker_index=0,
-                     deterministic=False, seed=None, shuffle_buffer_size=100):
+                     deterministic=False, seed=None, shuffle_buffer_size=100, skip_records=0):
   """Builds the `input_fn` of the Estimator / TPUEstimator.
 
-  Training: this worker's shard (see `shard_input_files`), repeated forever; files shuffled and read
-  `num_cpu_threads` at a time (interleaved), records shuffled, parsed and batched with
-  drop_remainder=True (static batch shape), prefetched. Evaluation: the files in the given order,
+  Training: this worker's shard (see `shard_input_files`) epoch after epoch, each epoch every record
+  once before any record a second time (`_serialized_records`: files shuffled and read
+  `num_cpu_threads` at a time, records shuffled, a new order each epoch), parsed and batched with
+  drop_remainder=True (static batch shape; a batch may span two epochs), prefetched. Evaluation: the files in the given order,
   no shuffle, no repeat, every record once (the last batch may be smaller).
 
   Args:
@@ -161,9 +200,13 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     num_workers: number of workers sharing the input (Horovod size).
     worker_index: this worker (Horovod rank).
     deterministic: seeded shuffles, one thread, the same batches on every run.
-    seed: shuffle seed (offset by `worker_index`); None: unseeded, or `DEFAULT_INPUT_SEED` when
-      `deterministic`.
+    seed: shuffle seed (offset by `worker_index`); None: a random one, or `DEFAULT_INPUT_SEED`
+      when `deterministic`.
     shuffle_buffer_size: records in the shuffle buffer (training).
+    skip_records: deterministic training only: records of this worker's stream already consumed
+      (a resumed run), dropped after the record shuffle, before batching, so the batches
+      continue exactly where the checkpoint left them. They are still read to reproduce the
+      shuffle, but neither parsed nor trained on.
 
   Returns:
     input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32
@@ -173,9 +216,14 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
   input_files = list(input_files)
   if not input_files:
     raise ValueError("input_fn_builder: no input files")
+  if skip_records and not (deterministic and is_training):
+    raise ValueError("input_fn_builder: skip_records (%d) needs deterministic training: another "
+                     "stream has no fixed position to resume at" % skip_records)
   if deterministic and seed is None:
     seed = DEFAULT_INPUT_SEED
-  shuffle_seed = None if seed is None else seed + worker_index
+  if seed is None:  # a new order on every run
+    seed = random.SystemRandom().randrange(2**31)
+  shuffle_seed = seed + worker_index
 
   def input_fn(params):
     """Returns the dataset; `params` may carry "batch_size" (TPUEstimator)."""
@@ -183,9 +231,9 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     name_to_features = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
     files, by_record = shard_input_files(input_files, num_workers, worker_index)
     d = _serialized_records(files, by_record, num_workers, worker_index, is_training,
-                            num_cpu_threads, deterministic, shuffle_seed)
-    if is_training:
-      d = d.shuffle(buffer_size=shuffle_buffer_size, seed=shuffle_seed)
+                            num_cpu_threads, deterministic, shuffle_seed, shuffle_buffer_size)
+    if skip_records:
+      d = d.skip(skip_records)
     d = d.batch(size, drop_remainder=is_training)
     def decode(records):
       return _decode_batch(records, name_to_features)

@@ -1,4 +1,5 @@
-"""Draws a run log (`DLLL {json}` lines) as a PNG: loss, learning rate and throughput against step.
+"""Draws a run log (`DLLL {json}` lines) as a PNG: loss, learning rate and throughput against step,
+and, when the log has them, the gradient norm and the loss scale (with the skipped updates).
 
   python -m utils.plot_log OUTPUT_DIR/dllogger.json OUTPUT_DIR/training.png
 
@@ -9,11 +10,9 @@ Lines that are not `DLLL` records (e.g. other output mixed into the file) are sk
 
 import argparse
 import math
-import numbers
 import os
 import sys
 
-from absl import logging
 from matplotlib import figure
 from matplotlib import ticker
 from matplotlib.backends import backend_agg
@@ -22,43 +21,14 @@ from utils import dllogger_setup
 
 # Loss curves, in drawing order.
 LOSS_KEYS = ("total_loss", "mlm_loss", "nsp_loss", "avg_loss_step")
+# Figure size (inches, at 100 dpi) with the three panels every log has; each optional panel (the
+# gradient norm, the loss scale) adds EXTRA_PANEL_HEIGHT.
+FIGURE_SIZE = (9, 10)
+EXTRA_PANEL_HEIGHT = 3
 
 
-def read_log(log_path):
-  """Reads the per-step and summary records of a log file.
-
-  Args:
-    log_path: a file of `DLLL {json}` lines.
-
-  Returns:
-    (steps, summaries): `steps` is a list of (step, data dict) for the lines whose step is an
-    integer, in file order; `summaries` the data dicts of the lines whose step is [].
-
-  Raises:
-    OSError: when the file cannot be read.
-    ValueError: naming the file, when it has no per-step log line.
-  """
-  steps = []
-  summaries = []
-  skipped = 0
-  with open(log_path, "r") as reader:
-    for line in reader:
-      record = dllogger_setup.parse_log_line(line)
-      if record is None or record.get("type") != "LOG" or not isinstance(record.get("data"), dict):
-        if line.strip():
-          skipped += 1
-        continue
-      step = record.get("step")
-      if isinstance(step, numbers.Integral) and not isinstance(step, bool):
-        steps.append((int(step), record["data"]))
-      elif step == []:
-        summaries.append(record["data"])
-  if not steps:
-    raise ValueError("%s: no per-step log line (expected lines 'DLLL {json}' with type LOG and an "
-                     "integer step)" % log_path)
-  if skipped:
-    logging.info("%s: skipped %d lines that are not DLLL log records", log_path, skipped)
-  return steps, summaries
+# The log reader lives with the log writer; kept here under its old name for callers.
+read_log = dllogger_setup.read_log
 
 
 def _as_float(value):
@@ -105,8 +75,40 @@ def _no_data(axes, what):
             va="center", color="gray")
 
 
+def _draw_global_norm(axes, points):
+  """The finite gradient norms, and a vertical line at each update whose norm is not finite (an
+  update that was skipped)."""
+  xs, ys = points
+  finite = [(x, y) for x, y in zip(xs, ys) if math.isfinite(y)]
+  if finite:
+    axes.plot(*zip(*finite), marker="." if len(finite) < 50 else None,
+              label="global_norm (before clipping)")
+  for index, x in enumerate(x for x, y in zip(xs, ys) if not math.isfinite(y)):
+    axes.axvline(x, color="red", alpha=0.4,
+                 label="non-finite (update skipped)" if index == 0 else None)
+  axes.legend(loc="best")
+  axes.set_ylabel("gradient norm")
+
+
+def _draw_loss_scale(axes, points, skipped_points):
+  """The loss scale on a log2 axis; the skipped-update count, when logged, on a second axis."""
+  _draw_or_say_empty(axes, points, "loss_scaler")
+  axes.set_yscale("log", base=2)
+  axes.set_ylabel("loss scale")
+  handles, labels = axes.get_legend_handles_labels()
+  if skipped_points[0]:
+    count_axes = axes.twinx()
+    count_axes.step(*skipped_points, where="post", color="red", label="skipped_updates")
+    count_axes.set_ylabel("skipped updates")
+    count_axes.yaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    more_handles, more_labels = count_axes.get_legend_handles_labels()
+    handles, labels = handles + more_handles, labels + more_labels
+  axes.legend(handles, labels, loc="best")
+
+
 def plot_log(log_path, out_path, title=None):
-  """Draws loss, learning rate and throughput against step into a PNG.
+  """Draws loss, learning rate, gradient norm and loss scale (when logged), throughput against
+  step into a PNG.
 
   Args:
     log_path: the run log (`DLLL {json}` lines).
@@ -121,9 +123,20 @@ def plot_log(log_path, out_path, title=None):
     ValueError: naming the file, when the log has no per-step line.
   """
   steps, summaries = read_log(log_path)
-  fig = figure.Figure(figsize=(9, 10), dpi=100)
+  norm_points = series(steps, "global_norm")
+  scale_points = series(steps, "loss_scaler")
+  optional = [points for points in (norm_points, scale_points) if points[0]]
+  fig = figure.Figure(
+      figsize=(FIGURE_SIZE[0], FIGURE_SIZE[1] + EXTRA_PANEL_HEIGHT * len(optional)), dpi=100)
   backend_agg.FigureCanvasAgg(fig)
-  loss_axes, lr_axes, throughput_axes = fig.subplots(3, 1, sharex=True)
+  all_axes = list(fig.subplots(3 + len(optional), 1, sharex=True))
+  loss_axes, lr_axes = all_axes[:2]
+  throughput_axes = all_axes[-1]
+  optional_axes = all_axes[2:-1]
+  if norm_points[0]:
+    _draw_global_norm(optional_axes.pop(0), norm_points)
+  if scale_points[0]:
+    _draw_loss_scale(optional_axes.pop(0), scale_points, series(steps, "skipped_updates"))
 
   drawn = [_draw_or_say_empty(loss_axes, series(steps, key), key) for key in LOSS_KEYS]
   if any(drawn):
@@ -150,7 +163,7 @@ def plot_log(log_path, out_path, title=None):
   throughput_axes.set_xlabel("step")
   throughput_axes.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
 
-  for axes in (loss_axes, lr_axes, throughput_axes):
+  for axes in all_axes:
     axes.grid(True, alpha=0.3)
   fig.suptitle(title or os.path.basename(log_path))
   fig.tight_layout()
@@ -165,8 +178,8 @@ def main(argv=None):
   """Command line: `python -m utils.plot_log LOGFILE OUT.png`; returns the exit status."""
   parser = argparse.ArgumentParser(
       prog="python -m utils.plot_log",
-      description="Draw loss, learning rate and throughput against step from a run log "
-                  "(DLLL lines) into a PNG.")
+      description="Draw loss, learning rate, gradient norm and loss scale (when logged) and "
+                  "throughput against step from a run log (DLLL lines) into a PNG.")
   parser.add_argument("log_file", help="run log written by the training job (DLLL lines)")
   parser.add_argument("out_png", help="PNG file to write")
   parser.add_argument("--title", default=None, help="figure title (default: the log file name)")

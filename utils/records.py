@@ -1,5 +1,6 @@
 """Checks of pretraining TFRecords: a pre-flight check of every input file's first record, and the
-scan that names the file and record after the input pipeline failed on a bad one.
+scan that names the file and record after the input pipeline failed on a bad one. Both read the
+files through tf.data and judge each record with the same check.
 """
 
 import numpy as np
@@ -7,11 +8,52 @@ import tensorflow as tf
 
 from utils.input_pipeline import pretraining_feature_spec
 
-def _first_record(path):
-  """The first serialised record of a TFRecord file, or None for a file without records."""
-  for record in tf.compat.v1.io.tf_record_iterator(path):
-    return record
-  return None
+_tf1 = tf.compat.v1
+
+
+class _RecordReader(object):
+  """Reads the records of TFRecord files, CRC-checked, through tf.data in a graph and session of
+  its own (so it works the same in eager and in graph mode). One reader serves many files."""
+
+  def __init__(self):
+    self._graph = tf.Graph()
+    with self._graph.as_default():
+      self._path = _tf1.placeholder(tf.string, [])
+      self._max_records = _tf1.placeholder(tf.int64, [])  # -1: all
+      dataset = tf.data.TFRecordDataset(self._path).take(self._max_records)
+      iterator = _tf1.data.make_initializable_iterator(dataset)
+      self._initializer = iterator.initializer
+      self._next_record = iterator.get_next()
+    self._session = _tf1.Session(graph=self._graph)
+
+  def records(self, path, max_records=None):
+    """Yields the serialised records of `path` in order, at most `max_records` (None: all).
+
+    Raises:
+      tf.errors.OpError: for a file that cannot be read or a corrupt or truncated record
+        (DataLossError).
+    """
+    self._session.run(self._initializer, {self._path: path,
+                                          self._max_records: -1 if max_records is None
+                                                             else max_records})
+    while True:
+      try:
+        yield self._session.run(self._next_record)
+      except tf.errors.OutOfRangeError:
+        return
+
+  def close(self):
+    self._session.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused_exc_info):
+    self.close()
+
+
+def _error_text(error):
+  return getattr(error, "message", str(error)).strip()
 
 
 def _feature_values(feature):
@@ -76,6 +118,19 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
                          % (path, outside[0], name, where, vocab_size))
 
 
+def _record_problem(record, path, where, max_seq_length, max_predictions_per_seq, vocab_size):
+  """What is wrong with one serialised record, or None (see `check_example`)."""
+  try:
+    example = tf.train.Example.FromString(record)
+  except Exception as e:  # protobuf's DecodeError
+    return "%s: the %s is not a tf.train.Example: %s" % (path, where, e)
+  try:
+    check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size, where=where)
+  except ValueError as e:
+    return str(e)
+  return None
+
+
 def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size=None):
   """Pre-flight check: the first record of every input file fits the model.
 
@@ -89,19 +144,18 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
       tf.train.Example, lacks a feature, has a feature of the wrong type or length, a masked
       position outside the sequence, or a token id outside the vocabulary.
   """
-  for path in input_files:
-    try:
-      record = _first_record(path)
-    except (tf.errors.OpError, OSError) as e:
-      raise ValueError("%s: cannot read the first record: %s"
-                       % (path, getattr(e, "message", str(e)).strip()))
-    if record is None:
-      raise ValueError("%s: the file has no records" % path)
-    try:
-      example = tf.train.Example.FromString(record)
-    except Exception as e:  # protobuf's DecodeError
-      raise ValueError("%s: the first record is not a tf.train.Example: %s" % (path, e))
-    check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size)
+  with _RecordReader() as reader:
+    for path in input_files:
+      try:
+        first = list(reader.records(path, max_records=1))
+      except tf.errors.OpError as e:
+        raise ValueError("%s: cannot read the first record: %s" % (path, _error_text(e)))
+      if not first:
+        raise ValueError("%s: the file has no records" % path)
+      problem = _record_problem(first[0], path, "first record", max_seq_length,
+                                max_predictions_per_seq, vocab_size)
+      if problem is not None:
+        raise ValueError(problem)
 
 
 def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=None,
@@ -121,22 +175,18 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
     None when every record is good, else a message "<file>: record <k> (0-based): <problem>".
   """
   check = max_seq_length is not None and max_predictions_per_seq is not None
-  for path in input_files:
-    index = 0
-    try:
-      for record in tf.compat.v1.io.tf_record_iterator(path):
-        if check:
-          try:
-            example = tf.train.Example.FromString(record)
-            check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size,
-                          where="record %d" % index)
-          except ValueError as e:
-            return "%s: record %d: %s" % (path, index, e)
-          except Exception as e:  # protobuf's DecodeError
-            return "%s: record %d: not a tf.train.Example: %s" % (path, index, e)
-        index += 1
-    except (tf.errors.OpError, OSError) as e:
-      return "%s: record %d: %s" % (path, index, getattr(e, "message", str(e)).strip())
+  with _RecordReader() as reader:
+    for path in input_files:
+      index = 0
+      try:
+        for record in reader.records(path):
+          problem = check and _record_problem(record, path, "record %d" % index, max_seq_length,
+                                              max_predictions_per_seq, vocab_size)
+          if problem:
+            return "%s: record %d: %s" % (path, index, problem)
+          index += 1
+      except tf.errors.OpError as e:
+        return "%s: record %d: %s" % (path, index, _error_text(e))
   return None
 
 
@@ -156,8 +206,7 @@ def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_
   problem = find_bad_record(input_files, max_seq_length, max_predictions_per_seq, vocab_size)
   if problem is None:
     return error
-  message = "bad input record: %s\n(original error: %s)" % (
-      problem, getattr(error, "message", str(error)).strip())
+  message = "bad input record: %s\n(original error: %s)" % (problem, _error_text(error))
   if isinstance(error, tf.errors.OpError):
     return type(error)(error.node_def, error.op, message)
   return type(error)(message)

@@ -56,7 +56,8 @@ def build_session_config(use_horovod=False, local_rank=0, enable_scoped_allocato
     enable_scoped_allocator: turn on the scoped allocator for `HorovodAllreduce` (under Horovod,
       unless TF_DISABLE_SCOPED_ALLOCATOR is true). See the module docstring before using it.
     use_xla: XLA JIT compilation of the whole graph (`global_jit_level` ON_1).
-    amp: automatic mixed precision graph rewrite (`auto_mixed_precision` ON); only GPUs use it.
+    amp: automatic mixed precision graph rewrite (`auto_mixed_precision` ON); only GPUs use it
+      (`gpu_environment.amp_takes_effect`).
     intra_op_threads: threads inside one op; 0 lets TensorFlow choose.
     inter_op_threads: ops run in parallel; 0 lets TensorFlow choose.
     environ: environment mapping; `os.environ` when None.
@@ -87,9 +88,6 @@ def build_session_config(use_horovod=False, local_rank=0, enable_scoped_allocato
     config.graph_options.optimizer_options.global_jit_level = tf.compat.v1.OptimizerOptions.ON_1
   if amp:
     rewrite_options.auto_mixed_precision = rewriter_config_pb2.RewriterConfig.ON
-    if gpu_environment.local_gpu_count() == 0:
-      logging.info("amp: this machine has no GPU: the automatic mixed precision graph rewrite "
-                   "(a GPU rewrite) has no effect")
   if use_horovod:
     gpu_environment.pin_to_local_gpu(config, local_rank)
   return config

@@ -16,8 +16,13 @@ in its own process:
       --steps K --lr LR --warmup W --train_steps S
       the same model (no dropout), randomised and saved as DIR/initial.ckpt, then K LAMB updates
       with the plain reference step of tests/reference/plain_lamb.py on the batches of B.npz
-      (cycled), global-norm clipping and the SPEC's LAMB schedule; writes DIR/losses.npy, the
-      total loss before each update.
+      (cycled), global-norm clipping and the LAMB schedule of docs/DESIGN.md section 6; writes
+      DIR/losses.npy, the total loss before each update.
+  python -m tests.reference.original_bert load --config C --checkpoint CKPT --out OUT.npz
+      builds the original BertModel and pretraining heads, initialises them from CKPT with the
+      release's own `get_assignment_map_from_checkpoint` / `init_from_checkpoint`, and writes the
+      value of every trainable variable to OUT.npz (keys: variable names); fails when a variable
+      is not in CKPT.
   python -m tests.reference.original_bert create_pretraining_data -- FLAGS...
   python -m tests.reference.original_bert run_pretraining -- FLAGS...
   python -m tests.reference.original_bert run_squad -- FLAGS...
@@ -27,7 +32,7 @@ in its own process:
   python -m tests.reference.original_bert on_our_modules SCRIPT -- FLAGS...
       the original script SCRIPT (run_squad, run_classifier, extract_features) unchanged, under
       TF1 behaviour, with its `bert.modeling`, `bert.optimization` and `bert.tokenization` being
-      this project's modules; the Estimator logs the loss at every step.
+      this project's modules; the Estimator writes the loss summary at every step.
   python -m tests.reference.original_bert squad_features --out OUT.json -- FLAGS...
       the original run_squad's examples and features of --predict_file (and of --train_file when
       given, as training data) under its own flags (--vocab_file, --max_seq_length, --doc_stride,
@@ -109,7 +114,7 @@ def _dump_model(config_path, batch_path, out_dir, seed):
 
 
 def _lamb_learning_rate(step, init_lr, num_train_steps, num_warmup_steps):
-  """SPEC section 6 LAMB schedule: linear warmup, then sqrt decay from init_lr to 0."""
+  """docs/DESIGN.md section 6 LAMB schedule: linear warmup, then sqrt decay from init_lr to 0."""
   if num_warmup_steps and step < num_warmup_steps:
     return init_lr * step / num_warmup_steps
   return init_lr * (1.0 - min(step, num_train_steps) / num_train_steps) ** 0.5
@@ -164,6 +169,34 @@ def _train(config_path, batch_path, out_dir, seed, steps, init_lr, num_warmup_st
   np.save(os.path.join(out_dir, "losses.npy"), np.array(losses, np.float64))
 
 
+def _load(config_path, checkpoint, out_path):
+  install_contrib()
+  from bert import modeling as original_modeling  # pylint: disable=g-import-not-at-top
+  from bert import run_pretraining as original_run_pretraining  # pylint: disable=g-import-not-at-top
+
+  _tf1.disable_eager_execution()
+  config = original_modeling.BertConfig.from_json_file(config_path)
+  ids = tf.zeros([1, 2], tf.int32)
+  model = original_modeling.BertModel(config=config, is_training=False, input_ids=ids,
+                                      input_mask=ids, token_type_ids=ids)
+  original_run_pretraining.get_masked_lm_output(
+      config, model.get_sequence_output(), model.get_embedding_table(), ids, ids,
+      tf.ones([1, 2]))
+  original_run_pretraining.get_next_sentence_output(config, model.get_pooled_output(),
+                                                    tf.zeros([1], tf.int32))
+  tvars = _tf1.trainable_variables()
+  assignment_map, initialized = original_modeling.get_assignment_map_from_checkpoint(
+      tvars, checkpoint)
+  missing = [v.op.name for v in tvars if v.op.name not in initialized]
+  if missing:
+    raise SystemExit("not in %s: %s" % (checkpoint, missing))
+  _tf1.train.init_from_checkpoint(checkpoint, assignment_map)
+  with _tf1.Session() as sess:
+    sess.run(_tf1.global_variables_initializer())
+    values = sess.run({v.op.name: v for v in tvars})
+  np.savez(out_path, **values)
+
+
 # Scripts that read TF1 shapes (`shape[-1].value`).
 _TF1_SHAPE_SCRIPTS = ("run_classifier", "run_squad", "extract_features")
 
@@ -196,6 +229,7 @@ def _run_on_our_modules(script, argv):
   class EveryStepRunConfig(base):  # pylint: disable=missing-class-docstring
     def __init__(self, *args, **kwargs):
       kwargs.setdefault("log_step_count_steps", 1)
+      kwargs.setdefault("save_summary_steps", 1)
       super().__init__(*args, **kwargs)
 
   tpu.RunConfig = EveryStepRunConfig
@@ -307,6 +341,14 @@ def main(argv):
     args = parser.parse_args(rest)
     _train(args.config, args.batch, args.out, args.seed, args.steps, args.lr, args.warmup,
            args.train_steps)
+  elif command == "load":
+    import argparse  # pylint: disable=g-import-not-at-top
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(rest)
+    _load(args.config, args.checkpoint, args.out)
   elif command == "squad_features":
     import argparse  # pylint: disable=g-import-not-at-top
     parser = argparse.ArgumentParser()

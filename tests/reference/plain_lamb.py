@@ -1,6 +1,6 @@
 """A straightforward LAMB training step in plain TF ops: the un-optimised reference.
 
-Written from the LAMB paper (You et al., 2019) and SPEC section 6, sharing no code with
+Written from the LAMB paper (You et al., 2019) and docs/DESIGN.md section 6, sharing no code with
 `optimization.py`: one op per formula term and per variable, no fused kernels, no XLA. The caller
 feeds the learning rate and the update count t (so the schedule lives in numpy, in the test).
 

@@ -1,11 +1,12 @@
 """Worker for the distributed training-step tests (tests/test_optimization_horovod.py).
 
-  python optimizer_worker.py --out DIR [--horovod]
+  python optimizer_worker.py --out DIR [--horovod] [--tf1]
 
 Without --horovod: one process trains on the whole global batch (of --global_workers workers) of
 every micro-step and writes DIR/single.npz. With --horovod (under horovodrun/mpirun): each of the W workers trains on its
 1/W slice of the same global batches and writes DIR/rank<r>.npz. Both run every configuration of
-CONFIGS; with --horovod also the inf-on-one-worker scenario and the fp16 allreduce check.
+CONFIGS; with --horovod also the inf-on-one-worker scenario and the fp16 allreduce check. With
+--tf1 the process runs under TF1 behaviour (ref variables, v1 control flow).
 """
 
 import argparse
@@ -80,6 +81,8 @@ def run_configs(hvd, rank, size, results):
         for var_name, value in weights(sess).items():
           results["%s/%s" % (name, var_name)] = value
         results["%s/global_step" % name] = sess.run(_tf1.train.get_global_step())
+        results["%s/ref_variables" % name] = np.array(
+            [optimization.is_ref_variable(v) for v in _tf1.trainable_variables()])
 
 
 def run_inf_on_one_worker(hvd, rank, results):
@@ -121,8 +124,13 @@ def main():
   parser.add_argument("--horovod", action="store_true")
   parser.add_argument("--global_workers", type=int, default=2,
                       help="without --horovod: the worker count whose global batch to train on")
+  parser.add_argument("--tf1", action="store_true",
+                      help="TF1 behaviour (disable_v2_behavior): ref variables, v1 control flow")
   args = parser.parse_args()
-  tf.compat.v1.disable_eager_execution()
+  if args.tf1:
+    tf.compat.v1.disable_v2_behavior()
+  else:
+    tf.compat.v1.disable_eager_execution()
   hvd = None
   rank, size = 0, args.global_workers
   if args.horovod:

@@ -2,7 +2,8 @@
 
 Usage: weight_sync_check.py CONFIG_JSON OUT_DIR
 
-CONFIG_JSON holds scenarios; each gives, per rank, the starting values and the per-iteration
+CONFIG_JSON holds scenarios (and "tf1": true to run under TF1 behaviour, with ref variables); each
+gives, per rank, the starting values and the per-iteration
 increment of every trainable variable, the starting value of one non-trainable variable, the
 number of accumulation steps and the number of iterations. There is no broadcast: the workers start
 from different weights. The train op adds each rank's increment. A recording hook placed after the
@@ -75,15 +76,19 @@ def run_scenario(scenario, rank):
       for _ in range(scenario["iterations"]):
         session.run(train_op)
   return {"before": recorder.before, "after": recorder.after, "sync_count": sync_hook.sync_count,
-          "local_only": recorder.final}
+          "local_only": recorder.final,
+          "ref_variables": [var.dtype != var.dtype.base_dtype for var in variables.values()]}
 
 
 def main(argv):
-  tf.compat.v1.disable_eager_execution()
-  hvd = hvd_utils.hvd_init()
-  rank = hvd.rank()
   with open(argv[1]) as f:
     config = json.load(f)
+  if config.get("tf1"):
+    tf.compat.v1.disable_v2_behavior()  # ref variables, v1 control flow
+  else:
+    tf.compat.v1.disable_eager_execution()
+  hvd = hvd_utils.hvd_init()
+  rank = hvd.rank()
   results = [run_scenario(scenario, rank) for scenario in config["scenarios"]]
   with open(os.path.join(argv[2], "rank_%d.json" % rank), "w") as f:
     json.dump({"rank": rank, "size": hvd.size(), "scenarios": results}, f)

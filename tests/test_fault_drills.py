@@ -1,0 +1,231 @@
+"""Fault drills, run as a user would: real processes killed, resumed, corrupted, doubled.
+
+Each drill asserts what the user sees (exit code, message, files, log lines) and how long it took.
+Tiny model, few steps, outer timeouts on every process.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import tensorflow as tf
+
+import tokenization
+from tests.test_create_pretraining_data import make_corpus
+from tests.test_run_pretraining import REPO_ROOT
+from tests.test_run_pretraining import SCRIPT
+from tests.test_run_pretraining import _horovodrun
+from tests.test_run_pretraining import _mpirun
+from tests.test_run_pretraining import checkpoint_values
+from tests.test_run_pretraining import common_flags
+from tests.test_run_pretraining import data  # noqa: F401  (the module's data fixture)
+from tests.test_run_pretraining import read_dllog
+from tests.test_run_pretraining import run_job
+
+
+def _start(args, launcher=()):
+  """Starts run_pretraining.py (under `launcher`) in its own session; returns the Popen."""
+  return subprocess.Popen(list(launcher) + [sys.executable, SCRIPT] + list(args), cwd=REPO_ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)
+
+
+def _stop(process):
+  """Kills the session of `process` if it still runs (test clean-up)."""
+  if process.poll() is None:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def _wait_for(condition, process, what, timeout=240):
+  """Polls `condition()` every 0.1 s while `process` runs; fails naming `what` on time-out."""
+  deadline = time.time() + timeout
+  while not condition():
+    if process.poll() is not None:
+      raise AssertionError("the job ended (exit %s) before %s:\n%s"
+                           % (process.returncode, what, process.stdout.read()[-4000:]))
+    assert time.time() < deadline, "timed out waiting for %s" % what
+    time.sleep(0.1)
+
+
+def _log_lines(path):
+  return path.read_text().splitlines() if path.exists() else []
+
+
+def _workers(launcher_pid):
+  """The run_pretraining.py processes below the launcher."""
+  return [p for p in psutil.Process(launcher_pid).children(recursive=True)
+          if p.cmdline()[:2] == [sys.executable, SCRIPT]]
+
+
+def _kill_rank1_and_time_the_end(launcher, rank_variable, log):
+  """Waits for training, kill -9s rank 1, returns (launcher exit code, seconds to the end)."""
+  _wait_for(lambda: len(_log_lines(log)) >= 3, launcher, "three log lines")
+  workers = _workers(launcher.pid)
+  assert len(workers) == 2, workers
+  victim = [p for p in workers if p.environ().get(rank_variable) == "1"]
+  assert victim, "rank 1 not found (%s)" % rank_variable
+  victim[0].send_signal(signal.SIGKILL)
+  killed_at = time.time()
+  code = launcher.wait(timeout=90)
+  return code, time.time() - killed_at
+
+
+def test_killed_worker_ends_a_horovodrun_job_quickly(data, tmp_path):
+  out = tmp_path / "out"
+  launcher = _start(common_flags(data, out, do_train=True, horovod=True, num_train_steps=100000,
+                                 save_checkpoints_steps=1000), launcher=_horovodrun())
+  try:
+    code, seconds = _kill_rank1_and_time_the_end(launcher, "HOROVOD_RANK", out / "bert_dllog.json")
+    assert code != 0
+    assert seconds < 20, "the job took %.1f s to end after a worker died" % seconds
+    assert not _workers_left(launcher.pid)
+  finally:
+    _stop(launcher)
+
+
+def test_killed_worker_ends_an_mpirun_job_quickly(data, tmp_path):
+  out = tmp_path / "out"
+  launcher = _start(common_flags(data, out, do_train=True, horovod=True, num_train_steps=100000,
+                                 save_checkpoints_steps=1000), launcher=_mpirun())
+  try:
+    code, seconds = _kill_rank1_and_time_the_end(launcher, "OMPI_COMM_WORLD_RANK",
+                                                 out / "bert_dllog.json")
+    assert code != 0
+    assert seconds < 20, "the job took %.1f s to end after a worker died" % seconds
+  finally:
+    _stop(launcher)
+
+
+def _workers_left(launcher_pid):
+  try:
+    return _workers(launcher_pid)
+  except psutil.NoSuchProcess:
+    return []
+
+
+def _checkpoint_step(out):
+  checkpoint = tf.train.latest_checkpoint(str(out))
+  return int(checkpoint.rsplit("-", 1)[1]) if checkpoint else 0
+
+
+def test_kill_and_resume_keeps_log_and_checkpoints_and_continues(data, tmp_path):
+  out = tmp_path / "out"
+  log = out / "bert_dllog.json"
+  args = common_flags(data, out, do_train=True, num_train_steps=120, save_checkpoints_steps=10,
+                      display_loss_steps=1)
+  job = _start(args)
+  try:
+    _wait_for(lambda: _checkpoint_step(out) >= 10, job, "the first checkpoint")
+    job.send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    job.wait(timeout=30)
+    assert time.time() - killed_at < 5
+  finally:
+    _stop(job)
+  first_run = _log_lines(log)
+  resumed_from = _checkpoint_step(out)
+  first_steps = [line["step"] for line in read_dllog(log)]
+  assert first_steps[:3] == [1, 2, 3] and resumed_from < 120
+  started = time.time()
+  proc = run_job(args, timeout=300)
+  took = time.time() - started
+  assert "from step %d to 120" % resumed_from in proc.stderr
+  lines = _log_lines(log)
+  # Every line of the killed run is still there, once, followed by the restart and the new run.
+  assert lines[:len(first_run)] == first_run
+  assert len(set(lines)) == len(lines)
+  records = read_dllog(log)
+  restart = records[len(first_run)]
+  assert restart["step"] == "RESTART" and restart["data"] == {"resumed_from_step": resumed_from}
+  second_steps = [r["step"] for r in records[len(first_run) + 1:] if r["step"] != []]
+  assert second_steps[0] == resumed_from + 1 and second_steps[-1] == 120
+  assert second_steps == sorted(set(second_steps))
+  assert checkpoint_values(out)["global_step"] == 120
+  assert took < 240
+
+
+def test_second_job_on_one_output_dir_is_refused_naming_the_first(data, tmp_path):
+  out = tmp_path / "out"
+  log = out / "bert_dllog.json"
+  args = common_flags(data, out, do_train=True, num_train_steps=100000,
+                      save_checkpoints_steps=5)
+  first = _start(args)
+  try:
+    _wait_for(lambda: _checkpoint_step(out) >= 5, first, "the first job's checkpoint")
+    started = time.time()
+    second = run_job(args, check=False, timeout=120)
+    took = time.time() - started
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert "in use by another job" in second.stderr and "pid %d " % first.pid in second.stderr
+    assert str(out) in second.stderr and "Traceback" not in second.stderr
+    assert took < 90
+    assert first.poll() is None, "the first job stopped"
+    # The refused job wrote nothing: no restart line in the first job's log.
+    assert not [r for r in read_dllog(log) if r["step"] == "RESTART"]
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+  finally:
+    _stop(first)
+  # The killed job's lock is stale: the next job on the directory takes it over and says so.
+  step = _checkpoint_step(out)
+  proc = run_job(common_flags(data, out, do_train=True, num_train_steps=step), timeout=120)
+  assert "no longer running" in proc.stderr and "pid %d " % first.pid in proc.stderr
+  assert "nothing to train" in proc.stderr
+
+
+def test_corrupt_record_names_the_file_and_record(data, tmp_path):
+  bad_dir = tmp_path / "bad"
+  bad_dir.mkdir()
+  good = open(os.path.join(data["single_dir"], "only.tfrecord"), "rb").read()
+  # Flip a byte in the middle of the file: the first record is intact (pre-flight passes), a
+  # later record's CRC fails during training.
+  corrupt = bytearray(good)
+  corrupt[len(corrupt) // 2] ^= 0xFF
+  (bad_dir / "broken.tfrecord").write_bytes(bytes(corrupt))
+  started = time.time()
+  proc = run_job(common_flags(data, tmp_path / "out", do_train=True, num_train_steps=50,
+                              input_files_dir=bad_dir), check=False, timeout=180)
+  assert proc.returncode != 0
+  assert "broken.tfrecord: record " in proc.stderr, proc.stderr[-3000:]
+  assert time.time() - started < 150
+
+
+def test_killed_generator_takes_its_workers_along_and_publishes_nothing(tmp_path):
+  inputs = make_corpus(tmp_path, num_files=4, documents_per_file=400)
+  vocab_file = str(tmp_path / "vocab.txt")
+  tokenization.build_vocab(inputs, 300, vocab_file, min_frequency=2)
+  outputs = [str(tmp_path / ("out-%d.tfrecord" % i)) for i in range(4)]
+  args = [sys.executable, "create_pretraining_data.py", "--input_file=%s" % ",".join(inputs),
+          "--output_file=%s" % ",".join(outputs), "--vocab_file=%s" % vocab_file,
+          "--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=30",
+          "--num_workers=2"]
+  parent = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+  try:
+    _wait_for(lambda: len(psutil.Process(parent.pid).children()) == 2, parent,
+              "two worker processes", timeout=60)
+    workers = psutil.Process(parent.pid).children()
+    parent.send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    parent.wait(timeout=30)
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    took = time.time() - killed_at
+  finally:
+    _stop(parent)
+  assert not alive, "workers still running after their parent was killed: %s" % alive
+  assert took < 5
+  time.sleep(1)  # anything a surviving worker would publish
+  names = os.listdir(str(tmp_path))
+  assert not [n for n in names if n.endswith(".tfrecord")], names  # no output looks finished
+  # A rerun starts clean: the whole set, no leftovers.
+  started = time.time()
+  proc = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  names = os.listdir(str(tmp_path))
+  assert sorted(n for n in names if ".tfrecord" in n) == sorted(os.path.basename(o)
+                                                                for o in outputs)
+  assert time.time() - started < 240

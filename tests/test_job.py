@@ -1,0 +1,126 @@
+"""utils/job.py: the Estimator job skeleton on a one-weight linear model, numbers from numpy."""
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from utils import dllogger_setup
+from utils import job
+
+_tf1 = tf.compat.v1
+X = np.array([[1.0], [2.0], [3.0], [4.0]], np.float32)
+Y = 2.0 * X
+LEARNING_RATE = 0.01
+
+
+def model_fn(features, labels, mode, params):
+  """y = w x, squared error, plain gradient descent."""
+  del params
+  w = _tf1.get_variable("w", [], tf.float32, initializer=_tf1.zeros_initializer())
+  prediction = w * features["x"]
+  if mode == tf.estimator.ModeKeys.PREDICT:
+    return tf.estimator.EstimatorSpec(mode=mode, predictions={"y": prediction})
+  loss = tf.reduce_mean(tf.square(prediction - labels))
+  if mode == tf.estimator.ModeKeys.EVAL:
+    return tf.estimator.EstimatorSpec(mode=mode, loss=loss)
+  train_op = _tf1.train.GradientDescentOptimizer(LEARNING_RATE).minimize(
+      loss, global_step=_tf1.train.get_global_step())
+  return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op)
+
+
+def input_fn(params=None):
+  del params
+  return tf.data.Dataset.from_tensors(({"x": X}, Y)).repeat()
+
+
+def numpy_weight(steps):
+  w = 0.0
+  for _ in range(steps):
+    w -= LEARNING_RATE * np.mean(2.0 * (w * X - Y) * X)
+  return w
+
+
+@pytest.fixture
+def single_worker_job(tmp_path):
+  environ = {}
+  workers = job.start_workers(False, environ=environ)
+  assert workers == job.Workers(hvd=None, rank=0, size=1, local_rank=0, local_size=1)
+  assert environ == {"TF_OVERRIDE_GLOBAL_THREADPOOL": "1"}
+  output_dir, saves = job.worker_output_dir(workers, str(tmp_path / "out"), False, False)
+  assert output_dir == str(tmp_path / "out") and saves
+  assert tf.io.gfile.isdir(output_dir)
+  config = job.session_config(workers, intra_op_threads=1, inter_op_threads=1)
+  estimator = job.build_estimator(model_fn, output_dir, config, workers, saves,
+                                  save_checkpoints_steps=2, keep_checkpoint_max=3,
+                                  random_seed=job.DETERMINISTIC_SEED)
+  return workers, output_dir, estimator
+
+
+def test_train_evaluate_predict(single_worker_job, tmp_path, caplog):
+  workers, output_dir, estimator = single_worker_job
+  hooks = job.training_hooks(workers, output_dir, save_checkpoints_steps=2)
+  job.train(estimator, input_fn, 4, output_dir, hooks)
+  assert job.checkpoint_step(output_dir) == 4
+  assert tf.io.gfile.exists(output_dir + "/model.ckpt-2.index")
+  w = numpy_weight(4)
+  assert tf.train.load_variable(output_dir, "w") == pytest.approx(w, rel=1e-6)
+
+  # The checkpoints already hold the step: nothing is trained.
+  with caplog.at_level("INFO"):
+    job.train(estimator, input_fn, 4, output_dir, hooks)
+  assert "nothing to train" in caplog.text
+
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  result = job.evaluate(estimator, input_fn, 3, logger, 4, output_dir)
+  loss = np.mean((w * X - Y) ** 2)
+  assert result["loss"] == pytest.approx(loss, rel=1e-5) and result["global_step"] == 4
+  lines = open(output_dir + "/eval_results.txt").read().splitlines()
+  assert [line.split(" = ")[0] for line in lines] == ["global_step", "loss"]
+  assert float(lines[1].split(" = ")[1]) == pytest.approx(loss, rel=1e-5)
+
+  predictions = list(job.predict(estimator, lambda params: tf.data.Dataset.from_tensors(
+      {"x": X}), logger, 4))
+  assert [p["y"][0] for p in predictions] == pytest.approx(list(w * X[:, 0]), rel=1e-6)
+  logger.close()
+  # One timing summary each for the evaluation and the prediction.
+  records = [dllogger_setup.parse_log_line(line) for line in open(log_path)]
+  assert [(r["step"], r["data"]["eval_batches"]) for r in records] == [([], 3), ([], 1)]
+
+
+def test_input_errors_are_explained(single_worker_job, tmp_path):
+  _, output_dir, estimator = single_worker_job
+  broken = tmp_path / "broken.tfrecord"
+  broken.write_bytes(b"\x00" * 40)
+
+  def broken_input_fn(params):
+    del params
+    records = tf.data.TFRecordDataset(str(broken))
+    return records.map(lambda r: ({"x": tf.zeros([1, 1])}, tf.zeros([1, 1])))
+
+  explain = lambda error: ValueError("named: " + type(error).__name__)  # noqa: E731
+  with pytest.raises(ValueError, match="named: DataLossError"):
+    job.train(estimator, broken_input_fn, 2, output_dir, [], explain_input_error=explain)
+  logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
+  with pytest.raises(ValueError, match="named: DataLossError"):
+    job.evaluate(estimator, broken_input_fn, 1, logger, 1, output_dir,
+                 explain_input_error=explain)
+
+
+def test_run_main_turns_usage_errors_into_exit_code_2(capsys):
+  def failing(flag_values):
+    job.require(flag_values > 1, "--flag must be > 1, got %d", flag_values)
+    return 0
+
+  assert job.run_main("script.py", failing, 5) == 0
+  assert job.run_main("script.py", failing, 0) == 2
+  assert capsys.readouterr().err == "script.py: error: --flag must be > 1, got 0\n"
+
+
+def test_init_checkpoint_that_cannot_be_read(tmp_path):
+  missing = str(tmp_path / "none")
+  message = "--init_checkpoint=%s cannot be read" % missing
+  with pytest.raises(job.UsageError, match=re.escape(message)):
+    job.check_init_checkpoint(missing)

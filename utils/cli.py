@@ -1,0 +1,238 @@
+"""The command-line entry point of the project's scripts: quiet logs, exit code 2 for usage errors.
+
+Every script imports this module BEFORE TensorFlow and ends with
+
+  if __name__ == "__main__":
+    cli.run_main(main)
+
+instead of `app.run(main)`. `run_main` runs `main` under absl's `app.run` and adds:
+
+* Usage errors exit with code 2 and one line naming the problem: a flag absl cannot parse (an
+  unknown flag, a value of the wrong type or outside an enum, a missing required flag), and an
+  `app.UsageError` raised by `main` (absl's own `app.run` exits 1 for both).
+* Quiet logs by default; `--verbose` (a flag of every script) shows everything:
+  - TensorFlow's Python log (deprecation notices, the Estimator's progress, "Use tf.keras
+    instead.") is cut to errors; the script's own log lines (absl, INFO) stay.
+  - TensorFlow's native (C++) log drops its INFO lines (`TF_CPP_MIN_LOG_LEVEL=1`, set when this
+    module is imported: TensorFlow reads it once, when it loads; a value already in the
+    environment wins) and the lines of `BENIGN_NATIVE_LINES`, which report normal operation at
+    warning or error level.
+* Always: each TensorFlow message is printed once (TensorFlow's own handler is removed; absl's
+  prints it), and TensorFlow's "global step has not been increased" warning is dropped: the global
+  step counts optimizer updates (docs/DESIGN.md), so a gradient-accumulation micro-step leaves it
+  unchanged by design and the warning is wrong for every run with accumulation.
+"""
+
+import atexit
+import logging as std_logging
+import os
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+# Exit code of a usage error (bad flag or input), as argparse and the project's own checks use.
+USAGE_EXIT_CODE = 2
+# TensorFlow's native log threshold in quiet mode: 1 drops INFO, keeps warnings and errors.
+QUIET_NATIVE_LOG_LEVEL = "1"
+# Native (C++) stderr lines that report normal operation and that no setting turns off. The
+# optimizer's per-variable update is an XLA-compiled function (optimization.py), so every run
+# compiles XLA clusters even without --use_xla; XLA's CPU stream then logs SetPriority at error
+# level, and absl's C++ logging announces itself before its first line.
+BENIGN_NATIVE_LINES = (
+    "SetPriority unimplemented for this stream.",
+    "Compiled cluster using XLA!",
+    "All log messages before absl::InitializeLog() is called are written to STDERR",
+)
+# The StepCounterHook's warning that a session run did not advance the global step.
+GLOBAL_STEP_WARNING = "It seems that global step (tf.train.get_global_step) has not been increased"
+
+flags.DEFINE_bool("verbose", False,
+                  "Show every log line: TensorFlow's deprecation notices, Estimator progress and "
+                  "native INFO lines (quiet by default).")
+
+# Reads lines from stdin and copies those containing none of the byte strings of argv[1:] to
+# stdout; ends at end of input. It ignores SIGINT / SIGTERM, so a process killed by either still
+# gets its last lines (a traceback) printed: the filter ends when the last writer closes the pipe.
+_LINE_FILTER_PROGRAM = r"""
+import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+dropped = [a.encode() for a in sys.argv[1:]]
+out = sys.stdout.buffer
+for line in sys.stdin.buffer:
+  if not any(d in line for d in dropped):
+    out.write(line)
+    out.flush()
+"""
+
+
+def verbose_requested(argv):
+  """Whether `argv` turns --verbose on, read before absl parses the flags (last setting wins).
+
+  Args:
+    argv: the command line, program name first.
+
+  Returns:
+    bool. Understands --verbose, --verbose=true|false|1|0 and --noverbose (one or two dashes);
+    a --flagfile is not read.
+  """
+  verbose = False
+  for arg in argv[1:]:
+    if arg == "--":
+      break
+    name, _, value = arg.lstrip("-").partition("=")
+    if not arg.startswith("-"):
+      continue
+    if name == "verbose":
+      verbose = value.lower() not in ("false", "0", "f", "no")
+    elif name == "noverbose" and not value:
+      verbose = False
+  return verbose
+
+
+def quiet_native_log_level(argv, environ):
+  """Sets TensorFlow's native log threshold for a quiet run, unless verbose or already set.
+
+  Args:
+    argv: the command line.
+    environ: the environment to change (os.environ).
+
+  Returns:
+    The value of TF_CPP_MIN_LOG_LEVEL in `environ` afterwards, or None when unset.
+  """
+  if not verbose_requested(argv):
+    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_NATIVE_LOG_LEVEL)
+  return environ.get("TF_CPP_MIN_LOG_LEVEL")
+
+
+# TensorFlow reads the threshold once, when it first logs (while it is imported), so it has to be
+# in the environment before that; a process that has already loaded TensorFlow is left alone.
+if "tensorflow" not in sys.modules:
+  quiet_native_log_level(sys.argv, os.environ)
+
+
+class _DropMessages(std_logging.Filter):
+  """Drops log records whose message contains one of the given strings."""
+
+  def __init__(self, fragments):
+    super().__init__()
+    self._fragments = tuple(fragments)
+
+  def filter(self, record):
+    message = record.getMessage()
+    return not any(fragment in message for fragment in self._fragments)
+
+
+def configure_python_logging(verbose):
+  """TensorFlow's Python log: once per message, errors only unless `verbose`.
+
+  Call after absl's handler is installed (inside `app.run`).
+
+  Args:
+    verbose: keep TensorFlow's INFO and WARNING lines.
+
+  Returns:
+    The `tensorflow` logger.
+  """
+  tf_logger = std_logging.getLogger("tensorflow")
+  # TensorFlow adds its own stderr handler when it loads before absl's handler exists; its records
+  # also reach absl's handler on the root logger, so every line would be printed twice.
+  for handler in list(tf_logger.handlers):
+    if isinstance(handler, std_logging.StreamHandler):
+      tf_logger.removeHandler(handler)
+  tf_logger.propagate = True
+  if not any(isinstance(f, _DropMessages) for f in tf_logger.filters):
+    tf_logger.addFilter(_DropMessages([GLOBAL_STEP_WARNING]))
+  if not verbose:
+    tf_logger.setLevel(std_logging.ERROR)
+  return tf_logger
+
+
+def filter_native_stderr(dropped_lines=BENIGN_NATIVE_LINES, executable=sys.executable):
+  """Routes this process's stderr (file descriptor 2) through a line filter process.
+
+  Native libraries write to the descriptor directly, so only a filter on it can drop their lines.
+  The filter is a separate process, so a crash of this one (a fatal native error) loses nothing:
+  the filter prints what was written and ends when every writer has closed the pipe. At exit the
+  original stderr is put back and the filter is given a moment to print its last lines.
+
+  Args:
+    dropped_lines: lines containing any of these strings are not printed.
+    executable: the python that runs the filter.
+
+  Returns:
+    The filter's `subprocess.Popen`.
+  """
+  sys.stderr.flush()
+  read_end, write_end = os.pipe()
+  original = os.dup(2)
+  proc = subprocess.Popen([executable, "-S", "-c", _LINE_FILTER_PROGRAM] + list(dropped_lines),
+                          stdin=read_end, stdout=original, stderr=original, close_fds=True)
+  os.close(read_end)
+  os.dup2(write_end, 2)
+  os.close(write_end)
+
+  def restore():
+    try:
+      sys.stderr.flush()
+    except (OSError, ValueError):
+      pass
+    os.dup2(original, 2)  # closes this process's end of the pipe
+    try:
+      proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+      pass  # a child still holds the pipe; the filter ends when it does
+
+  atexit.register(restore)
+  return proc
+
+
+def _program_name(argv):
+  return os.path.basename(argv[0]) if argv else "command"
+
+
+def usage_error(message, argv=None):
+  """Prints `<program>: error: <message>` and a hint to stderr; exits with USAGE_EXIT_CODE."""
+  argv = sys.argv if argv is None else argv
+  sys.stderr.write("%s: error: %s\n" % (_program_name(argv), message))
+  sys.stderr.write("(--helpshort lists the flags)\n")
+  sys.stderr.flush()
+  sys.exit(USAGE_EXIT_CODE)
+
+
+def parse_flags_or_exit(argv):
+  """absl's flag parser with exit code 2 and one line naming the flag for a parse error.
+
+  Args:
+    argv: the command line, program name first.
+
+  Returns:
+    The arguments left after the flags (program name first), as absl's parser returns them.
+  """
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    usage_error(" ".join(str(e).split()), argv)
+
+
+def run_main(main, argv=None):
+  """Runs `main(argv)` under absl's `app.run` with the project's logging and exit codes.
+
+  Args:
+    main: the script's main(argv) -> exit status.
+    argv: the command line; sys.argv when None.
+  """
+
+  def configured_main(remaining_argv):
+    verbose = flags.FLAGS.verbose
+    configure_python_logging(verbose)
+    if not verbose:
+      filter_native_stderr()
+    try:
+      return main(remaining_argv)
+    except app.UsageError as e:
+      usage_error(str(e), remaining_argv)
+
+  app.run(configured_main, argv=argv, flags_parser=parse_flags_or_exit)

@@ -1,0 +1,376 @@
+"""The skeleton of an Estimator job, shared by the training scripts.
+
+A script parses its flags, builds its `model_fn` and `input_fn`s and calls, in this order:
+
+  workers = job.start_workers(use_horovod)                 # environment, Horovod, quiet ranks > 0
+  output_dir, saves = job.worker_output_dir(workers, ...)  # rank-aware output directory
+  config = job.session_config(workers, ...)                # threads, XLA, AMP, GPU pinning
+  estimator = job.build_estimator(model_fn, output_dir, config, workers, ...)
+  job.train(estimator, input_fn, max_steps, ..., hooks=job.training_hooks(workers, ...))
+  job.evaluate(estimator, input_fn, steps, ...)             # rank 0; eval_results.txt
+  for result in job.predict(estimator, input_fn): ...
+
+Nothing here knows the model: everything comes in as a function or a plain value. Errors in what a
+user gave (flags, files) are `UsageError`s, which `run_main` turns into exit code 2.
+"""
+
+import collections
+import os
+import sys
+
+from absl import logging
+import tensorflow as tf
+
+import gpu_environment
+from utils import hooks as hooks_lib
+from utils import hvd_utils
+from utils import output_lock
+from utils import session_config as session_config_lib
+
+_tf1 = tf.compat.v1
+
+# Horovod cycle time (ms) on machines without a GPU, unless the launch sets one.
+CPU_HOROVOD_CYCLE_TIME_MS = 5
+# Graph-level random seed of a deterministic run.
+DETERMINISTIC_SEED = 12345
+# Estimator step-counter interval (rank 0): rare when the job logs its own training lines.
+STEP_COUNTER_STEPS = 100
+STEP_COUNTER_STEPS_WITH_LOSS_REPORT = 10000
+# Errors the input pipeline raises for a bad record.
+INPUT_ERRORS = (tf.errors.DataLossError, tf.errors.InvalidArgumentError)
+
+
+class UsageError(ValueError):
+  """A bad flag or input, found before any graph is built (exit code 2)."""
+
+
+def require(condition, message, *args):
+  """Raises UsageError(message % args) unless `condition`."""
+  if not condition:
+    raise UsageError(message % args)
+
+
+def run_main(script_name, run, flag_values):
+  """Runs `run(flag_values)`; a UsageError becomes "<script>: error: ..." on stderr and exit 2,
+  a diverged training (NaN loss) the same message with its advice and exit 1.
+
+  Args:
+    script_name: e.g. "run_pretraining.py", for the message.
+    run: the job, taking the parsed flags and returning an exit code.
+    flag_values: the parsed flags.
+
+  Returns:
+    the exit code.
+  """
+  try:
+    return run(flag_values)
+  except UsageError as e:
+    print("%s: error: %s" % (script_name, e), file=sys.stderr, flush=True)
+    return 2
+  except hooks_lib.TrainingDivergedError as e:
+    print("%s: error: %s" % (script_name, e), file=sys.stderr, flush=True)
+    return 1
+
+
+Workers = collections.namedtuple("Workers", ["hvd", "rank", "size", "local_rank", "local_size"])
+Workers.__doc__ = """The workers of the job as this process sees them.
+
+Fields: hvd, the `horovod.tensorflow` module under Horovod, else None; rank, size, local_rank,
+local_size: Horovod's (0, 1, 0, 1 for a single process)."""
+
+
+def start_workers(use_horovod, environ=None):
+  """Prepares the process environment and starts Horovod; ranks > 0 log warnings only.
+
+  Args:
+    use_horovod: run under Horovod (--horovod).
+    environ: the environment mapping to adjust; `os.environ` when None.
+
+  Returns:
+    `Workers`.
+  """
+  environ = os.environ if environ is None else environ
+  # Per-session thread pools: without this, the first device TF creates (XLA-compiled functions
+  # create one while the graph is built) fixes a process-wide pool of one thread per core and
+  # --intra_op_threads is silently ignored, so workers sharing a node oversubscribe its cores.
+  environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
+  if use_horovod and gpu_environment.local_gpu_count() == 0:
+    # Horovod's background thread coordinates the workers every cycle (1 ms by default) even
+    # when nothing is pending; on CPU-only nodes that polling takes cycles from the compute
+    # threads (docs/PERFORMANCE.md). horovodrun --cycle-time-ms or the variable still decide.
+    environ.setdefault("HOROVOD_CYCLE_TIME", str(CPU_HOROVOD_CYCLE_TIME_MS))
+  hvd = hvd_utils.hvd_init() if use_horovod else None
+  workers = Workers(hvd=hvd, rank=hvd_utils.hvd_rank(), size=hvd_utils.hvd_size(),
+                    local_rank=hvd_utils.comm_local_rank(),
+                    local_size=hvd_utils.comm_local_size())
+  if workers.rank != 0:
+    logging.set_verbosity(logging.WARNING)
+  return workers
+
+
+def worker_output_dir(workers, output_dir, node_local_output_dir, checkpoint_all_workers):
+  """Creates this worker's output directory (see `hvd_utils.worker_output_dir`) and, in the
+  process that writes `output_dir` itself, takes the directory's lock (`output_lock`).
+
+  Args:
+    workers: `Workers`.
+    output_dir: the job's --output_dir.
+    node_local_output_dir: output_dir is on a node-local disk.
+    checkpoint_all_workers: every worker saves checkpoints.
+
+  Returns:
+    (directory, saves_checkpoints): where this worker writes, and whether it saves checkpoints.
+  """
+  directory = hvd_utils.worker_output_dir(output_dir, workers.rank, workers.local_rank,
+                                          node_local_output_dir)
+  # The directory (a usage error when it cannot be made), then one job per --output_dir: the
+  # process that writes --output_dir holds its lock until it exits.
+  try:
+    output_lock.make_directory(directory)
+    if directory == output_dir:
+      output_lock.lock_output_dir(output_dir)
+  except ValueError as e:
+    raise UsageError(str(e))
+  saves = checkpoint_all_workers or hvd_utils.saves_checkpoints(
+      workers.rank, workers.local_rank, node_local_output_dir)
+  return directory, saves
+
+
+def threads_per_worker(requested, workers_on_node, cores=None):
+  """Intra-op threads for one worker: the flag's value, else the node's cores shared by its workers.
+
+  Args:
+    requested: --intra_op_threads (0: choose).
+    workers_on_node: Horovod local size (1 without Horovod).
+    cores: cores of the node; os.cpu_count() when None.
+
+  Returns:
+    the thread count for the session config (0 lets TensorFlow use every core).
+  """
+  if requested > 0 or workers_on_node <= 1:
+    return requested
+  return max(1, (cores or os.cpu_count() or 1) // workers_on_node)
+
+
+def session_config(workers, intra_op_threads=0, inter_op_threads=0, use_xla=False, amp=False,
+                   enable_scoped_allocator=False):
+  """The session config of this worker (see `session_config.build_session_config`).
+
+  Args:
+    workers: `Workers`.
+    intra_op_threads: --intra_op_threads (0: the node's cores shared by its workers).
+    inter_op_threads, use_xla, amp, enable_scoped_allocator: the flags of the same names.
+
+  Returns:
+    `tf.compat.v1.ConfigProto`.
+  """
+  threads = threads_per_worker(intra_op_threads, workers.local_size)
+  if threads != intra_op_threads:
+    logging.info("%d workers on this node: %d intra-op threads each (set --intra_op_threads to "
+                 "override)", workers.local_size, threads)
+  return session_config_lib.build_session_config(
+      use_horovod=workers.hvd is not None, local_rank=workers.local_rank,
+      enable_scoped_allocator=enable_scoped_allocator, use_xla=use_xla, amp=amp,
+      intra_op_threads=threads, inter_op_threads=inter_op_threads)
+
+
+TpuSettings = collections.namedtuple(
+    "TpuSettings", ["use_tpu", "tpu_name", "tpu_zone", "gcp_project", "master",
+                    "iterations_per_loop", "num_tpu_cores"])
+TpuSettings.__doc__ = """A TPUEstimator's settings: the original release's TPU flags."""
+
+
+def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
+                    save_checkpoints_steps, keep_checkpoint_max, random_seed=None,
+                    reports_loss=True, tpu=None, batch_sizes=None):
+  """The Estimator, or a TPUEstimator when `tpu` is given.
+
+  Ranks > 0 write no summaries (their step counter included); only workers that save checkpoints
+  save them.
+
+  Args:
+    model_fn: the model function.
+    model_dir: this worker's output directory.
+    config: the session config.
+    workers: `Workers`.
+    saves_checkpoints: this worker saves checkpoints.
+    save_checkpoints_steps: checkpoint (and summary) interval.
+    keep_checkpoint_max: checkpoints kept.
+    random_seed: graph-level random seed (a deterministic run's --seed), or None.
+    reports_loss: the job logs its own training lines (the Estimator's step counter is rare).
+    tpu: `TpuSettings` for a TPUEstimator (with use_tpu False: its CPU/GPU path), or None.
+    batch_sizes: with `tpu`, dict of the TPUEstimator's train_batch_size, eval_batch_size and
+      (optionally) predict_batch_size.
+
+  Returns:
+    `tf.estimator.Estimator` or `TPUEstimator`.
+  """
+  save_steps = save_checkpoints_steps if saves_checkpoints else None
+  step_counter_steps = (STEP_COUNTER_STEPS_WITH_LOSS_REPORT if reports_loss
+                        else STEP_COUNTER_STEPS)
+  common = dict(model_dir=model_dir, session_config=config,
+                save_checkpoints_steps=save_steps, save_checkpoints_secs=None,
+                save_summary_steps=save_steps if workers.rank == 0 else None,
+                keep_checkpoint_max=keep_checkpoint_max,
+                log_step_count_steps=step_counter_steps if workers.rank == 0 else None,
+                tf_random_seed=random_seed)
+  if tpu is None:
+    return tf.estimator.Estimator(model_fn=model_fn, config=tf.estimator.RunConfig(**common))
+  cluster = None
+  if tpu.use_tpu and tpu.tpu_name:
+    cluster = tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu.tpu_name, zone=tpu.tpu_zone, project=tpu.gcp_project)
+  tpu_lib = _tf1.estimator.tpu
+  run_config = tpu_lib.RunConfig(
+      cluster=cluster, master=tpu.master,
+      tpu_config=tpu_lib.TPUConfig(
+          iterations_per_loop=tpu.iterations_per_loop, num_shards=tpu.num_tpu_cores,
+          per_host_input_for_training=tpu_lib.InputPipelineConfig.PER_HOST_V2),
+      **common)
+  return tpu_lib.TPUEstimator(use_tpu=tpu.use_tpu, model_fn=model_fn, config=run_config,
+                              **(batch_sizes or {}))
+
+
+def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_def=False,
+                   log_hook=None, force_weight_sync=False, num_accumulation_steps=1):
+  """The hooks of a training run, in the order they run.
+
+  Args:
+    workers: `Workers`.
+    checkpoint_dir: where this worker saves checkpoints, or None when it saves none.
+    save_checkpoints_steps: checkpoint interval.
+    save_graph_def: also write the graph (see `hooks.PeriodicCheckpointSaverHook`).
+    log_hook: the job's training log hook, or None.
+    force_weight_sync: --force_weight_sync (FORCE_WEIGHT_SYNC in the environment also turns it
+      on): average the weights every `num_accumulation_steps` iterations.
+    num_accumulation_steps: micro-steps per update.
+
+  Returns:
+    list of SessionRunHooks: checkpoint saver, log, weight sync, Horovod broadcast (each when
+    wanted).
+  """
+  hooks = []
+  if checkpoint_dir is not None:
+    hooks.append(hooks_lib.PeriodicCheckpointSaverHook(
+        checkpoint_dir, save_steps=save_checkpoints_steps, save_graph_def=save_graph_def))
+  if log_hook is not None:
+    hooks.append(log_hook)
+  if hooks_lib.weight_sync_enabled(force_weight_sync):
+    hooks.append(hooks_lib.WeightSyncHook(num_accumulation_steps))
+  if workers.size > 1:
+    hooks.append(hvd_utils.broadcast_global_variables_hook(0))
+  return hooks
+
+
+def checkpoint_step(model_dir):
+  """Global step of the newest checkpoint in `model_dir`, 0 when there is none."""
+  checkpoint = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+  if not checkpoint:
+    return 0
+  return int(tf.train.load_variable(checkpoint, "global_step"))
+
+
+def check_init_checkpoint(path, flag="init_checkpoint"):
+  """Raises UsageError naming --`flag` when the checkpoint at `path` cannot be read."""
+  try:
+    tf.train.list_variables(path)
+  except (tf.errors.OpError, ValueError) as e:
+    raise UsageError("--%s=%s cannot be read: %s"
+                     % (flag, path, getattr(e, "message", str(e)).strip().splitlines()[0]))
+
+
+def _explained(error, explain_input_error):
+  """The error to raise for an input-pipeline `error` (the explanation's, when one is given)."""
+  return explain_input_error(error) if explain_input_error is not None else error
+
+
+def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_error=None,
+          explain_nan_loss=None):
+  """Trains to `max_steps`, unless the checkpoints in `progress_dir` are already there.
+
+  Every worker decides from the same (rank 0's) checkpoints, so none waits alone in a collective.
+
+  Args:
+    estimator: the Estimator.
+    input_fn: the training input function.
+    max_steps: global step to train to.
+    progress_dir: the job's --output_dir (rank 0's checkpoints).
+    hooks: from `training_hooks`.
+    explain_input_error: optional function error -> error, naming the bad input after the input
+      pipeline raised a DataLossError or InvalidArgumentError.
+    explain_nan_loss: optional function checkpoint_step -> `hooks.TrainingDivergedError`, saying
+      what to change after the Estimator's NaN-loss check stopped the run.
+  """
+  done_steps = checkpoint_step(progress_dir)
+  if done_steps >= max_steps:
+    logging.info("%s already holds step %d >= --num_train_steps=%d: nothing to train",
+                 progress_dir, done_steps, max_steps)
+    return
+  logging.info("***** Running training from step %d to %d *****", done_steps, max_steps)
+  try:
+    estimator.train(input_fn=input_fn, hooks=hooks, max_steps=max_steps)
+  except INPUT_ERRORS as e:
+    raise _explained(e, explain_input_error)
+  except _tf1.train.NanLossDuringTrainingError as e:
+    if explain_nan_loss is None:
+      raise
+    raise explain_nan_loss(checkpoint_step(progress_dir)) from e
+
+
+def write_eval_results(path, result):
+  """Writes `key = value` lines, keys sorted (the original release's eval_results.txt)."""
+  with tf.io.gfile.GFile(path, "w") as writer:
+    for key in sorted(result):
+      writer.write("%s = %s\n" % (key, result[key]))
+
+
+def evaluate(estimator, input_fn, steps, run_logger, batch_size, output_dir,
+             explain_input_error=None):
+  """Evaluates, logs the timing and the results, and writes `<output_dir>/eval_results.txt`.
+
+  Args:
+    estimator: the Estimator.
+    input_fn: the evaluation input function.
+    steps: at most this many batches (evaluation also stops at the end of the data).
+    run_logger: `dllogger_setup.RunLogger` for the timing summary.
+    batch_size: sequences per batch.
+    output_dir: where eval_results.txt goes.
+    explain_input_error: see `train`.
+
+  Returns:
+    dict of the evaluation results.
+  """
+  try:
+    result = estimator.evaluate(input_fn=input_fn, steps=steps,
+                                hooks=[hooks_lib.EvalTimingHook(run_logger, batch_size)])
+  except INPUT_ERRORS as e:
+    raise _explained(e, explain_input_error)
+  eval_path = os.path.join(output_dir, "eval_results.txt")
+  write_eval_results(eval_path, result)
+  logging.info("***** Eval results (%s) *****", eval_path)
+  for key in sorted(result):
+    logging.info("  %s = %s", key, result[key])
+  return result
+
+
+def predict(estimator, input_fn, run_logger, batch_size, explain_input_error=None):
+  """Yields the model's predictions, one example at a time, timing every batch.
+
+  Args:
+    estimator: the Estimator.
+    input_fn: the prediction input function.
+    run_logger: `dllogger_setup.RunLogger` for the timing summary (logged after the last batch).
+    batch_size: sequences per batch.
+    explain_input_error: see `train`.
+
+  Yields:
+    the predictions dict of each example.
+  """
+  logging.info("***** Running prediction, batch %d *****", batch_size)
+  try:
+    for prediction in estimator.predict(
+        input_fn=input_fn, hooks=[hooks_lib.EvalTimingHook(run_logger, batch_size)],
+        yield_single_examples=True):
+      yield prediction
+  except INPUT_ERRORS as e:
+    raise _explained(e, explain_input_error)
