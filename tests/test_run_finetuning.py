@@ -240,3 +240,18 @@ def test_extract_features_runs_on_our_modules(files, tmp_path):
   assert len(lines) == 2
   assert lines[0]["features"][0]["token"] == "[CLS]"
   assert len(lines[0]["features"][0]["layers"][0]["values"]) == 32
+
+
+@pytest.mark.parametrize("script, values, message", [
+    ("run_squad.py", dict(), "one of --do_train, --do_predict is required"),
+    ("run_squad.py", dict(do_predict=True), "--do_predict needs --predict_file"),
+    ("run_classifier.py", dict(do_eval=True, task_name="sst"), "unknown task 'sst'"),
+])
+def test_bad_flags_exit_2_naming_the_problem(files, tmp_path, script, values, message):
+  args = flag_list(dict(vocab_file=files["vocab"], bert_config_file=files["config"],
+                        output_dir=tmp_path / "out", data_dir=files["mrpc"]
+                        if script == "run_classifier.py" else None, **values))
+  proc = subprocess.run([sys.executable, script] + args, capture_output=True, text=True,
+                        timeout=120, cwd=REPO_ROOT)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert message in proc.stderr
