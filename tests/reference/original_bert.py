@@ -25,10 +25,27 @@ in its own process:
       is not in CKPT.
   python -m tests.reference.original_bert create_pretraining_data -- FLAGS...
   python -m tests.reference.original_bert run_pretraining -- FLAGS...
+  python -m tests.reference.original_bert run_squad -- FLAGS...
   python -m tests.reference.original_bert run_classifier -- FLAGS...
+  python -m tests.reference.original_bert extract_features -- FLAGS...
       run the original scripts with their own flags.
+  python -m tests.reference.original_bert on_our_modules SCRIPT -- FLAGS...
+      the original script SCRIPT (run_squad, run_classifier, extract_features) unchanged, under
+      TF1 behaviour, with its `bert.modeling`, `bert.optimization` and `bert.tokenization` being
+      this project's modules; the Estimator writes the loss summary at every step.
+  python -m tests.reference.original_bert squad_features --out OUT.json -- FLAGS...
+      the original run_squad's examples and features of --predict_file (and of --train_file when
+      given, as training data) under its own flags (--vocab_file, --max_seq_length, --doc_stride,
+      ...): OUT.json {"train": ..., "predict": ...}; with --logits_seed N, also the predictions it
+      writes into --output_dir for random logits (numpy RandomState(N) normals, start then end
+      logits of each feature in turn).
+  python -m tests.reference.original_bert classifier_features --cases TASK:SPLIT:DATA_DIR...
+      --out OUT.json -- FLAGS...
+      the original run_classifier's examples and features of each case (split: train, dev,
+      test), a list in OUT.json.
 """
 
+import json
 import os
 import sys
 import types
@@ -180,15 +197,121 @@ def _load(config_path, checkpoint, out_path):
   np.savez(out_path, **values)
 
 
+# Scripts that read TF1 shapes (`shape[-1].value`).
+_TF1_SHAPE_SCRIPTS = ("run_classifier", "run_squad", "extract_features")
+
+
 def _run_script(module_name, argv):
   install_contrib()
   from absl import app  # pylint: disable=g-import-not-at-top
   module = __import__("bert." + module_name, fromlist=["main"])
   _tf1.disable_eager_execution()
-  if module_name == "run_classifier":
-    # It reads TF1 shapes (`shape[-1].value`); the other scripts run unchanged as they are.
+  if module_name in _TF1_SHAPE_SCRIPTS:
     _tf1.disable_v2_tensorshape()
   app.run(module.main, argv=[module_name] + argv)
+
+
+def _run_on_our_modules(script, argv):
+  """Runs the release's `script` with our modeling / optimization / tokenization in its place."""
+  install_contrib()
+  import bert  # pylint: disable=g-import-not-at-top
+  repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  if repo_root not in sys.path:
+    sys.path.insert(0, repo_root)
+  _tf1.disable_v2_behavior()
+  for name in ("modeling", "optimization", "tokenization"):
+    module = __import__(name)
+    sys.modules["bert." + name] = module
+    setattr(bert, name, module)
+  tpu = _tf1.estimator.tpu
+  base = tpu.RunConfig
+
+  class EveryStepRunConfig(base):  # pylint: disable=missing-class-docstring
+    def __init__(self, *args, **kwargs):
+      kwargs.setdefault("log_step_count_steps", 1)
+      kwargs.setdefault("save_summary_steps", 1)
+      super().__init__(*args, **kwargs)
+
+  tpu.RunConfig = EveryStepRunConfig
+  from absl import app  # pylint: disable=g-import-not-at-top
+  module = __import__("bert." + script, fromlist=["main"])
+  app.run(module.main, argv=[script] + argv)
+
+
+def _dump_squad_features(original, tokenizer, flags, is_training):
+  examples = original.read_squad_examples(
+      flags.train_file if is_training else flags.predict_file, is_training=is_training)
+  features = []
+  original.convert_examples_to_features(
+      examples, tokenizer, flags.max_seq_length, flags.doc_stride, flags.max_query_length,
+      is_training, features.append)
+  dumped = [{name: getattr(feature, name) for name in (
+      "unique_id", "example_index", "doc_span_index", "tokens", "input_ids", "input_mask",
+      "segment_ids", "start_position", "end_position", "is_impossible")} for feature in features]
+  for row, feature in zip(dumped, features):
+    row["token_to_orig_map"] = {str(k): v for k, v in feature.token_to_orig_map.items()}
+    row["token_is_max_context"] = {str(k): v for k, v in feature.token_is_max_context.items()}
+  return examples, features, {"examples": [vars(e) for e in examples], "features": dumped}
+
+
+def _squad_features(out_path, logits_seed, argv):
+  install_contrib()
+  from bert import run_squad as original  # pylint: disable=g-import-not-at-top
+  from bert import tokenization as original_tokenization  # pylint: disable=g-import-not-at-top
+
+  flags = original.FLAGS
+  flags(["run_squad"] + argv)
+  tokenizer = original_tokenization.FullTokenizer(flags.vocab_file, flags.do_lower_case)
+  dumped = {}
+  if flags.train_file:
+    _, _, dumped["train"] = _dump_squad_features(original, tokenizer, flags, True)
+  examples, features, dumped["predict"] = _dump_squad_features(original, tokenizer, flags, False)
+  with open(out_path, "w") as writer:
+    json.dump(dumped, writer)
+  if logits_seed is None:
+    return
+  rng = np.random.RandomState(logits_seed)
+  results = [original.RawResult(feature.unique_id,
+                                [float(x) for x in rng.normal(size=flags.max_seq_length)],
+                                [float(x) for x in rng.normal(size=flags.max_seq_length)])
+             for feature in features]
+  original.write_predictions(
+      examples, features, results, flags.n_best_size, flags.max_answer_length,
+      flags.do_lower_case, os.path.join(flags.output_dir, "predictions.json"),
+      os.path.join(flags.output_dir, "nbest_predictions.json"),
+      os.path.join(flags.output_dir, "null_odds.json"))
+
+
+def _classifier_features(cases, out_path, argv):
+  install_contrib()
+  from bert import run_classifier as original  # pylint: disable=g-import-not-at-top
+  from bert import tokenization as original_tokenization  # pylint: disable=g-import-not-at-top
+
+  flags = original.FLAGS
+  flags(["run_classifier"] + argv)
+  tokenizer = original_tokenization.FullTokenizer(flags.vocab_file, flags.do_lower_case)
+  processors = {"cola": original.ColaProcessor, "mnli": original.MnliProcessor,
+                "mrpc": original.MrpcProcessor, "xnli": original.XnliProcessor}
+  dumped = []
+  for case in cases:
+    task, split, data_dir = case.split(":", 2)
+    processor = processors[task]()
+    examples = getattr(processor, "get_%s_examples" % split)(data_dir)
+    labels = processor.get_labels()
+    features = [vars(original.convert_single_example(i, e, labels, flags.max_seq_length,
+                                                     tokenizer))
+                for i, e in enumerate(examples)]
+    dumped.append({"examples": [vars(e) for e in examples], "features": features})
+  with open(out_path, "w") as writer:
+    json.dump(dumped, writer)
+
+
+def _split_dashes(rest):
+  """(own arguments, script flags) of `rest`: the script's flags follow "--"."""
+  if "--" not in rest:
+    return rest, []
+  index = rest.index("--")
+  return rest[:index], rest[index + 1:]
 
 
 def main(argv):
@@ -226,7 +349,28 @@ def main(argv):
     parser.add_argument("--out", required=True)
     args = parser.parse_args(rest)
     _load(args.config, args.checkpoint, args.out)
-  elif command in ("create_pretraining_data", "run_pretraining", "run_classifier"):
+  elif command == "squad_features":
+    import argparse  # pylint: disable=g-import-not-at-top
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--logits_seed", type=int, default=None)
+    own, script_flags = _split_dashes(rest)
+    args = parser.parse_args(own)
+    _tf1.disable_eager_execution()
+    _squad_features(args.out, args.logits_seed, script_flags)
+  elif command == "on_our_modules":
+    script, script_flags = rest[0], _split_dashes(rest[1:])[1]
+    _run_on_our_modules(script, script_flags)
+  elif command == "classifier_features":
+    import argparse  # pylint: disable=g-import-not-at-top
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", nargs="+", required=True)
+    parser.add_argument("--out", required=True)
+    own, script_flags = _split_dashes(rest)
+    args = parser.parse_args(own)
+    _classifier_features(args.cases, args.out, script_flags)
+  elif command in ("create_pretraining_data", "run_pretraining", "run_squad", "run_classifier",
+                   "extract_features"):
     if rest and rest[0] == "--":
       rest = rest[1:]
     _run_script(command, rest)

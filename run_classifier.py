@@ -1,0 +1,220 @@
+"""BERT fine-tuning for sentence and sentence-pair classification (GLUE MRPC, CoLA, MNLI; XNLI).
+
+  python run_classifier.py --task_name=MRPC --data_dir=glue/MRPC --vocab_file=vocab.txt \
+      --bert_config_file=bert_config.json --init_checkpoint=bert_model.ckpt \
+      --output_dir=out --do_train --do_eval [--horovod] [--manual_fp16] ...
+
+The original release's flags, processors, record files (train.tf_record, eval.tf_record,
+predict.tf_record) and outputs (eval_results.txt, test_results.tsv), plus NVIDIA's --horovod, --amp,
+--manual_fp16, --use_xla, --num_accumulation_steps and --dllog_path. The head's variables are the
+release's (`output_weights`, `output_bias`), so a checkpoint fine-tuned by either script loads in
+the other. Importing this module defines the flags and nothing else.
+"""
+
+import os
+
+from absl import flags
+from absl import logging
+from utils import cli  # pylint: disable=g-bad-import-order
+import tensorflow as tf
+
+import modeling
+from utils import classifier_data
+from utils import finetuning
+from utils import finetuning_flags
+from utils import job
+# The release's names for the data classes and functions, for code that imports them from here.
+from utils.classifier_data import ColaProcessor  # pylint: disable=unused-import
+from utils.classifier_data import DataProcessor  # pylint: disable=unused-import
+from utils.classifier_data import InputExample  # pylint: disable=unused-import
+from utils.classifier_data import InputFeatures  # pylint: disable=unused-import
+from utils.classifier_data import MnliProcessor  # pylint: disable=unused-import
+from utils.classifier_data import MrpcProcessor  # pylint: disable=unused-import
+from utils.classifier_data import PaddingInputExample
+from utils.classifier_data import XnliProcessor  # pylint: disable=unused-import
+
+_tf1 = tf.compat.v1
+FLAGS = flags.FLAGS
+
+finetuning_flags.define_flags(max_seq_length=128,
+                              batch_flags={"eval_batch_size": 8, "predict_batch_size": 8})
+finetuning_flags.define_once(flags.DEFINE_string, "data_dir", None,
+                             "Directory of the task's .tsv files.")
+finetuning_flags.define_once(flags.DEFINE_string, "task_name", None,
+                             "The task: %s." % ", ".join(classifier_data.PROCESSORS))
+finetuning_flags.define_once(flags.DEFINE_bool, "do_eval", False,
+                             "Evaluate on the dev set (rank 0).")
+finetuning_flags.define_once(flags.DEFINE_bool, "do_predict", False,
+                             "Predict the test set (rank 0): test_results.tsv.")
+
+# Dropout on the pooled output while training (the release's keep probability 0.9).
+HEAD_DROPOUT = 0.1
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+SCALAR_FEATURES = ("label_ids", "is_real_example")
+
+
+def classifier_head(pooled_output, labels, num_labels, dropout_prob=0.0):
+  """Softmax classifier on the pooled [CLS] output, in fp32.
+
+  Variables `output_weights` [num_labels, hidden] and `output_bias` [num_labels] (the release's).
+
+  Args:
+    pooled_output: [batch, hidden] (fp32 or fp16).
+    labels: int32 [batch].
+    num_labels: classes.
+    dropout_prob: dropout on the pooled output (training).
+
+  Returns:
+    (loss, per_example_loss [batch], logits [batch, num_labels], probabilities), all fp32.
+  """
+  pooled_output = finetuning.encoder_output_fp32(pooled_output)
+  hidden_size = pooled_output.shape[-1]
+  output_weights = _tf1.get_variable("output_weights", [num_labels, hidden_size],
+                                     initializer=modeling.create_initializer(0.02))
+  output_bias = _tf1.get_variable("output_bias", [num_labels],
+                                  initializer=_tf1.zeros_initializer())
+  with _tf1.variable_scope("loss"):
+    pooled_output = modeling.dropout(pooled_output, dropout_prob)
+    logits = tf.nn.bias_add(tf.matmul(pooled_output, output_weights, transpose_b=True),
+                            output_bias)
+    probabilities = tf.nn.softmax(logits, axis=-1)
+    log_probs = finetuning.log_probabilities(logits)
+    one_hot_labels = tf.one_hot(labels, depth=num_labels, dtype=tf.float32)
+    per_example_loss = -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)
+    return tf.reduce_mean(per_example_loss), per_example_loss, logits, probabilities
+
+
+def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,
+                 num_labels, use_one_hot_embeddings, compute_type=tf.float32):
+  """The release's create_model: BertModel + classifier head.
+
+  Returns:
+    (loss, per_example_loss, logits, probabilities), see `classifier_head`.
+  """
+  model = modeling.BertModel(config=bert_config, is_training=is_training, input_ids=input_ids,
+                             input_mask=input_mask, token_type_ids=segment_ids,
+                             use_one_hot_embeddings=use_one_hot_embeddings,
+                             compute_type=compute_type)
+  return classifier_head(model.get_pooled_output(), labels, num_labels,
+                         HEAD_DROPOUT if is_training else 0.0)
+
+
+def metric_fn(per_example_loss, label_ids, logits, is_real_example):
+  """eval_accuracy and eval_loss over the real (not padding) examples."""
+  predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+  return {
+      "eval_accuracy": _tf1.metrics.accuracy(labels=label_ids, predictions=predictions,
+                                             weights=is_real_example),
+      "eval_loss": _tf1.metrics.mean(values=per_example_loss, weights=is_real_example),
+  }
+
+
+def head_fn_builder(num_labels, dropout_prob):
+  """The head for `finetuning.model_fn_builder`."""
+
+  def head_fn(model, features, mode):
+    is_training = mode == tf.estimator.ModeKeys.TRAIN
+    loss, per_example_loss, logits, probabilities = classifier_head(
+        model.get_pooled_output(), features["label_ids"], num_labels,
+        dropout_prob if is_training else 0.0)
+    is_real_example = tf.cast(features["is_real_example"], tf.float32)
+    return finetuning.HeadOutput(
+        loss=loss, predictions={"probabilities": probabilities}, metric_fn=metric_fn,
+        metric_args=[per_example_loss, features["label_ids"], logits, is_real_example])
+
+  return head_fn
+
+
+def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
+                                            output_file):
+  """Writes the features of `examples` as TFRecords; returns how many."""
+  return finetuning.write_records(output_file, (
+      classifier_data.feature_record(classifier_data.convert_single_example(
+          example, label_list, max_seq_length, tokenizer)) for example in examples))
+
+
+def _examples(f, processor, getter, batch_size):
+  """A split's examples, padded to whole batches on TPU; (examples, number of real ones)."""
+  try:
+    examples = getter(f.data_dir)
+  except (ValueError, IndexError) as e:
+    raise job.UsageError("--data_dir=%s, task %s: %s" % (f.data_dir, f.task_name, e))
+  real = len(examples)
+  if f.use_tpu:
+    examples += [PaddingInputExample()] * (-real % batch_size)
+  return examples, real
+
+
+def _write_test_results(path, probabilities):
+  """test_results.tsv: one line per real example, the class probabilities tab-separated."""
+  with tf.io.gfile.GFile(path, "w") as writer:
+    for row in probabilities:
+      writer.write("\t".join(str(p) for p in row) + "\n")
+
+
+def run(f):
+  """Fine-tunes (every worker), evaluates and predicts (rank 0).
+
+  Returns:
+    0 on success.
+
+  Raises:
+    job.UsageError: for bad flags or data, before any graph is built.
+  """
+  finetuning.check_flags(f, ("do_train", "do_eval", "do_predict"))
+  job.require(f.data_dir, "--data_dir is required")
+  try:
+    processor = classifier_data.get_processor(f.task_name, f.data_dir)
+    label_list = processor.get_labels()
+  except ValueError as e:
+    raise job.UsageError("--task_name: %s" % e)
+  bert_config, tokenizer, workers, train_examples, (num_train_steps, num_warmup_steps) = (
+      finetuning.prepare(f, lambda: _examples(f, processor, processor.get_train_examples, 1)[0]))
+  dropout = 0.0 if f.deterministic_run else HEAD_DROPOUT
+  started = finetuning.start(
+      f, workers, head_fn_builder(len(label_list), dropout), bert_config, num_train_steps,
+      num_warmup_steps, dict(train_batch_size=f.train_batch_size,
+                             eval_batch_size=f.eval_batch_size,
+                             predict_batch_size=f.predict_batch_size))
+  spec = finetuning.int_feature_spec(f.max_seq_length, SEQUENCE_FEATURES, SCALAR_FEATURES)
+  rank0 = started.workers.rank == 0
+
+  if f.do_train:
+    train_file = os.path.join(started.output_dir, "train.tf_record")
+    file_based_convert_examples_to_features(train_examples, label_list, f.max_seq_length,
+                                            tokenizer, train_file)
+    logging.info("***** Training on %d examples, batch %d per worker, %d updates *****",
+                 len(train_examples), f.train_batch_size, num_train_steps)
+    finetuning.train(f, started, train_file, spec, num_train_steps)
+
+  if f.do_eval and rank0:
+    eval_examples, real = _examples(f, processor, processor.get_dev_examples, f.eval_batch_size)
+    eval_file = os.path.join(started.output_dir, "eval.tf_record")
+    file_based_convert_examples_to_features(eval_examples, label_list, f.max_seq_length,
+                                            tokenizer, eval_file)
+    logging.info("***** Evaluating %d examples (%d padding), batch %d *****", len(eval_examples),
+                 len(eval_examples) - real, f.eval_batch_size)
+    job.evaluate(started.estimator, finetuning.predict_input_fn(f, eval_file, spec,
+                                                                f.eval_batch_size),
+                 None, started.run_logger, f.eval_batch_size, started.output_dir)
+
+  if f.do_predict and rank0:
+    test_examples, real = _examples(f, processor, processor.get_test_examples,
+                                    f.predict_batch_size)
+    predict_file = os.path.join(started.output_dir, "predict.tf_record")
+    file_based_convert_examples_to_features(test_examples, label_list, f.max_seq_length,
+                                            tokenizer, predict_file)
+    results = job.predict(started.estimator, finetuning.predict_input_fn(
+        f, predict_file, spec, f.predict_batch_size), started.run_logger, f.predict_batch_size)
+    probabilities = [result["probabilities"] for result, _ in zip(results, range(real))]
+    _write_test_results(os.path.join(started.output_dir, "test_results.tsv"), probabilities)
+
+  started.run_logger.close()
+  return 0
+
+
+main = finetuning.main_builder("run_classifier.py", run, FLAGS)
+
+
+if __name__ == "__main__":
+  cli.run_main(main)

@@ -1,0 +1,231 @@
+"""BERT fine-tuning for question answering on SQuAD v1.1 and v2.0.
+
+  python run_squad.py --vocab_file=vocab.txt --bert_config_file=bert_config.json \
+      --init_checkpoint=bert_model.ckpt --train_file=train-v1.1.json \
+      --predict_file=dev-v1.1.json --output_dir=out --do_train --do_predict \
+      [--version_2_with_negative] [--horovod] [--manual_fp16] ...
+
+The original release's flags, records (train.tf_record, eval.tf_record) and outputs
+(predictions.json, nbest_predictions.json, null_odds.json with --version_2_with_negative), plus
+NVIDIA's --horovod, --amp, --manual_fp16, --use_xla, --num_accumulation_steps and --dllog_path.
+When the predict file carries answers (a dev set), exact match and F1 (the official v1.1
+definitions, utils/squad_eval.py) are logged and written to eval_results.txt next to the
+predictions. The head's variables are the release's (`cls/squad/output_weights`,
+`cls/squad/output_bias`), so a checkpoint fine-tuned by either script loads in the other.
+Importing this module defines the flags and nothing else.
+"""
+
+import os
+import random
+
+from absl import flags
+from absl import logging
+from utils import cli  # pylint: disable=g-bad-import-order
+import tensorflow as tf
+
+import modeling
+from utils import finetuning
+from utils import finetuning_flags
+from utils import job
+from utils import squad_data
+from utils import squad_eval
+# The release's names for the data classes and functions, for code that imports them from here.
+from utils.squad_data import InputFeatures  # pylint: disable=unused-import
+from utils.squad_data import RawResult
+from utils.squad_data import SquadExample  # pylint: disable=unused-import
+from utils.squad_data import convert_examples_to_features
+from utils.squad_data import get_final_text  # pylint: disable=unused-import
+
+_tf1 = tf.compat.v1
+FLAGS = flags.FLAGS
+
+finetuning_flags.define_flags(max_seq_length=384, batch_flags={"predict_batch_size": 8})
+finetuning_flags.define_once(flags.DEFINE_string, "train_file", None,
+                             "SQuAD json for training, e.g. train-v1.1.json.")
+finetuning_flags.define_once(flags.DEFINE_string, "predict_file", None,
+                             "SQuAD json to answer, e.g. dev-v1.1.json.")
+finetuning_flags.define_once(flags.DEFINE_integer, "doc_stride", 128,
+                             "Tokens between the starts of a document's windows.")
+finetuning_flags.define_once(flags.DEFINE_integer, "max_query_length", 64,
+                             "Question tokens kept (longer ones are truncated).")
+finetuning_flags.define_once(flags.DEFINE_bool, "do_predict", False,
+                             "Answer --predict_file (rank 0).")
+finetuning_flags.define_once(flags.DEFINE_integer, "n_best_size", 20,
+                             "Answers kept per question in nbest_predictions.json.")
+finetuning_flags.define_once(flags.DEFINE_integer, "max_answer_length", 30,
+                             "Longest answer, in tokens.")
+finetuning_flags.define_once(flags.DEFINE_bool, "version_2_with_negative", False,
+                             "SQuAD 2.0: questions may have no answer (null_odds.json).")
+finetuning_flags.define_once(flags.DEFINE_float, "null_score_diff_threshold", 0.0,
+                             "SQuAD 2.0: answer nothing when the null score minus the "
+                             "best answer's score exceeds this.")
+
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+TRAIN_SCALARS = ("unique_ids", "start_positions", "end_positions")
+PREDICT_SCALARS = ("unique_ids",)
+# The release shuffles the training examples once, with this seed, before writing them.
+TRAIN_SHUFFLE_SEED = 12345
+
+
+def squad_head(sequence_output):
+  """Start and end logits of every position, in fp32.
+
+  Variables `cls/squad/output_weights` [2, hidden] and `cls/squad/output_bias` [2] (the
+  release's).
+
+  Args:
+    sequence_output: [batch, seq_length, hidden] (fp32 or fp16).
+
+  Returns:
+    (start_logits, end_logits), fp32 [batch, seq_length] each.
+  """
+  sequence_output = finetuning.encoder_output_fp32(sequence_output)
+  batch_size, seq_length, hidden_size = modeling.get_shape_list(sequence_output, expected_rank=3)
+  output_weights = _tf1.get_variable("cls/squad/output_weights", [2, hidden_size],
+                                     initializer=modeling.create_initializer(0.02))
+  output_bias = _tf1.get_variable("cls/squad/output_bias", [2],
+                                  initializer=_tf1.zeros_initializer())
+  logits = tf.nn.bias_add(tf.matmul(tf.reshape(sequence_output, [-1, hidden_size]),
+                                    output_weights, transpose_b=True), output_bias)
+  logits = tf.transpose(tf.reshape(logits, [batch_size, seq_length, 2]), [2, 0, 1])
+  return logits[0], logits[1]
+
+
+def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
+                 use_one_hot_embeddings, compute_type=tf.float32):
+  """The release's create_model: BertModel + span head; returns (start_logits, end_logits)."""
+  model = modeling.BertModel(config=bert_config, is_training=is_training, input_ids=input_ids,
+                             input_mask=input_mask, token_type_ids=segment_ids,
+                             use_one_hot_embeddings=use_one_hot_embeddings,
+                             compute_type=compute_type)
+  return squad_head(model.get_sequence_output())
+
+
+def position_loss(logits, positions):
+  """Mean cross-entropy of fp32 logits [batch, seq_length] against positions [batch]."""
+  one_hot = tf.one_hot(positions, depth=tf.shape(logits)[-1], dtype=tf.float32)
+  return -tf.reduce_mean(tf.reduce_sum(one_hot * finetuning.log_probabilities(logits), axis=-1))
+
+
+def head_fn(model, features, mode):
+  """The head for `finetuning.model_fn_builder`: loss (mean of start and end) or logits."""
+  start_logits, end_logits = squad_head(model.get_sequence_output())
+  loss = None
+  if mode == tf.estimator.ModeKeys.TRAIN:
+    loss = (position_loss(start_logits, features["start_positions"])
+            + position_loss(end_logits, features["end_positions"])) / 2.0
+  return finetuning.HeadOutput(
+      loss=loss, metric_fn=None, metric_args=None,
+      predictions={"unique_ids": features["unique_ids"], "start_logits": start_logits,
+                   "end_logits": end_logits})
+
+
+def check_flags(f):
+  """The SQuAD flags on top of `finetuning.check_flags`."""
+  finetuning.check_flags(f, ("do_train", "do_predict"))
+  require = job.require
+  if f.do_train:
+    require(f.train_file, "--do_train needs --train_file")
+  if f.do_predict:
+    require(f.predict_file, "--do_predict needs --predict_file")
+  for name in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length",
+               "predict_batch_size"):
+    require(getattr(f, name) >= 1, "--%s must be >= 1, got %d", name, getattr(f, name))
+  require(f.max_seq_length > f.max_query_length + 3,
+          "--max_seq_length (%d) must be greater than --max_query_length (%d) + 3",
+          f.max_seq_length, f.max_query_length)
+
+
+def _read_examples(path, flag, is_training, version_2_with_negative):
+  try:
+    return squad_data.read_squad_examples(path, is_training, version_2_with_negative)
+  except (ValueError, KeyError, OSError, tf.errors.OpError) as e:
+    raise job.UsageError("--%s=%s: %s" % (flag, path, e))
+
+
+def _write_features(examples, tokenizer, f, is_training, path, keep=None):
+  """Converts `examples` into records at `path` (and appends the features to `keep`)."""
+  writer = finetuning.RecordWriter(
+      path, lambda feature: squad_data.feature_record(feature, is_training))
+
+  def output_fn(feature):
+    writer.process_feature(feature)
+    if keep is not None:
+      keep.append(feature)
+
+  convert_examples_to_features(examples, tokenizer, f.max_seq_length, f.doc_stride,
+                               f.max_query_length, is_training, output_fn)
+  writer.close()
+  return writer.num_features
+
+
+def write_outputs(f, output_dir, predictions, nbest, null_odds):
+  """predictions.json, nbest_predictions.json and (v2.0) null_odds.json in `output_dir`; with
+  answers in --predict_file, the scores in eval_results.txt. Returns the scores or None."""
+  squad_data.write_json(os.path.join(output_dir, "predictions.json"), predictions)
+  squad_data.write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
+  if f.version_2_with_negative:
+    squad_data.write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
+  dataset = squad_data.load_squad(f.predict_file)
+  if not squad_eval.has_answers(dataset):
+    return None
+  scores = squad_eval.evaluate(dataset, predictions)
+  job.write_eval_results(os.path.join(output_dir, "eval_results.txt"), scores)
+  logging.info("***** SQuAD scores: exact_match = %.2f, f1 = %.2f (%d questions) *****",
+               scores["exact_match"], scores["f1"], scores["total"])
+  return scores
+
+
+def run(f):
+  """Fine-tunes (every worker) and answers --predict_file (rank 0).
+
+  Returns:
+    0 on success.
+
+  Raises:
+    job.UsageError: for bad flags or data, before any graph is built.
+  """
+  check_flags(f)
+  bert_config, tokenizer, workers, train_examples, (num_train_steps, num_warmup_steps) = (
+      finetuning.prepare(f, lambda: _read_examples(f.train_file, "train_file", True,
+                                                   f.version_2_with_negative)))
+  # The release shuffles once, before writing the records, with a fixed seed.
+  random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
+  started = finetuning.start(f, workers, head_fn, bert_config, num_train_steps, num_warmup_steps,
+                             dict(train_batch_size=f.train_batch_size,
+                                  predict_batch_size=f.predict_batch_size))
+
+  if f.do_train:
+    train_file = os.path.join(started.output_dir, "train.tf_record")
+    num_features = _write_features(train_examples, tokenizer, f, True, train_file)
+    logging.info("***** Training on %d examples (%d windows), batch %d per worker, %d updates "
+                 "*****", len(train_examples), num_features, f.train_batch_size, num_train_steps)
+    finetuning.train(f, started, train_file, finetuning.int_feature_spec(
+        f.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), num_train_steps)
+
+  if f.do_predict and workers.rank == 0:
+    examples = _read_examples(f.predict_file, "predict_file", False, f.version_2_with_negative)
+    features = []
+    eval_file = os.path.join(started.output_dir, "eval.tf_record")
+    _write_features(examples, tokenizer, f, False, eval_file, keep=features)
+    logging.info("***** Answering %d questions (%d windows), batch %d *****", len(examples),
+                 len(features), f.predict_batch_size)
+    spec = finetuning.int_feature_spec(f.max_seq_length, SEQUENCE_FEATURES, PREDICT_SCALARS)
+    outputs = job.predict(started.estimator, finetuning.predict_input_fn(
+        f, eval_file, spec, f.predict_batch_size), started.run_logger, f.predict_batch_size)
+    results = [RawResult(int(out["unique_ids"]), [float(x) for x in out["start_logits"].flat],
+                         [float(x) for x in out["end_logits"].flat])
+               for out, _ in zip(outputs, features)]
+    write_outputs(f, started.output_dir, *squad_data.compute_predictions(
+        examples, features, results, f.n_best_size, f.max_answer_length, f.do_lower_case,
+        f.version_2_with_negative, f.null_score_diff_threshold, f.verbose_logging))
+
+  started.run_logger.close()
+  return 0
+
+
+main = finetuning.main_builder("run_squad.py", run, FLAGS)
+
+
+if __name__ == "__main__":
+  cli.run_main(main)

@@ -1,0 +1,257 @@
+"""run_squad.py and run_classifier.py end to end: real processes, a tiny model, outer timeouts.
+
+- From the same random checkpoint, our predictions / eval numbers equal the original release's.
+- fp16 fine-tuning reaches the fp32 run's accuracy within 1 point, with finite weights.
+- 2 Horovod workers with batch B give the weights of one process with batch 2B; only rank 0
+  writes predictions.
+- The release's scripts, unchanged, train on our modules with a finite, falling loss.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import modeling
+import run_classifier
+import run_squad
+from tests import finetuning_data
+from tests import helpers
+
+_tf1 = tf.compat.v1
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN_DIR = os.path.dirname(sys.executable)
+SEQ = 48
+SQUAD = dict(max_seq_length=SEQ, doc_stride=16, max_query_length=12, n_best_size=10,
+             max_answer_length=10)
+
+
+def run(args, timeout=300, launcher=()):
+  """Runs a command from the repository root; returns the CompletedProcess (raises on failure)."""
+  proc = subprocess.run(list(launcher) + [sys.executable] + list(args), capture_output=True,
+                        text=True, timeout=timeout, cwd=REPO_ROOT)
+  if proc.returncode != 0:
+    raise AssertionError("exit %d: %s\n%s\n%s" % (proc.returncode, args[:3], proc.stdout[-3000:],
+                                                  proc.stderr[-6000:]))
+  return proc
+
+
+def flag_list(values):
+  return ["--%s=%s" % (k, v) for k, v in values.items() if v is not None]
+
+
+def ours(script, values, **kwargs):
+  return run([script] + flag_list(values), **kwargs)
+
+
+def original(script, values, **kwargs):
+  return run(["-m", "tests.reference.original_bert", script, "--"] + flag_list(values), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+  """Vocabulary, config (dropout 0.1), SQuAD v1.1 / v2.0, MRPC, and a random checkpoint with
+  both heads (the classifier's for 2 labels)."""
+  root = tmp_path_factory.mktemp("finetuning")
+  vocab = str(root / "vocab.txt")
+  vocab_size = finetuning_data.write_vocab(vocab)
+  config = str(root / "bert_config.json")
+  finetuning_data.write_bert_config(config, vocab_size, max_position_embeddings=64)
+  for version_2 in (False, True):
+    finetuning_data.write_squad(str(root / ("squad%d.json" % version_2)), version_2, repeat=2)
+  finetuning_data.write_glue(str(root / "mrpc"), "mrpc", finetuning_data.rng(5), n_train=16,
+                             n_dev=12)
+  checkpoint = str(root / "random" / "model.ckpt")
+  with tf.Graph().as_default():
+    ids = tf.zeros([2, SEQ], tf.int32)
+    bert_config = modeling.BertConfig.from_json_file(config)
+    run_squad.create_model(bert_config, False, ids, ids, ids, False)
+    run_classifier.classifier_head(tf.zeros([2, bert_config.hidden_size]), tf.zeros([2], tf.int32),
+                                   2)
+    with _tf1.Session() as session:
+      session.run(_tf1.global_variables_initializer())
+      helpers.randomize_variables(session, _tf1.global_variables(), np.random.RandomState(0),
+                                  scale=0.2)
+      _tf1.train.Saver().save(session, checkpoint)
+  return {"root": root, "vocab": vocab, "config": config, "checkpoint": checkpoint,
+          "squad": [str(root / "squad0.json"), str(root / "squad1.json")],
+          "mrpc": str(root / "mrpc")}
+
+
+def read_json(path):
+  with open(path) as reader:
+    return json.load(reader)
+
+
+def checkpoint_values(directory):
+  checkpoint = tf.train.latest_checkpoint(str(directory))
+  assert checkpoint, "no checkpoint in %s" % directory
+  reader = tf.train.load_checkpoint(checkpoint)
+  return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(checkpoint)}
+
+
+@pytest.mark.parametrize("version_2", [False, True])
+def test_squad_predictions_equal_the_originals(files, tmp_path, version_2):
+  values = dict(SQUAD, vocab_file=files["vocab"], bert_config_file=files["config"],
+                init_checkpoint=files["checkpoint"], predict_file=files["squad"][version_2],
+                do_predict=True, predict_batch_size=4, version_2_with_negative=version_2,
+                null_score_diff_threshold=-1.0)
+  original("run_squad", dict(values, output_dir=tmp_path / "original"))
+  ours("run_squad.py", dict(values, output_dir=tmp_path / "ours"))
+  names = ["predictions", "nbest_predictions"] + (["null_odds"] if version_2 else [])
+  for name in names:
+    want = read_json(tmp_path / "original" / (name + ".json"))
+    got = read_json(tmp_path / "ours" / (name + ".json"))
+    assert list(got) == list(want), name
+    if name == "predictions":
+      assert got == want
+      assert len(set(got.values())) > 3  # the random model gives varied answers
+    elif name == "null_odds":
+      np.testing.assert_allclose([got[k] for k in want], list(want.values()), atol=1e-4)
+    else:
+      for qid, entries in want.items():
+        assert [e["text"] for e in got[qid]] == [e["text"] for e in entries], qid
+        for key in ("probability", "start_logit", "end_logit"):
+          np.testing.assert_allclose([e[key] for e in got[qid]], [e[key] for e in entries],
+                                     atol=1e-4, err_msg="%s %s" % (qid, key))
+  assert not os.path.exists(tmp_path / "original" / "eval_results.txt")
+  # Ours scores the answers (the predict file carries them), by the scorer's definition.
+  scores = helpers.read_eval_results(tmp_path / "ours" / "eval_results.txt")
+  from utils import squad_eval  # pylint: disable=g-import-not-at-top
+  expected = squad_eval.evaluate(read_json(files["squad"][version_2])["data"],
+                                 read_json(tmp_path / "original" / "predictions.json"))
+  assert scores["exact_match"] == pytest.approx(expected["exact_match"])
+  assert scores["f1"] == pytest.approx(expected["f1"])
+
+
+def test_classifier_eval_and_predictions_equal_the_originals(files, tmp_path):
+  values = dict(task_name="MRPC", data_dir=files["mrpc"], vocab_file=files["vocab"],
+                bert_config_file=files["config"], init_checkpoint=files["checkpoint"],
+                do_eval=True, do_predict=True, max_seq_length=32, eval_batch_size=5,
+                predict_batch_size=5)
+  original("run_classifier", dict(values, output_dir=tmp_path / "original"))
+  ours("run_classifier.py", dict(values, output_dir=tmp_path / "ours"))
+  want = helpers.read_eval_results(tmp_path / "original" / "eval_results.txt")
+  got = helpers.read_eval_results(tmp_path / "ours" / "eval_results.txt")
+  assert sorted(got) == sorted(want) == ["eval_accuracy", "eval_loss", "global_step", "loss"]
+  for key in want:
+    assert got[key] == pytest.approx(want[key], abs=1e-5), key
+  np.testing.assert_allclose(np.loadtxt(tmp_path / "ours" / "test_results.tsv"),
+                             np.loadtxt(tmp_path / "original" / "test_results.tsv"), atol=1e-5)
+
+
+def _sentiment_run(files, data_dir, out, **extra):
+  values = dict(task_name="cola", data_dir=data_dir, vocab_file=files["vocab"],
+                bert_config_file=files["config"], init_checkpoint=files["checkpoint"],
+                output_dir=out, do_train=True, do_eval=True, max_seq_length=16,
+                train_batch_size=16, eval_batch_size=50, num_train_epochs=3, learning_rate=2e-3,
+                deterministic_run=True, save_checkpoints_steps=1000)
+  values.update(extra)
+  ours("run_classifier.py", values, timeout=600)
+  return helpers.read_eval_results(out / "eval_results.txt")["eval_accuracy"]
+
+
+def test_fp16_fine_tuning_matches_fp32_accuracy(files, tmp_path):
+  data_dir = str(tmp_path / "sentiment")
+  finetuning_data.write_sentiment(data_dir, finetuning_data.rng(11), n_train=320, n_dev=200)
+  fp32 = _sentiment_run(files, data_dir, tmp_path / "fp32")
+  fp16 = _sentiment_run(files, data_dir, tmp_path / "fp16", manual_fp16=True)
+  assert fp32 >= 0.9  # the task was learnt (chance is 0.5)
+  assert abs(fp16 - fp32) <= 0.01
+  for name, value in checkpoint_values(tmp_path / "fp16").items():
+    if np.issubdtype(np.asarray(value).dtype, np.floating):
+      assert np.all(np.isfinite(value)), name
+
+
+def _horovodrun():
+  return [os.path.join(BIN_DIR, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo"]
+
+
+def test_two_workers_equal_one_with_twice_the_batch_and_only_rank0_predicts(files, tmp_path):
+  values = dict(SQUAD, vocab_file=files["vocab"], bert_config_file=files["config"],
+                init_checkpoint=files["checkpoint"], train_file=files["squad"][0],
+                predict_file=files["squad"][0], do_train=True, do_predict=True,
+                num_train_epochs=1, deterministic_run=True, warmup_proportion=0.0)
+  ours("run_squad.py", dict(values, output_dir=tmp_path / "one", train_batch_size=4,
+                            learning_rate=2e-3))
+  ours("run_squad.py", dict(values, output_dir=tmp_path / "two", train_batch_size=2,
+                            learning_rate=1e-3, horovod=True), launcher=_horovodrun(),
+       timeout=600)
+  one, two = checkpoint_values(tmp_path / "one"), checkpoint_values(tmp_path / "two")
+  helpers_initial = {name: tf.train.load_variable(files["checkpoint"], name)
+                     for name, _ in tf.train.list_variables(files["checkpoint"])}
+  assert one["global_step"] == two["global_step"] == 3  # 14 questions / 4 per update
+  # Equal up to the order of float sums (batch 4 vs two averaged batches of 2): an update
+  # (learning rate 2e-3) on other examples would move the weights by ~1e-3.
+  moved = max(np.abs(value - helpers_initial[name]).max() for name, value in one.items()
+              if name in helpers_initial)
+  assert moved > 1e-3
+  for name, value in one.items():
+    np.testing.assert_allclose(two[name], value, rtol=1e-4, atol=2e-5, err_msg=name)
+  assert os.path.exists(tmp_path / "two" / "predictions.json")
+  worker_files = os.listdir(tmp_path / "two" / "worker_1")
+  assert not [n for n in worker_files if n.endswith(".json") or n.startswith("model.ckpt")]
+
+
+def training_losses(output_dir):
+  """The per-step training loss summaries of the Estimator's event files, in step order."""
+  losses = {}
+  for path in sorted(output_dir.glob("events.out.tfevents.*")):
+    for event in _tf1.train.summary_iterator(str(path)):
+      for value in event.summary.value:
+        # "loss", or "loss_1" when the graph already has an op named loss.
+        if re.fullmatch(r"loss(_\d+)?", value.tag):
+          losses[event.step] = value.simple_value
+  return [losses[step] for step in sorted(losses)]
+
+
+@pytest.mark.parametrize("script", ["run_classifier", "run_squad"])
+def test_release_scripts_train_on_our_modules(files, tmp_path, script):
+  values = dict(vocab_file=files["vocab"], bert_config_file=files["config"],
+                output_dir=tmp_path / "out", do_train=True, train_batch_size=8,
+                learning_rate=1e-3, num_train_epochs=12, warmup_proportion=0.1,
+                save_checkpoints_steps=1000)
+  if script == "run_squad":
+    values.update(SQUAD, train_file=files["squad"][0])
+  else:
+    values.update(task_name="MRPC", data_dir=files["mrpc"], max_seq_length=32)
+  run(["-m", "tests.reference.original_bert", "on_our_modules", script, "--"]
+      + flag_list(values), timeout=600)
+  losses = training_losses(tmp_path / "out")
+  assert len(losses) >= 10, losses
+  assert np.all(np.isfinite(losses))
+  assert np.mean(losses[-3:]) < 0.8 * np.mean(losses[:3])
+
+
+def test_extract_features_runs_on_our_modules(files, tmp_path):
+  input_file = tmp_path / "input.txt"
+  input_file.write_text("the cat sat on the mat ||| the dog ran in the park\nPython was good.\n")
+  output_file = tmp_path / "features.jsonl"
+  run(["-m", "tests.reference.original_bert", "on_our_modules", "extract_features", "--"]
+      + flag_list(dict(input_file=input_file, output_file=output_file, vocab_file=files["vocab"],
+                       bert_config_file=files["config"], init_checkpoint=files["checkpoint"],
+                       layers="-1,-2", max_seq_length=16, batch_size=2)))
+  lines = [json.loads(line) for line in output_file.read_text().splitlines()]
+  assert len(lines) == 2
+  assert lines[0]["features"][0]["token"] == "[CLS]"
+  assert len(lines[0]["features"][0]["layers"][0]["values"]) == 32
+
+
+@pytest.mark.parametrize("script, values, message", [
+    ("run_squad.py", dict(), "one of --do_train, --do_predict is required"),
+    ("run_squad.py", dict(do_predict=True), "--do_predict needs --predict_file"),
+    ("run_classifier.py", dict(do_eval=True, task_name="sst"), "unknown task 'sst'"),
+])
+def test_bad_flags_exit_2_naming_the_problem(files, tmp_path, script, values, message):
+  args = flag_list(dict(vocab_file=files["vocab"], bert_config_file=files["config"],
+                        output_dir=tmp_path / "out", data_dir=files["mrpc"]
+                        if script == "run_classifier.py" else None, **values))
+  proc = subprocess.run([sys.executable, script] + args, capture_output=True, text=True,
+                        timeout=120, cwd=REPO_ROOT)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert message in proc.stderr
