@@ -835,10 +835,10 @@ def build_train_op(loss, schedule, precision=Precision(), accumulation=Accumulat
           lambda: (tf.identity(step_before), tf.constant(float("nan"))))
   tf.identity(global_norm, name=graph_names.GLOBAL_NORM)
   step_update = tf.identity(step_after, name=graph_names.STEP_UPDATE)
-  skipped_updates = loss_scaling.skipped_updates()
+  with tf.control_dependencies([step_update]):  # the count after this step's update
+    skipped_updates = loss_scaling.skipped_updates()
   if skipped_updates is not None:
-    with tf.control_dependencies([step_update]):
-      tf.identity(skipped_updates, name=graph_names.SKIPPED_UPDATES)
+    tf.identity(skipped_updates, name=graph_names.SKIPPED_UPDATES)
   return tf.group(step_update, name=graph_names.TRAIN_OP)
 
 

@@ -102,6 +102,23 @@ def test_run_log_of_a_restart_appends_and_marks_the_restart(tmp_path):
   assert open(fresh).read() == ""
 
 
+def test_read_log_of_a_resumed_run_is_the_training_history(tmp_path):
+  # The first run logged steps 1-3 and was killed after its step-2 checkpoint; the resumed run
+  # trained step 3 again and went on to 4.
+  log_path = str(tmp_path / "bert_dllog.json")
+  first = dllogger_setup.open_run_log(log_path, 0, 0, backend="builtin", stdout=False)
+  for step, loss in ((1, 7.0), (2, 6.0), (3, 5.5)):
+    first.log(step=step, data={"total_loss": loss})
+  first.close()
+  second = dllogger_setup.open_run_log(log_path, 0, 2, backend="builtin", stdout=False)
+  second.log(step=3, data={"total_loss": 5.0})
+  second.log(step=4, data={"total_loss": 4.0})
+  second.close()
+  steps, _ = dllogger_setup.read_log(log_path)
+  assert steps == [(1, {"total_loss": 7.0}), (2, {"total_loss": 6.0}), (3, {"total_loss": 5.0}),
+                   (4, {"total_loss": 4.0})]
+
+
 def test_bad_input_is_rejected_with_a_clear_error(tmp_path):
   logger = dllogger_setup.RunLogger(str(tmp_path / "log.json"), backend="builtin", stdout=False)
   with pytest.raises(ValueError, match="step"):

@@ -331,7 +331,10 @@ def read_log(log_path):
 
   Returns:
     (steps, summaries): `steps` is a list of (step, data dict) for the lines whose step is an
-    integer, in file order; `summaries` the data dicts of the lines whose step is [].
+    integer, in file order; `summaries` the data dicts of the lines whose step is []. A log that a
+    resumed run appended to reads as the history of the training: at a `RESTART_STEP` line, the
+    earlier lines of steps after `resumed_from_step` (logged after the checkpoint the run resumed
+    from, and trained again by the resumed run) are dropped.
 
   Raises:
     OSError: when the file cannot be read.
@@ -348,6 +351,11 @@ def read_log(log_path):
           skipped += 1
         continue
       step = record.get("step")
+      if step == RESTART_STEP:
+        resumed_from = record["data"].get("resumed_from_step")
+        if isinstance(resumed_from, numbers.Integral):
+          steps = [(s, data) for s, data in steps if s <= resumed_from]
+        continue
       if isinstance(step, numbers.Integral) and not isinstance(step, bool):
         steps.append((int(step), record["data"]))
       elif step == []:
