@@ -89,15 +89,21 @@ def launchers():
   }
 
 
+def _empty_disks(cluster):
+  """Removes the files the probe wrote on every host's node-local disk."""
+  for host in cluster_lib.HOSTS:
+    for name in os.listdir(cluster.disk(host)):
+      os.remove(os.path.join(cluster.disk(host), name))
+
+
 @pytest.mark.parametrize("launcher", ["horovodrun", "mpirun"])
 def test_launchers_see_two_nodes_and_shard_the_input_by_rank(cluster, probe_data, tmp_path,
-                                                             launcher):
+                                                             launcher, request):
   command, local_rank_variable = launchers()[launcher]
   out = tmp_path / "out"
   out.mkdir()
-  for host in cluster_lib.HOSTS:  # each run starts from empty disks
-    for name in os.listdir(cluster.disk(host)):
-      os.remove(os.path.join(cluster.disk(host), name))
+  _empty_disks(cluster)  # each run starts from empty disks
+  request.addfinalizer(lambda: _empty_disks(cluster))  # and leaves them empty for later tests
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   cluster.run(HOST_A, command + [sys.executable, PROBE, str(out), cluster.node_local_dir,
                                  str(SEQ), str(PRED), probe_data["by_file"],
