@@ -16,6 +16,8 @@ same run that updates them, and checkpoints are written after a run completes. F
 
 import tensorflow as tf
 
+from utils import checkpoints
+
 _tf1 = tf.compat.v1
 
 MICRO_STEP_NAME = "micro_step"
@@ -66,8 +68,7 @@ def checkpoint_micro_steps(checkpoint_dir):
     ValueError: naming the checkpoint, when it has no `micro_step` (written by a run without
       --deterministic_run, whose input position is unknown).
   """
-  checkpoint = (tf.train.latest_checkpoint(checkpoint_dir)
-                if tf.io.gfile.isdir(checkpoint_dir) else None)
+  checkpoint = checkpoints.latest_checkpoint(checkpoint_dir)
   if not checkpoint:
     return 0
   names = {name for name, _ in tf.train.list_variables(checkpoint)}

@@ -22,6 +22,7 @@ from absl import logging
 import tensorflow as tf
 
 import gpu_environment
+from utils import checkpoints
 from utils import hooks as hooks_lib
 from utils import hvd_utils
 from utils import output_lock
@@ -264,10 +265,10 @@ def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_d
 
 def checkpoint_step(model_dir):
   """Global step of the newest checkpoint in `model_dir`, 0 when there is none."""
-  checkpoint = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+  checkpoint = checkpoints.latest_checkpoint(model_dir)
   if not checkpoint:
     return 0
-  return int(tf.train.load_variable(checkpoint, "global_step"))
+  return int(tf.train.load_variable(checkpoint, checkpoints.GLOBAL_STEP))
 
 
 def check_init_checkpoint(path, flag="init_checkpoint"):
