@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import modeling
+import optimization
 import run_pretraining
 from tests import helpers
 from tests import test_input_fn as input_tests
@@ -72,21 +73,63 @@ def _model_masks(num_layers=3):
   return uniforms, run
 
 
+def _assert_sites_differ(masks, uniforms):
+  """No two dropout sites of one micro-step (`masks`, in the order of `uniforms`) share a mask."""
+  for i in range(len(masks)):
+    for j in range(i + 1, len(masks)):
+      if masks[i].shape == masks[j].shape:
+        assert not np.array_equal(masks[i], masks[j]), (uniforms[i].name, uniforms[j].name)
+
+
 def test_every_layer_site_micro_step_and_worker_draws_its_own_mask():
   uniforms, run = _model_masks(num_layers=3)
   # The embeddings, then per layer: attention probabilities, attention output, layer output.
   assert len(uniforms) == 1 + 3 * 3
   step0 = run(0, 0)
-  for i in range(len(step0)):
-    for j in range(i + 1, len(step0)):
-      if step0[i].shape == step0[j].shape:
-        assert not np.array_equal(step0[i], step0[j]), (uniforms[i].name, uniforms[j].name)
+  _assert_sites_differ(step0, uniforms)
   for other in (run(1, 0), run(0, 1), run(2, 1)):
     for site, (a, b) in enumerate(zip(step0, other)):
       assert not np.array_equal(a, b), uniforms[site].name
   # A pure function of the key: the same numbers again, whatever the thread count.
   for again in (run(0, 0, threads=1), run(0, 0, threads=2)):
     for a, b in zip(step0, again):
+      np.testing.assert_array_equal(a, b)
+
+
+def test_training_graph_draws_new_masks_every_micro_step_and_again_from_the_start():
+  # The job's own model_fn with accumulation: the masks its train op uses come from the counter
+  # it advances, so no two micro-steps (inside an update or across updates) share a mask, and a
+  # new session from the same start draws the same masks again.
+  micro_steps = 4  # two updates of ACCUMULATION 2
+  graph = tf.Graph()
+  with graph.as_default():
+    config = helpers.tiny_config(num_hidden_layers=2)
+    batch = helpers.random_batch(np.random.RandomState(2), 2, 16, config.vocab_size, 3)
+    _tf1.train.get_or_create_global_step()
+    model_fn = run_pretraining.model_fn_builder(
+        config, None, optimization.Schedule("lamb", 1e-3, 10, 1),
+        accumulation=optimization.Accumulation(2), dropout_seed=7)
+    spec = model_fn(helpers.constant_features(batch), None, tf.estimator.ModeKeys.TRAIN, {})
+    uniforms = _uniform_tensors(graph)
+    counter = helpers.variable(determinism.MICRO_STEP_NAME)
+    init = _tf1.global_variables_initializer()
+
+  def masks():
+    with graph.as_default(), _session() as sess:
+      sess.run(init)
+      drawn = [sess.run([spec.train_op, uniforms])[1] for _ in range(micro_steps)]
+      assert sess.run(counter) == micro_steps
+      return drawn
+
+  first = masks()
+  assert len(first[0]) == 1 + 3 * 2
+  _assert_sites_differ(first[0], uniforms)
+  for i in range(micro_steps):
+    for j in range(i + 1, micro_steps):
+      for site, (a, b) in enumerate(zip(first[i], first[j])):
+        assert not np.array_equal(a, b), (i, j, uniforms[site].name)
+  for step_masks, again in zip(first, masks()):
+    for a, b in zip(step_masks, again):
       np.testing.assert_array_equal(a, b)
 
 

@@ -1,8 +1,11 @@
-"""--deterministic_run end to end: bit-identical per-step losses run after run (fp32 and fp16, with
-accumulation, one process, horovodrun --gloo and mpirun), dropout on, and exact resume after a kill.
+"""--deterministic_run end to end: bit-identical per-step losses run after run, dropout on, and
+exact resume after a kill.
 
-The losses are compared with the golden-loss tool (utils/regression.py) at tolerance 0. Runs of the
-same configuration start together (two processes at a time) to keep the wall time down.
+The matrix: {fp32, --manual_fp16} x {one process, horovodrun --gloo, mpirun (2 workers)}, each
+with accumulation and UPDATES updates, the two runs' losses compared with the golden-loss tool
+(utils/regression.py) at tolerance 0. The fp16 one-process command doubles as the uninterrupted
+run of the kill-and-resume test: its third copy is killed and resumed. Runs of a test start
+together, their output goes to files (a full pipe would stall a run).
 """
 
 import json
@@ -22,6 +25,18 @@ from utils import regression
 
 UPDATES = 50
 ACCUMULATION = 2
+# The smallest model that still has dropout at every site of its layer: one encoder layer, short
+# sequences, few distinct variable shapes (each shape compiles its own optimizer update). A
+# process's cost is almost all start-up, and most of that grows with the variables.
+SEQ, PRED = 16, 3
+CONFIG = dict(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+              intermediate_size=32, max_position_embeddings=SEQ, type_vocab_size=2)
+# A start scale that overflows fp16: the first updates are skipped (the global step stays) while
+# the scale comes down, so micro-steps and updates part ways.
+FP16 = dict(manual_fp16=True, init_loss_scale=2**32)
+PRECISIONS = {"fp32": {}, "fp16": FP16}
+# The kill-and-resume test kills its run once this update is logged.
+KILL_AFTER = 12
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +45,7 @@ def data(tmp_path_factory):
   configs = {}
   for name, prob in (("dropout", 0.1), ("no_dropout", 0.0)):
     path = root / ("%s.json" % name)
-    path.write_text(json.dumps(dict(job.CONFIG, hidden_act="gelu", hidden_dropout_prob=prob,
+    path.write_text(json.dumps(dict(CONFIG, hidden_act="gelu", hidden_dropout_prob=prob,
                                     attention_probs_dropout_prob=prob, initializer_range=0.02)))
     configs[name] = str(path)
   train_dir = root / "train"
@@ -39,15 +54,14 @@ def data(tmp_path_factory):
   # Two files (one per Horovod worker), 24 distinct records each.
   for index in range(2):
     helpers.write_batch_records(train_dir / ("part-%d.tfrecord" % index),
-                                helpers.random_batch(rng, 24, job.SEQ, job.CONFIG["vocab_size"],
-                                                     job.PRED))
+                                helpers.random_batch(rng, 24, SEQ, CONFIG["vocab_size"], PRED))
   return {"root": root, "configs": configs, "train_dir": str(train_dir)}
 
 
 def command(data, out, launcher=(), config="dropout", **overrides):
   """The deterministic training command (the same for every run of a configuration)."""
   values = {"bert_config_file": data["configs"][config], "input_files_dir": data["train_dir"],
-            "output_dir": out, "max_seq_length": job.SEQ, "max_predictions_per_seq": job.PRED,
+            "output_dir": out, "max_seq_length": SEQ, "max_predictions_per_seq": PRED,
             "train_batch_size": 2, "num_accumulation_steps": ACCUMULATION,
             "learning_rate": 1e-3, "num_warmup_steps": 5, "num_train_steps": UPDATES,
             "save_checkpoints_steps": 5, "display_loss_steps": 1, "do_train": True,
@@ -57,19 +71,43 @@ def command(data, out, launcher=(), config="dropout", **overrides):
           + ["--%s=%s" % (k, v) for k, v in values.items() if v is not None])
 
 
-def run_together(commands, timeout=600):
-  """Runs the commands at the same time; raises with the output of any that fails."""
-  procs = [subprocess.Popen(c, cwd=job.REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True) for c in commands]
+def start(cmd, output):
+  """Starts `cmd` in its own process group, stdout and stderr into the file `output`.
+
+  Returns:
+    (cmd, output, Popen), as `finish` takes them.
+  """
+  with open(output, "w") as sink:
+    proc = subprocess.Popen(cmd, cwd=job.REPO_ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+  return cmd, output, proc
+
+
+def kill(proc):
+  """Kills the process group of `proc` (when still running) and reaps it."""
+  if proc.poll() is None:
+    os.killpg(proc.pid, signal.SIGKILL)
+  proc.wait(timeout=60)
+
+
+def finish(started, timeout=600):
+  """Waits for every run of `started` (from `start`); raises with the output of any that fails,
+  killing the others."""
+  deadline = time.time() + timeout
   try:
-    for cmd, proc in zip(commands, procs):
-      out, err = proc.communicate(timeout=timeout)
-      assert proc.returncode == 0, "exit %d: %s\n%s\n%s" % (
-          proc.returncode, " ".join(cmd), out[-3000:], err[-6000:])
+    for cmd, output, proc in started:
+      code = proc.wait(timeout=max(1.0, deadline - time.time()))
+      with open(output) as reader:
+        assert code == 0, "exit %d: %s\n%s" % (code, " ".join(cmd), reader.read()[-6000:])
   finally:
-    for proc in procs:
-      if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
+    for _, _, proc in started:
+      kill(proc)
+
+
+def run_together(runs, timeout=600):
+  """Runs the commands {output file: command} at the same time; raises with the output of any
+  that fails."""
+  finish([start(cmd, output) for output, cmd in runs.items()], timeout)
 
 
 def assert_same_losses(golden_log, new_log, cmd, tmp_path):
@@ -85,61 +123,53 @@ def assert_same_losses(golden_log, new_log, cmd, tmp_path):
   return entries
 
 
-def two_runs(data, tmp_path, launcher=(), **overrides):
-  """Runs the same command twice (output dirs a, b); returns (golden entries, dir a)."""
-  a, b = tmp_path / "a", tmp_path / "b"
-  run_together([command(data, a, launcher, **overrides), command(data, b, launcher, **overrides)])
-  entries = assert_same_losses(a / "bert_dllog.json", b / "bert_dllog.json",
-                               command(data, "OUT", launcher, **overrides), tmp_path)
-  return entries, a
+def assert_counters(entries, directory, fp16):
+  """The final checkpoint's counters agree with the logged updates.
+
+  The counter and the weights of a checkpoint belong to the same micro-step; fp16 updates skipped
+  for overflow consumed micro-steps too (and have no step line).
+  """
+  values = job.checkpoint_values(directory)
+  assert values["global_step"] == UPDATES
+  skipped = int(values["skipped_update_count"]) if fp16 else 0
+  assert values["micro_step"] == (UPDATES + skipped) * ACCUMULATION
+  if fp16:
+    assert skipped > 0  # 2^32 overflows fp16: the first updates are skipped, each halving it
+    # The scale each logged update's loss used is 2^32 halved once per update skipped before it,
+    # and never rises again within the run.
+    scales = [e["loss_scaler"] for e in entries]
+    exponents = [32 - np.log2(scale) for scale in scales]
+    assert all(k == int(k) and 1 <= k <= skipped for k in exponents), scales
+    assert exponents == sorted(exponents)
+
+
+def _mpirun():
+  """mpirun of 2 workers whose ranks yield the core while they wait in a collective.
+
+  The two launches of a test (4 workers) share 2 cores: without yielding, a rank polling in a
+  collective starves the one it waits for (README, multi-node notes: more workers than cores).
+  """
+  return job._mpirun() + ["--mca", "mpi_yield_when_idle", "1"]  # pylint: disable=protected-access
+
+
+LAUNCHERS = {"gloo": job._horovodrun, "mpirun": _mpirun}  # pylint: disable=protected-access
 
 
 def test_fp32_one_process_bit_identical_with_dropout_on(data, tmp_path):
-  entries, a = two_runs(data, tmp_path)
-  values = job.checkpoint_values(a)
-  # The counter and the weights of a checkpoint belong to the same micro-step.
-  assert values["global_step"] == UPDATES
-  assert values["micro_step"] == UPDATES * ACCUMULATION
+  a, b, off, other = (tmp_path / name for name in ("a", "b", "off", "seed"))
   # Dropout is on: the same run with dropout probabilities 0 has another first loss (same
-  # initial weights and batches); another seed (other weights, batches, masks) too.
-  off, other = tmp_path / "off", tmp_path / "seed"
-  run_together([command(data, off, config="no_dropout", num_train_steps=1),
-                command(data, other, seed=7, num_train_steps=1)])
+  # initial weights and batches); another seed (other weights, batches, masks) too. Those two
+  # one-update runs start with the pair.
+  run_together({tmp_path / "a.out": command(data, a), tmp_path / "b.out": command(data, b),
+                tmp_path / "off.out": command(data, off, config="no_dropout", num_train_steps=1),
+                tmp_path / "seed.out": command(data, other, seed=7, num_train_steps=1)})
+  entries = assert_same_losses(a / "bert_dllog.json", b / "bert_dllog.json",
+                               command(data, "OUT"), tmp_path)
+  assert_counters(entries, a, fp16=False)
   first_off = job.read_dllog(off / "bert_dllog.json")[0]["data"]["total_loss"]
   assert abs(first_off - entries[0]["total_loss"]) > 1e-4
   assert job.read_dllog(other / "bert_dllog.json")[0]["data"]["total_loss"] != \
       entries[0]["total_loss"]
-
-
-def _fp16(**overrides):
-  # A start scale that overflows: the first updates are skipped (the global step stays) while the
-  # scale comes down, so micro-steps and updates part ways.
-  return dict(manual_fp16=True, init_loss_scale=2**32, **overrides)
-
-
-def test_fp16_one_process_bit_identical(data, tmp_path):
-  entries, a = two_runs(data, tmp_path, **_fp16())
-  values = job.checkpoint_values(a)
-  skipped = int(values["skipped_update_count"])
-  assert skipped > 0  # 2^32 overflows fp16: the first updates are skipped, each halving the scale
-  # Only applied updates have step lines; the scale each one's loss used is 2^32 halved once per
-  # update skipped before it, and never rises again within the run.
-  scales = [e["loss_scaler"] for e in entries]
-  exponents = [32 - np.log2(scale) for scale in scales]
-  assert all(k == int(k) and 1 <= k <= skipped for k in exponents), scales
-  assert exponents == sorted(exponents)
-  assert values["global_step"] == UPDATES
-  # Skipped updates consumed micro-steps too: the counter says how many ran.
-  assert values["micro_step"] == (UPDATES + skipped) * ACCUMULATION
-
-
-def test_horovodrun_gloo_two_workers_bit_identical(data, tmp_path):
-  two_runs(data, tmp_path, launcher=job._horovodrun(), horovod=True)  # pylint: disable=protected-access
-
-
-def test_mpirun_two_workers_fp16_bit_identical(data, tmp_path):
-  two_runs(data, tmp_path, launcher=job._mpirun(), horovod=True,  # pylint: disable=protected-access
-           **_fp16(allreduce_post_accumulation=True))
 
 
 def _wait_for_step(log, proc, step, timeout=300):
@@ -156,30 +186,46 @@ def _wait_for_step(log, proc, step, timeout=300):
   raise AssertionError("step %d never logged" % step)
 
 
-def test_killed_run_resumes_exactly(data, tmp_path):
+@pytest.fixture(scope="module")
+def fp16_runs(data, tmp_path_factory):
+  """The fp16 one-process command run three times at once: "a" and "b" to the end; "killed" is
+  killed once update KILL_AFTER is logged and resumed (the same command again) while a and b
+  still train.
+
+  Returns:
+    dict: the output dirs "a", "b", "killed"; "restart_step", the global step of the checkpoint
+    the resumed run started from; "resumed_output", the resumed run's stdout and stderr.
+  """
+  root = tmp_path_factory.mktemp("fp16")
+  dirs = {name: root / name for name in ("a", "b", "killed")}
+  started = {name: start(command(data, out, **FP16), root / ("%s.out" % name))
+             for name, out in dirs.items()}
+  try:
+    killed = started["killed"][2]
+    _wait_for_step(dirs["killed"] / "bert_dllog.json", killed, KILL_AFTER)
+    kill(killed)
+    restart_step = job.checkpoint_values(dirs["killed"])["global_step"]
+    resumed = start(command(data, dirs["killed"], **FP16), root / "resumed.out")
+    finish([started["a"], started["b"], resumed])
+  finally:
+    for _, _, proc in started.values():
+      kill(proc)
+  return dict(dirs, restart_step=restart_step, resumed_output=(root / "resumed.out").read_text())
+
+
+def test_fp16_one_process_bit_identical(data, fp16_runs, tmp_path):
+  entries = assert_same_losses(fp16_runs["a"] / "bert_dllog.json",
+                               fp16_runs["b"] / "bert_dllog.json", command(data, "OUT", **FP16),
+                               tmp_path)
+  assert_counters(entries, fp16_runs["a"], fp16=True)
+
+
+def test_killed_run_resumes_exactly(fp16_runs):
   # fp16 with accumulation: weights, LAMB slots, accumulators, loss scale, the micro-step (dropout
   # keys) and the input position must all come back for the losses to continue unchanged.
-  overrides = _fp16()
-  full, killed = tmp_path / "full", tmp_path / "killed"
-  killed_cmd = command(data, killed, **overrides)
-  uninterrupted = subprocess.Popen(command(data, full, **overrides), cwd=job.REPO_ROOT,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   start_new_session=True)
-  proc = subprocess.Popen(killed_cmd, cwd=job.REPO_ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, start_new_session=True)
-  try:
-    _wait_for_step(killed / "bert_dllog.json", proc, 12)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert uninterrupted.wait(timeout=600) == 0
-  finally:
-    for p in (proc, uninterrupted):
-      if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
-  restart_step = job.checkpoint_values(killed)["global_step"]
+  full, killed, restart_step = fp16_runs["a"], fp16_runs["killed"], fp16_runs["restart_step"]
   assert 10 <= restart_step < UPDATES
-  resumed = job.run_job(killed_cmd[2:])
-  assert "the input continues after" in resumed.stderr
+  assert "the input continues after" in fp16_runs["resumed_output"]
   full_entries = regression.log_entries(str(full / "bert_dllog.json"))
   # The killed run's log holds both runs (appended at the restart), and reads as one history: the
   # lines the first run logged after its checkpoint give way to the resumed run's.
@@ -192,6 +238,24 @@ def test_killed_run_resumes_exactly(data, tmp_path):
   assert set(final_full) == set(final_resumed)
   for name, value in final_full.items():
     np.testing.assert_array_equal(final_resumed[name], value, err_msg=name)
+
+
+# Each launcher with both precisions, and both places of the allreduce (every micro-step, or
+# once per update after the accumulation).
+@pytest.mark.parametrize("launcher,precision,allreduce_post_accumulation", [
+    ("gloo", "fp32", False), ("gloo", "fp16", True),
+    ("mpirun", "fp32", False), ("mpirun", "fp16", True)])
+def test_two_workers_bit_identical(data, tmp_path, launcher, precision,
+                                   allreduce_post_accumulation):
+  overrides = dict(PRECISIONS[precision], horovod=True,
+                   allreduce_post_accumulation=allreduce_post_accumulation)
+  a, b = tmp_path / "a", tmp_path / "b"
+  launch = LAUNCHERS[launcher]()
+  run_together({tmp_path / "a.out": command(data, a, launch, **overrides),
+                tmp_path / "b.out": command(data, b, launch, **overrides)})
+  entries = assert_same_losses(a / "bert_dllog.json", b / "bert_dllog.json",
+                               command(data, "OUT", launch, **overrides), tmp_path)
+  assert_counters(entries, a, fp16=precision == "fp16")
 
 
 def test_deterministic_resume_refuses_a_checkpoint_without_the_counter(data, tmp_path):

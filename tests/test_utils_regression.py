@@ -90,6 +90,20 @@ def test_one_ulp_change_fails_at_tolerance_zero_and_passes_a_tolerance(golden_fi
   assert compare(golden_file, tmp_path / "new.log", tolerance=1e-15)[0] == 0
 
 
+@pytest.mark.parametrize("key", ["total_loss", "mlm_loss", "nsp_loss", "avg_loss_step",
+                                 "learning_rate", "loss_scaler"])
+def test_each_value_changed_by_one_ulp_exits_1(golden_file, tmp_path, key):
+  # Through the command line's exit status, the answer a regression run acts on.
+  changed = rows()
+  changed[1][1][key] = float(np.nextafter(changed[1][1][key], np.inf))
+  write_log(tmp_path / "new.log", changed)
+  args = ["compare", "--golden", str(golden_file), "--log", str(tmp_path / "new.log")]
+  assert regression.main(args) == 1
+  code, text = compare(golden_file, tmp_path / "new.log")
+  assert code == 1 and "1 difference(s)" in text and "first at step 2" in text
+  assert [line.split()[2] for line in text.splitlines() if line.startswith("1 ")] == [key]
+
+
 def test_change_beyond_the_tolerance_fails(golden_file, tmp_path):
   changed = rows()
   changed[4][1]["loss_scaler"] *= 0.5
