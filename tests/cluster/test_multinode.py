@@ -187,11 +187,14 @@ def _wait_for_end(launcher, timeout):
   return code, time.time() - start
 
 
-def _stop(launcher):
-  """Kills the launcher's session if it still runs (clean-up after a failed check)."""
+def _stop(cluster, launcher):
+  """Kills the launcher's session if it still runs and whatever of the job is left on the hosts
+  (clean-up after a failed check, so that the later tests find the cluster idle)."""
   if launcher.poll() is None:
     os.killpg(launcher.pid, 9)
     launcher.wait(timeout=30)
+  for host in cluster_lib.HOSTS:
+    cluster.kill_host(host)
 
 
 def _job_processes(cluster, host, timeout):
@@ -254,9 +257,9 @@ def cut_off_phase_1(cluster, data, tmp_path_factory):
     when the interface went down), references (`reference_weights` at that step), code (the exit
     code on hostA, None if it still ran 90 s later), seconds (from the cut to the end on hostA),
     output (the launcher's), left_on_a (pids on hostA but its sshd once the job ended there),
-    left_on_b (the same on hostB after the fixture killed what the cut-off left there), link
-    (hostB's interface afterwards, as `ip link` shows it). The node-local disks are emptied after
-    the module.
+    left_on_b (the same on hostB once the interface is back up: what the cut-off left there is
+    killed on the way), link (hostB's interface afterwards, as `ip link` shows it). The node-local
+    disks are emptied after the module.
   """
   results = os.path.join(cluster.node_local_dir, "results")
   log_path = tmp_path_factory.mktemp("cut_off") / "launcher.log"
@@ -273,14 +276,15 @@ def cut_off_phase_1(cluster, data, tmp_path_factory):
       references = reference_weights(data, step)
       code, seconds = end.result()
       left_on_a = _job_processes(cluster, HOST_A, timeout=15)
+    left_on_b = _job_processes(cluster, HOST_B, timeout=0)
   finally:
-    _stop(launcher)
+    _stop(cluster, launcher)
   link = subprocess.run(["ip", "-n", cluster.namespaces[HOST_B], "-o", "link", "show",
                          cluster_lib.INTERFACE], capture_output=True, text=True, timeout=20,
                         check=True).stdout
   yield {"results": results, "step": step, "references": references, "code": code,
          "seconds": seconds, "output": log_path.read_text(), "left_on_a": left_on_a,
-         "left_on_b": _job_processes(cluster, HOST_B, timeout=0), "link": link}
+         "left_on_b": left_on_b, "link": link}
   for host in cluster_lib.HOSTS:
     shutil.rmtree(os.path.join(cluster.disk(host), "results"), ignore_errors=True)
 
@@ -363,7 +367,8 @@ def dead_host_run(cluster, data, tmp_path_factory):
   Returns:
     dict: out (the output dir), step (its newest checkpoint when host B died), code (the exit code
     on hostA, None if it still ran 90 s later), seconds (from the kill to the end on hostA),
-    output (the launcher's), disks_before / disks_after (files on each host's node-local disk).
+    output (the launcher's), left_on_a (pids on hostA but its sshd once the job ended there),
+    disks_before / disks_after (files on each host's node-local disk).
   """
   out = tmp_path_factory.mktemp("dead_host") / "out"
   log_path = out.parent / "launcher.log"
@@ -375,10 +380,11 @@ def dead_host_run(cluster, data, tmp_path_factory):
     step = _wait_for_checkpoint(str(out), launcher, timeout=300)
     assert cluster.kill_host(HOST_B)
     code, seconds = _wait_for_end(launcher, timeout=90)
+    left_on_a = _job_processes(cluster, HOST_A, timeout=15)
   finally:
-    _stop(launcher)
+    _stop(cluster, launcher)
   return {"out": out, "step": step, "code": code, "seconds": seconds,
-          "output": log_path.read_text(), "disks_before": disks_before,
+          "output": log_path.read_text(), "left_on_a": left_on_a, "disks_before": disks_before,
           "disks_after": {host: files_under(cluster.disk(host)) for host in cluster_lib.HOSTS}}
 
 
@@ -388,6 +394,7 @@ def test_dead_host_ends_the_job_quickly_and_a_relaunch_resumes(cluster, dead_hos
   assert dead_host_run["seconds"] < 60, dead_host_run["seconds"]
   # horovodrun names the first rank that failed: one of hostB's (ranks 2 and 3).
   assert re.search(r"Process name: [23]\b", output), output[-3000:]
+  assert dead_host_run["left_on_a"] == []  # nothing of the job left running on hostA
 
   # The same command again continues from the newest checkpoint the dead job left (the lock its
   # rank 0 held does not block it) and appends to its log.
