@@ -19,6 +19,7 @@ documentation only) and exist only inside the namespaces, so no packet can reach
 """
 
 import argparse
+import contextlib
 import itertools
 import os
 import shutil
@@ -302,6 +303,26 @@ class Cluster(object):
     """
     return self._kill_namespace(host, keep=(self.sshd_pid(host),), timeout=timeout)
 
+  @contextlib.contextmanager
+  def interface_down(self, host, timeout=60):
+    """Within the block, `host`'s side of the veth pair is down: it is cut off from the other host.
+
+    Leaving the block, whatever happened in it, kills every process left on `host` but its sshd
+    listener (a cut-off host's workers are orphans that nothing else ends), brings the interface
+    back up and waits until both hosts reach each other over ssh again, so later tests find the
+    cluster as it was.
+    """
+    link = ["ip", "-n", self.namespaces[host], "link", "set", INTERFACE]
+    _run(link + ["down"])
+    try:
+      yield
+    finally:
+      try:
+        self.kill_host(host)
+      finally:
+        _run(link + ["up"])
+        self._wait_for_ssh(timeout)
+
   def leftovers(self):
     """What of this cluster still exists: namespaces, processes, mounts (strings; [] when none)."""
     found = ["network namespace %s" % n for n in self.namespaces.values()
@@ -346,6 +367,8 @@ PrintMotd no
 MaxStartups 100
 """
 
+# No ServerAliveInterval, as an ssh client's defaults: a launcher's ssh session to a host that drops
+# off the network then stays open, so the fault tests see what the launchers' own settings do.
 SSH_CONFIG = """\
 Host {hosts}
   IdentityFile {key}
@@ -355,8 +378,6 @@ Host {hosts}
   StrictHostKeyChecking yes
   BatchMode yes
   ConnectTimeout 10
-  ServerAliveInterval 5
-  ServerAliveCountMax 3
   LogLevel ERROR
 """
 
