@@ -37,7 +37,8 @@ SHUFFLE_SEED = 12345
 
 # build_demo_data defines --output_dir (its own data directory), hence another name here.
 flags.DEFINE_string("task_dir", "data/demo/stdlib_task", "Where to write the task.")
-flags.DEFINE_integer("max_per_package", 300, "Training sentences kept per package.")
+# Few per package: the demo compares a pretrained and a random start where labels are scarce.
+flags.DEFINE_integer("max_per_package", 50, "Training sentences kept per package.")
 FLAGS = flags.FLAGS
 
 

@@ -84,15 +84,20 @@ def write_squad(path, version_2, repeat=1):
 _SENTIMENT_WORDS = "movie film plot actors story ending music".split()
 
 
+def sentiment_sentence(rng, label):
+  """A sentence that says good/great/fun when `label` is 1, bad/terrible/boring when it is 0."""
+  adjective = rng.choice(["good", "great", "fun"] if label else ["bad", "terrible", "boring"])
+  words = list(rng.choice(_SENTIMENT_WORDS, size=rng.randint(3, 7)))
+  words.insert(rng.randint(len(words) + 1), adjective)
+  return "the " + " ".join(words) + "."
+
+
 def sentiment_rows(rng, n):
   """n (label, sentence) rows of a learnable task: "1" when the sentence says good/great/fun."""
   rows = []
   for _ in range(n):
     label = int(rng.randint(2))
-    adjective = rng.choice(["good", "great", "fun"] if label else ["bad", "terrible", "boring"])
-    words = list(rng.choice(_SENTIMENT_WORDS, size=rng.randint(3, 7)))
-    words.insert(rng.randint(len(words) + 1), adjective)
-    rows.append((str(label), "the " + " ".join(words) + "."))
+    rows.append((str(label), sentiment_sentence(rng, label)))
   return rows
 
 
@@ -115,11 +120,13 @@ def write_glue(data_dir, task, rng, n_train=16, n_dev=8):
     _write_tsv(os.path.join(data_dir, "test.tsv"),
                [("index", "sentence")] + [(str(i), s) for i, s in enumerate(sentences(n_dev))])
   elif task == "mrpc":
+    # Learnable: both sentences of a pair have the same sentiment, the label ("Quality").
     header = ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")
     for split, n in (("train", n_train), ("dev", n_dev), ("test", n_dev)):
-      a, b = sentences(n), sentences(n)
+      rows = [(label, a, sentiment_sentence(rng, int(label)))
+              for label, a in sentiment_rows(rng, n)]
       _write_tsv(os.path.join(data_dir, split + ".tsv"), [header] + [
-          (str(rng.randint(2)), str(i), str(i + 1000), a[i], b[i]) for i in range(n)])
+          (label, str(i), str(i + 1000), a, b) for i, (label, a, b) in enumerate(rows)])
   elif task == "mnli":
     labels = ["contradiction", "entailment", "neutral"]
     for split, n in (("train", n_train), ("dev_matched", n_dev), ("test_matched", n_dev)):

@@ -329,6 +329,27 @@ def test_training_hook_on_rank1_writes_nothing(graph, tmp_path, capsys):
   assert hook.update_times == pytest.approx([0.1, 0.2, 0.3])  # it still measured
 
 
+def test_training_hook_of_a_job_without_pretraining_losses(graph, tmp_path):
+  # Fine-tuning: the graph has total_loss but no mlm_loss / nsp_loss; the lines leave them out.
+  rng = np.random.RandomState(6)
+  feeds = random_feeds(rng, 4)
+  durations = [0.5, 0.25, 0.2, 0.4]
+  log_path = str(tmp_path / "log.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, display_loss_steps=2, loss_names=(),
+                               clock=clock_for(durations))
+  train_op, placeholders = build_graph(1, with_update_step=False,
+                                       omit=LOSS_SCALING + ("mlm_loss", "nsp_loss"))
+  run_micro_steps(hook, train_op, placeholders, feeds)
+  logger.close()
+  records = read_records(log_path)
+  expected = expected_lines(feeds, durations, 1, 8, display=2)
+  assert [r["step"] for r in records] == [1, 2, 4, []]
+  for record, (_, data) in zip(records, expected):
+    del data["mlm_loss"], data["nsp_loss"]
+    assert_data_close(record["data"], data)
+
+
 def test_training_hook_names_missing_tensors(graph, tmp_path):
   logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
   hook = hooks.TrainingLogHook(logger, global_batch_size=8)

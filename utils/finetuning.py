@@ -23,6 +23,7 @@ import optimization
 import tokenization
 from utils import dllogger_setup
 from utils import graph_names
+from utils import hooks as hooks_lib
 from utils import job as job_lib
 
 _tf1 = tf.compat.v1
@@ -233,7 +234,8 @@ def check_flags(f, actions):
   for name in ("bert_config_file", "vocab_file", "output_dir"):
     require(getattr(f, name), "--%s is required", name)
   for name in ("max_seq_length", "train_batch_size", "save_checkpoints_steps",
-               "iterations_per_loop", "num_tpu_cores", "keep_checkpoint_max"):
+               "iterations_per_loop", "num_tpu_cores", "keep_checkpoint_max",
+               "display_loss_steps"):
     require(getattr(f, name) >= 1, "--%s must be >= 1, got %d", name, getattr(f, name))
   require(f.learning_rate > 0, "--learning_rate must be positive, got %g", f.learning_rate)
   require(f.num_train_epochs > 0, "--num_train_epochs must be positive, got %g",
@@ -350,7 +352,7 @@ def start(f, workers, head_fn, bert_config, num_train_steps, num_warmup_steps, b
       model_fn, output_dir, job_lib.session_config(workers, use_xla=f.use_xla, amp=f.amp),
       workers, saves, f.save_checkpoints_steps, f.keep_checkpoint_max,
       random_seed=job_lib.DETERMINISTIC_SEED if f.deterministic_run else None,
-      reports_loss=False, tpu=tpu, batch_sizes=batch_sizes)
+      tpu=tpu, batch_sizes=batch_sizes)
   return Job(workers, output_dir, saves, estimator, run_logger)
 
 
@@ -370,8 +372,15 @@ def train(f, started, train_file, name_to_features, num_train_steps):
       batch_size=None if f.use_tpu else f.train_batch_size, num_workers=workers.size,
       worker_index=workers.rank, deterministic=f.deterministic_run,
       seed=job_lib.DETERMINISTIC_SEED if f.deterministic_run else None)
+  # One dllogger line per --display_loss_steps updates: step, total_loss, learning rate,
+  # throughput (fine-tuning has no mlm / nsp losses).
+  log_hook = hooks_lib.TrainingLogHook(
+      started.run_logger, global_batch_size(f, workers),
+      num_accumulation_steps=f.num_accumulation_steps, display_loss_steps=f.display_loss_steps,
+      save_checkpoints_steps=f.save_checkpoints_steps if started.saves_checkpoints else None,
+      num_train_steps=num_train_steps, loss_names=())
   hooks = job_lib.training_hooks(workers, started.output_dir if started.saves_checkpoints
-                                 else None, f.save_checkpoints_steps,
+                                 else None, f.save_checkpoints_steps, log_hook=log_hook,
                                  num_accumulation_steps=f.num_accumulation_steps)
   job_lib.train(started.estimator, input_fn, num_train_steps, f.output_dir, hooks)
 

@@ -73,6 +73,8 @@ def define_flags(max_seq_length, batch_flags):
               "Micro-steps accumulated per update.")
   define_once(flags.DEFINE_string, "dllog_path", None,
               "dllogger JSON log file; default <output_dir>/bert_dllog.json.")
+  define_once(flags.DEFINE_integer, "display_loss_steps", 10,
+              "Log step, loss, learning rate and throughput every this many updates.")
   # Ours.
   define_once(flags.DEFINE_enum, "optimizer_type", "adam", ["adam", "lamb"],
               "AdamWeightDecay (the release's fine-tuning optimizer) or LAMB.")

@@ -27,10 +27,12 @@ from utils import hvd_utils
 
 _tf1 = tf.compat.v1
 
-# Graph tensors the training log needs; `update_step`, `global_norm`, `loss_scale` and
-# `skipped_updates` are optional.
-REQUIRED_TRAIN_TENSORS = (graph_names.TOTAL_LOSS, graph_names.MLM_LOSS, graph_names.NSP_LOSS,
-                          graph_names.LEARNING_RATE, graph_names.STEP_UPDATE)
+# Graph tensors the training log needs besides the job's own losses (`loss_names`);
+# `update_step`, `global_norm`, `loss_scale` and `skipped_updates` are optional.
+REQUIRED_TRAIN_TENSORS = (graph_names.TOTAL_LOSS, graph_names.LEARNING_RATE,
+                          graph_names.STEP_UPDATE)
+# The pretraining losses logged beside total_loss (fine-tuning has total_loss only).
+PRETRAINING_LOSSES = (graph_names.MLM_LOSS, graph_names.NSP_LOSS)
 # Graph tensors that exist only when the optimizer scales the loss (fp16).
 LOSS_SCALING_TENSORS = (graph_names.LOSS_SCALE, graph_names.SKIPPED_UPDATES)
 # TensorBoard tag of each per-update log key written as a scalar; the loss scale keeps its graph
@@ -103,7 +105,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
 
     throughput_train = global_batch_size / (summed run time of the update's micro-steps)
     avg_loss_step    = mean of total_loss over the update's micro-steps
-    mlm_loss, nsp_loss, total_loss, learning_rate: values of the last micro-step
+    total_loss, learning_rate and the `loss_names` losses (pretraining: mlm_loss, nsp_loss):
+                       values of the last micro-step
     global_norm      = the update's gradient norm (unscaled, before clipping)
     loss_scaler, skipped_updates (fp16): the loss scale of the last micro-step and the number of
                        updates skipped so far as non-finite (the checkpointed count)
@@ -125,7 +128,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
 
   def __init__(self, logger, global_batch_size, num_accumulation_steps=1, display_loss_steps=1,
                log_loss_scale=None, warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
-               num_train_steps=None, summary_dir=None, clock=time.perf_counter):
+               num_train_steps=None, summary_dir=None, loss_names=PRETRAINING_LOSSES,
+               clock=time.perf_counter):
     """Configures the hook.
 
     Args:
@@ -144,6 +148,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       num_train_steps: global step the run ends at, for the progress line's "of N" and ETA.
       summary_dir: directory of the TensorBoard events file of the per-update scalars (written
         by the worker whose logger is enabled, rank 0); None writes none.
+      loss_names: graph tensors logged (and required) beside total_loss: the pretraining
+        losses by default, () for a job whose only loss is total_loss (fine-tuning).
       clock: function returning seconds (injected by tests); `time.perf_counter` by default.
 
     Raises:
@@ -167,6 +173,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     self._save_checkpoints_steps = save_checkpoints_steps
     self._num_train_steps = num_train_steps
     self._summary_dir = summary_dir
+    self._loss_names = tuple(loss_names)
     self._summary_writer = None
     self._clock = clock
     self._fetches = None
@@ -199,7 +206,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     graph = _tf1.get_default_graph()
     fetches = {}
     missing = []
-    for name in REQUIRED_TRAIN_TENSORS:
+    required = self._loss_names + REQUIRED_TRAIN_TENSORS
+    for name in required:
       tensor = _graph_tensor(graph, name)
       if tensor is None:
         missing.append(name)
@@ -207,7 +215,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
         fetches[name] = tensor
     if missing:
       raise ValueError("training log hook: the graph has no tensor named %s (the training "
-                       "graph names: %s)" % (", ".join(missing), ", ".join(REQUIRED_TRAIN_TENSORS)))
+                       "graph names: %s)" % (", ".join(missing), ", ".join(required)))
     if self._num_accumulation_steps > 1:
       self._add_optional_fetch(
           graph, fetches, graph_names.UPDATE_STEP,
@@ -330,8 +338,8 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     data = collections.OrderedDict()
     data["throughput_train"] = (self._global_batch_size / update_time if update_time > 0
                                 else None)
-    data["mlm_loss"] = float(results[graph_names.MLM_LOSS])
-    data["nsp_loss"] = float(results[graph_names.NSP_LOSS])
+    for name in self._loss_names:
+      data[name] = float(results[name])
     data["total_loss"] = float(results[graph_names.TOTAL_LOSS])
     data["avg_loss_step"] = avg_loss_step
     data["learning_rate"] = float(results[graph_names.LEARNING_RATE])
