@@ -299,6 +299,11 @@ def test_corrupt_record_is_named(tmp_path):
   truncated.write_bytes(open(files[0], "rb").read()[:-7])
   assert run_pretraining.find_bad_record([files[0], str(truncated)]).startswith(
       "%s: record 3" % truncated)
+  # So is a file that ends inside a record's 12-byte header (too short to be read as a record).
+  cut_header = tmp_path / "cut_header.tfrecord"
+  cut_header.write_bytes(open(files[0], "rb").read() + b"\x05\x00\x00")
+  problem = run_pretraining.find_bad_record([str(cut_header)])
+  assert problem.startswith("%s: record 4" % cut_header) and "truncated" in problem, problem
   # With the lengths given, records that do not fit the model are found as well.
   wrong = write_records(tmp_path / "wrong.tfrecord", [0, 1], seq=SEQ + 1)
   assert "record 0" in run_pretraining.find_bad_record([wrong], SEQ, PRED)
