@@ -5,9 +5,10 @@
   interface goes down mid-phase 1: the job ends on hostA within 60 s naming host B; a relaunch
   resumes phase 1 from each host's own disk, and phase 2 starts from phase 1's last checkpoint on
   both hosts.
-- Gloo with `--network-interface`: host B dies mid-run: the job ends on hostA, non-zero, naming the
-  lost rank, within 60 s; a relaunch resumes from the last checkpoint, and across both launches
-  only global rank 0 writes the log and checkpoints.
+- Gloo with `--network-interface`: 4 ranks with batch B reach the weights of one process with batch
+  4B (the same check); host B dies mid-run: the job ends on hostA, non-zero, naming the lost rank,
+  within 60 s; a relaunch resumes from the last checkpoint, and across both launches only global
+  rank 0 writes the log and checkpoints.
 
 Each fault ends a run that the other checks use anyway, so a fault adds one launch (the relaunch).
 Tiny model, seq 32, 1 intra-op thread, few steps: 4 TF processes share the machine's cores.
@@ -289,11 +290,11 @@ def cut_off_phase_1(cluster, data, tmp_path_factory):
     shutil.rmtree(os.path.join(cluster.disk(host), "results"), ignore_errors=True)
 
 
-def test_four_ranks_on_two_hosts_train_like_one_process_with_4x_the_batch(cluster,
-                                                                          cut_off_phase_1):
-  run = cut_off_phase_1
+def assert_trained_like_one_process_with_4x_the_batch(run, directory):
+  """The 4-rank job `run` (a fixture's dict) saved, at run["step"] in `directory`, the weights of
+  one process with batch 4B (run["references"])."""
   assert "global batch: 2 x 1 accumulation x 4 workers = 8" in run["output"]
-  trained = values_at(os.path.join(cluster.disk(HOST_A), "results", "phase_1"), run["step"])
+  trained = values_at(directory, run["step"])
   assert trained["global_step"] == run["step"]
   expected, wrong = run["references"]
   # The key bias adds the same amount to every score of a query, which the softmax ignores: its
@@ -306,6 +307,12 @@ def test_four_ranks_on_two_hosts_train_like_one_process_with_4x_the_batch(cluste
   # Not vacuous: had every rank read the same record, the weights would be elsewhere.
   name = "bert/encoder/layer_0/attention/self/query/kernel"
   assert np.max(np.abs(wrong[name] - expected[name])) > 100 * 2e-6
+
+
+def test_mpirun_four_ranks_on_two_hosts_train_like_one_process_with_4x_the_batch(cluster,
+                                                                                 cut_off_phase_1):
+  assert_trained_like_one_process_with_4x_the_batch(
+      cut_off_phase_1, os.path.join(cluster.disk(HOST_A), "results", "phase_1"))
 
 
 def test_interface_down_ends_the_job_on_host_a_naming_host_b(cluster, cut_off_phase_1):
@@ -362,28 +369,37 @@ def test_mpirun_two_phases_with_node_local_output_dirs(cluster, data, cut_off_ph
 
 @pytest.fixture(scope="module")
 def dead_host_run(cluster, data, tmp_path_factory):
-  """The Gloo job of the 4 ranks; host B dies after the job's first checkpoint.
+  """The Gloo job of the 4 ranks from `init_checkpoint`; host B dies after the job's first
+  checkpoint.
+
+  While Gloo waits out its timeout (the job's processes idle), the fixture computes the in-process
+  reference weights of that checkpoint, so the two overlap.
 
   Returns:
-    dict: out (the output dir), step (its newest checkpoint when host B died), code (the exit code
-    on hostA, None if it still ran 90 s later), seconds (from the kill to the end on hostA),
-    output (the launcher's), left_on_a (pids on hostA but its sshd once the job ended there),
-    disks_before / disks_after (files on each host's node-local disk).
+    dict: out (the output dir), step (its newest checkpoint when host B died), references
+    (`reference_weights` at that step), code (the exit code on hostA, None if it still ran 90 s
+    later), seconds (from the kill to the end on hostA), output (the launcher's), left_on_a (pids
+    on hostA but its sshd once the job ended there), disks_before / disks_after (files on each
+    host's node-local disk).
   """
   out = tmp_path_factory.mktemp("dead_host") / "out"
   log_path = out.parent / "launcher.log"
   disks_before = {host: files_under(cluster.disk(host)) for host in cluster_lib.HOSTS}
   with open(log_path, "w") as log:
     launcher = cluster.popen(HOST_A, horovodrun() + [sys.executable, SCRIPT] + job_flags(
-        data, out), cwd=REPO_ROOT, env=job_env(), stdout=log, stderr=subprocess.STDOUT)
+        data, out, init_checkpoint=data["init_checkpoint"]), cwd=REPO_ROOT, env=job_env(),
+                             stdout=log, stderr=subprocess.STDOUT)
   try:
     step = _wait_for_checkpoint(str(out), launcher, timeout=300)
     assert cluster.kill_host(HOST_B)
-    code, seconds = _wait_for_end(launcher, timeout=90)
+    with futures.ThreadPoolExecutor(1) as waiter:
+      end = waiter.submit(_wait_for_end, launcher, 90)
+      references = reference_weights(data, step)
+      code, seconds = end.result()
     left_on_a = _job_processes(cluster, HOST_A, timeout=15)
   finally:
     _stop(cluster, launcher)
-  return {"out": out, "step": step, "code": code, "seconds": seconds,
+  return {"out": out, "step": step, "references": references, "code": code, "seconds": seconds,
           "output": log_path.read_text(), "left_on_a": left_on_a, "disks_before": disks_before,
           "disks_after": {host: files_under(cluster.disk(host)) for host in cluster_lib.HOSTS}}
 
@@ -402,7 +418,8 @@ def test_dead_host_ends_the_job_quickly_and_a_relaunch_resumes(cluster, dead_hos
   resumed_from = newest_step(out)
   assert resumed_from >= dead_host_run["step"]
   proc = cluster.run(HOST_A, horovodrun() + [sys.executable, SCRIPT] + job_flags(
-      data, out, num_train_steps=resumed_from + 2), timeout=400, cwd=REPO_ROOT, env=job_env())
+      data, out, init_checkpoint=data["init_checkpoint"], num_train_steps=resumed_from + 2),
+                     timeout=400, cwd=REPO_ROOT, env=job_env())
   assert "from step %d to %d" % (resumed_from, resumed_from + 2) in proc.stdout + proc.stderr
   assert newest_step(out) == resumed_from + 2
   lines = [l for l in read_dllog(out / "bert_dllog.json") if l["step"] != []]
@@ -423,3 +440,9 @@ def test_dead_host_ends_the_job_quickly_and_a_relaunch_resumes(cluster, dead_hos
   assert dead_host_run["disks_after"] == dead_host_run["disks_before"]
   for host in cluster_lib.HOSTS:
     assert files_under(cluster.disk(host)) == dead_host_run["disks_before"][host]
+
+
+def test_gloo_four_ranks_on_two_hosts_train_like_one_process_with_4x_the_batch(dead_host_run):
+  # Kept after the dead-host test: its fixture must start after the mpirun tests have written
+  # the hosts' disks, which the dead-host test compares with what they held before its job.
+  assert_trained_like_one_process_with_4x_the_batch(dead_host_run, str(dead_host_run["out"]))
