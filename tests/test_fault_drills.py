@@ -63,16 +63,37 @@ def _workers(launcher_pid):
 
 
 def _kill_rank1_and_time_the_end(launcher, rank_variable, log):
-  """Waits for training, kill -9s rank 1, returns (launcher exit code, seconds to the end)."""
+  """Waits for training, kill -9s rank 1.
+
+  Returns:
+    (launcher exit code, seconds from the kill to the launcher's end, the workers still running
+    5 s after that end).
+  """
   _wait_for(lambda: len(_log_lines(log)) >= 3, launcher, "three log lines")
   workers = _workers(launcher.pid)
   assert len(workers) == 2, workers
   victim = [p for p in workers if p.environ().get(rank_variable) == "1"]
   assert victim, "rank 1 not found (%s)" % rank_variable
-  victim[0].send_signal(signal.SIGKILL)
-  killed_at = time.time()
-  code = launcher.wait(timeout=90)
-  return code, time.time() - killed_at
+  try:
+    victim[0].send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    code = launcher.wait(timeout=90)
+    seconds = time.time() - killed_at
+    # The launcher is gone (its children cannot be listed any more): the workers found above
+    # must have gone with it.
+    _, alive = psutil.wait_procs(workers, timeout=5)
+    return code, seconds, alive
+  finally:
+    _kill_all(workers)
+
+
+def _kill_all(processes):
+  """SIGKILLs those of `processes` (psutil) still running (test clean-up)."""
+  for process in processes:
+    try:
+      process.kill()
+    except psutil.NoSuchProcess:
+      pass
 
 
 def test_killed_worker_ends_a_horovodrun_job_quickly(data, tmp_path):
@@ -80,10 +101,11 @@ def test_killed_worker_ends_a_horovodrun_job_quickly(data, tmp_path):
   launcher = _start(common_flags(data, out, do_train=True, horovod=True, num_train_steps=100000,
                                  save_checkpoints_steps=1000), launcher=_horovodrun())
   try:
-    code, seconds = _kill_rank1_and_time_the_end(launcher, "HOROVOD_RANK", out / "bert_dllog.json")
+    code, seconds, alive = _kill_rank1_and_time_the_end(launcher, "HOROVOD_RANK",
+                                                        out / "bert_dllog.json")
     assert code != 0
     assert seconds < 20, "the job took %.1f s to end after a worker died" % seconds
-    assert not _workers_left(launcher.pid)
+    assert not alive, "workers still running after the launcher ended: %s" % alive
   finally:
     _stop(launcher)
 
@@ -93,19 +115,13 @@ def test_killed_worker_ends_an_mpirun_job_quickly(data, tmp_path):
   launcher = _start(common_flags(data, out, do_train=True, horovod=True, num_train_steps=100000,
                                  save_checkpoints_steps=1000), launcher=_mpirun())
   try:
-    code, seconds = _kill_rank1_and_time_the_end(launcher, "OMPI_COMM_WORLD_RANK",
-                                                 out / "bert_dllog.json")
+    code, seconds, alive = _kill_rank1_and_time_the_end(launcher, "OMPI_COMM_WORLD_RANK",
+                                                        out / "bert_dllog.json")
     assert code != 0
     assert seconds < 20, "the job took %.1f s to end after a worker died" % seconds
+    assert not alive, "workers still running after the launcher ended: %s" % alive
   finally:
     _stop(launcher)
-
-
-def _workers_left(launcher_pid):
-  try:
-    return _workers(launcher_pid)
-  except psutil.NoSuchProcess:
-    return []
 
 
 def _checkpoint_step(out):
@@ -157,12 +173,20 @@ def test_second_job_on_one_output_dir_is_refused_naming_the_first(data, tmp_path
   first = _start(args)
   try:
     _wait_for(lambda: _checkpoint_step(out) >= 5, first, "the first job's checkpoint")
+    # The same command again: refused at once (a job that is let in trains on, and fails here).
     started = time.time()
-    second = run_job(args, check=False, timeout=120)
+    second = _start(args)
+    try:
+      output, _ = second.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+      raise AssertionError("the second job on %s was not refused: still running after 90 s"
+                           % out) from None
+    finally:
+      _stop(second)
     took = time.time() - started
-    assert second.returncode == 2, second.stderr[-3000:]
-    assert "in use by another job" in second.stderr and "pid %d " % first.pid in second.stderr
-    assert str(out) in second.stderr and "Traceback" not in second.stderr
+    assert second.returncode == 2, output[-3000:]
+    assert "in use by another job" in output and "pid %d " % first.pid in output
+    assert str(out) in output and "Traceback" not in output
     assert took < 90
     assert first.poll() is None, "the first job stopped"
     # The refused job wrote nothing: no restart line in the first job's log.
@@ -173,9 +197,11 @@ def test_second_job_on_one_output_dir_is_refused_naming_the_first(data, tmp_path
     _stop(first)
   # The killed job's lock is stale: the next job on the directory takes it over and says so.
   step = _checkpoint_step(out)
+  started = time.time()
   proc = run_job(common_flags(data, out, do_train=True, num_train_steps=step), timeout=120)
   assert "no longer running" in proc.stderr and "pid %d " % first.pid in proc.stderr
   assert "nothing to train" in proc.stderr
+  assert time.time() - started < 90
 
 
 def test_corrupt_record_names_the_file_and_record(data, tmp_path):
@@ -213,6 +239,7 @@ def test_killed_generator_takes_its_workers_along_and_publishes_nothing(tmp_path
           "--num_workers=2"]
   parent = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
+  workers = []
   try:
     _wait_for(lambda: len(_generator_workers(parent.pid)) == 2, parent,
               "two worker processes", timeout=60)
@@ -224,6 +251,7 @@ def test_killed_generator_takes_its_workers_along_and_publishes_nothing(tmp_path
     took = time.time() - killed_at
   finally:
     _stop(parent)
+    _kill_all(workers)  # survivors of a failed drill (_stop spares the group of a dead parent)
   assert not alive, "workers still running after their parent was killed: %s" % alive
   assert took < 5
   time.sleep(1)  # anything a surviving worker would publish
