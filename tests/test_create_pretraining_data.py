@@ -386,7 +386,8 @@ def test_a_dead_worker_stops_the_run_with_the_file_named(corpus, tmp_path, monke
   assert not os.listdir(str(tmp_path))  # no output, no partial file
 
 
-def test_a_rerun_removes_the_leftovers_of_an_interrupted_run(corpus, tmp_path, caplog):
+def test_a_rerun_removes_the_leftovers_of_an_interrupted_run(corpus, tmp_path, caplog,
+                                                             monkeypatch):
   inputs, vocab_file = corpus
   reference = generate(inputs, vocab_file, tmp_path / "reference", num_workers=2)
   out = tmp_path / "out"
@@ -397,8 +398,25 @@ def test_a_rerun_removes_the_leftovers_of_an_interrupted_run(corpus, tmp_path, c
   for path in leftovers + [outputs[1]]:
     with open(path, "wb") as writer:
       writer.write(b"from an interrupted run")
+  # What a reader of the directory sees while the rerun writes (the workers are forked: they
+  # append to a file). Neither the interrupted run's finished-looking b.tfrecord nor its other
+  # files may be seen next to the new ones: the rerun removes them before it starts.
+  seen = tmp_path / "seen_mid_run.txt"
+  real_process_file = cpd.process_file
+
+  def recording(task):
+    with open(str(seen), "a") as writer:
+      writer.write(" ".join(sorted(os.listdir(str(out)))) + "\n")
+    return real_process_file(task)
+
+  monkeypatch.setattr(cpd, "process_file", recording)
   with caplog.at_level(logging.WARNING):
     generate(inputs, vocab_file, out, num_workers=2, outputs=outputs)
+  # Names the rerun itself writes only after every input is done (or never).
+  stale = {"b.tfrecord", "a.tfrecord.partial", "a.tfrecord.part-00002"}
+  listings = [set(line.split()) for line in seen.read_text().splitlines()]
+  assert len(listings) == 3
+  assert all(not names & stale for names in listings), listings
   assert sorted(os.listdir(str(out))) == ["a.tfrecord", "b.tfrecord"]
   assert all(path in caplog.text for path in leftovers)
   assert read_examples(outputs) == read_examples([reference[0], reference[2], reference[1]])
