@@ -9,7 +9,7 @@ import tensorflow as tf
 # TF's random-access record reader: the C++ reader behind tf.data's TFRecordDataset, without a
 # graph or session per file and without the deprecated tf_record_iterator's warning. The
 # pre-flight check reads one record per file, so a graph and session per check would dominate
-# (measured: 23 ms per file through tf.data against well under 1 ms this way).
+# (measured side by side: 8 ms per file through tf.data, 0.18 ms this way; docs/DECISIONS.md).
 from tensorflow.python.lib.io import tf_record  # pylint: disable=g-direct-tensorflow-import
 
 from utils.input_pipeline import pretraining_feature_spec
