@@ -22,6 +22,7 @@ import run_classifier
 import run_squad
 from tests import finetuning_data
 from tests import helpers
+from utils import dllogger_setup
 
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -184,17 +185,6 @@ def _sentiment_command(files, data_dir, out, **extra):
   return ["run_classifier.py"] + flag_list(values)
 
 
-def update_lines(log_path):
-  """{step: data} of the per-update lines (integer steps) of a dllogger log."""
-  lines = {}
-  with open(log_path) as reader:
-    for line in reader:
-      record = json.loads(line[len("DLLL "):])
-      if isinstance(record["step"], int) and "throughput_train" in record["data"]:
-        lines[record["step"]] = record["data"]
-  return lines
-
-
 def test_fp16_fine_tuning_matches_fp32_accuracy_and_updates_are_logged(files, tmp_path):
   data_dir = str(tmp_path / "sentiment")
   finetuning_data.write_sentiment(data_dir, finetuning_data.rng(11), n_train=320, n_dev=200)
@@ -207,7 +197,7 @@ def test_fp16_fine_tuning_matches_fp32_accuracy_and_updates_are_logged(files, tm
   # One dllogger line per 10 updates (--display_loss_steps) and the first: 320 / 16 x 3 epochs =
   # 60 updates, 6 of warmup. Update k uses the rate of step k - 1: linear warmup 2e-3 * s / 6,
   # then linear decay to 0 at step 60, through 2e-3 at the end of warmup.
-  lines = update_lines(tmp_path / "fp32" / "bert_dllog.json")
+  lines = dict(dllogger_setup.read_log(str(tmp_path / "fp32" / "bert_dllog.json"))[0])
   assert sorted(lines) == [1, 10, 20, 30, 40, 50, 60]
   for step, data in lines.items():
     assert sorted(data) == ["avg_loss_step", "global_norm", "learning_rate", "throughput_train",
