@@ -1,6 +1,7 @@
-"""Small helpers shared by the tests: random batches, weight randomisation, sessions."""
+"""Small helpers shared by the tests: random batches, weight randomisation, sessions, processes."""
 
 import os
+import signal
 
 import numpy as np
 import tensorflow as tf
@@ -163,3 +164,11 @@ SCALAR_LOG_KEYS = {"learning_rate": "learning_rate", "total_loss": "total_loss",
                    "mlm_loss": "mlm_loss", "nsp_loss": "nsp_loss",
                    "throughput_train": "throughput_train", "global_norm": "global_norm",
                    "loss_scale": "loss_scaler", "skipped_updates": "skipped_updates"}
+
+
+def kill_session(proc, timeout=60):
+  """SIGKILLs the session of `proc` (a Popen started with start_new_session=True: the process and
+  what it started) if `proc` still runs, and reaps it; test clean-up."""
+  if proc.poll() is None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=timeout)

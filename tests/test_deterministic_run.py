@@ -9,8 +9,6 @@ together, their output goes to files (a full pipe would stall a run).
 """
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -83,13 +81,6 @@ def start(cmd, output):
   return cmd, output, proc
 
 
-def kill(proc):
-  """Kills the process group of `proc` (when still running) and reaps it."""
-  if proc.poll() is None:
-    os.killpg(proc.pid, signal.SIGKILL)
-  proc.wait(timeout=60)
-
-
 def finish(started, timeout=600):
   """Waits for every run of `started` (from `start`); raises with the output of any that fails,
   killing the others."""
@@ -101,7 +92,7 @@ def finish(started, timeout=600):
         assert code == 0, "exit %d: %s\n%s" % (code, " ".join(cmd), reader.read()[-6000:])
   finally:
     for _, _, proc in started:
-      kill(proc)
+      helpers.kill_session(proc)
 
 
 def run_together(runs, timeout=600):
@@ -203,13 +194,13 @@ def fp16_runs(data, tmp_path_factory):
   try:
     killed = started["killed"][2]
     _wait_for_step(dirs["killed"] / "bert_dllog.json", killed, KILL_AFTER)
-    kill(killed)
+    helpers.kill_session(killed)
     restart_step = job.checkpoint_values(dirs["killed"])["global_step"]
     resumed = start(command(data, dirs["killed"], **FP16), root / "resumed.out")
     finish([started["a"], started["b"], resumed])
   finally:
     for _, _, proc in started.values():
-      kill(proc)
+      helpers.kill_session(proc)
   return dict(dirs, restart_step=restart_step, resumed_output=(root / "resumed.out").read_text())
 
 

@@ -14,6 +14,7 @@ import psutil
 import tensorflow as tf
 
 import tokenization
+from tests import helpers
 from tests.test_create_pretraining_data import make_corpus
 from tests.test_run_pretraining import REPO_ROOT
 from tests.test_run_pretraining import SCRIPT
@@ -31,13 +32,6 @@ def _start(args, launcher=()):
   return subprocess.Popen(list(launcher) + [sys.executable, SCRIPT] + list(args), cwd=REPO_ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           start_new_session=True)
-
-
-def _stop(process):
-  """Kills the session of `process` if it still runs (test clean-up)."""
-  if process.poll() is None:
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
 
 
 def _wait_for(condition, process, what, timeout=240):
@@ -81,8 +75,7 @@ def _kill_rank1_and_time_the_end(launcher, rank_variable, log):
     seconds = time.time() - killed_at
     # The launcher is gone (its children cannot be listed any more): the workers found above
     # must have gone with it.
-    _, alive = psutil.wait_procs(workers, timeout=5)
-    return code, seconds, alive
+    return code, seconds, _running_after(workers, seconds=5)
   finally:
     _kill_all(workers)
 
@@ -107,7 +100,7 @@ def test_killed_worker_ends_a_horovodrun_job_quickly(data, tmp_path):
     assert seconds < 20, "the job took %.1f s to end after a worker died" % seconds
     assert not alive, "workers still running after the launcher ended: %s" % alive
   finally:
-    _stop(launcher)
+    helpers.kill_session(launcher)
 
 
 def test_killed_worker_ends_an_mpirun_job_quickly(data, tmp_path):
@@ -121,7 +114,7 @@ def test_killed_worker_ends_an_mpirun_job_quickly(data, tmp_path):
     assert seconds < 20, "the job took %.1f s to end after a worker died" % seconds
     assert not alive, "workers still running after the launcher ended: %s" % alive
   finally:
-    _stop(launcher)
+    helpers.kill_session(launcher)
 
 
 def _checkpoint_step(out):
@@ -142,7 +135,7 @@ def test_kill_and_resume_keeps_log_and_checkpoints_and_continues(data, tmp_path)
     job.wait(timeout=30)
     assert time.time() - killed_at < 5
   finally:
-    _stop(job)
+    helpers.kill_session(job)
   first_run = _log_lines(log)
   resumed_from = _checkpoint_step(out)
   first_steps = [line["step"] for line in read_dllog(log)]
@@ -182,7 +175,7 @@ def test_second_job_on_one_output_dir_is_refused_naming_the_first(data, tmp_path
       raise AssertionError("the second job on %s was not refused: still running after 90 s"
                            % out) from None
     finally:
-      _stop(second)
+      helpers.kill_session(second)
     took = time.time() - started
     assert second.returncode == 2, output[-3000:]
     assert "in use by another job" in output and "pid %d " % first.pid in output
@@ -194,7 +187,7 @@ def test_second_job_on_one_output_dir_is_refused_naming_the_first(data, tmp_path
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
   finally:
-    _stop(first)
+    helpers.kill_session(first)
   # The killed job's lock is stale: the next job on the directory takes it over and says so.
   step = _checkpoint_step(out)
   started = time.time()
@@ -268,8 +261,8 @@ def test_killed_generator_takes_its_workers_along_and_publishes_nothing(tmp_path
     # with this corpus and dupe factor, so 1 s tells the two apart.
     alive = _running_after(workers, seconds=1)
   finally:
-    _stop(parent)
-    _kill_all(workers)  # survivors of a failed drill (_stop spares the group of a dead parent)
+    helpers.kill_session(parent)
+    _kill_all(workers)  # survivors of a failed drill (kill_session spares the group of a dead parent)
   assert not alive, "workers still running 1 s after their parent was killed: %s" % alive
   time.sleep(1)  # anything a surviving worker would publish
   names = os.listdir(str(tmp_path))

@@ -191,9 +191,7 @@ def _wait_for_end(launcher, timeout):
 def _stop(cluster, launcher):
   """Kills the launcher's session if it still runs and whatever of the job is left on the hosts
   (clean-up after a failed check, so that the later tests find the cluster idle)."""
-  if launcher.poll() is None:
-    os.killpg(launcher.pid, 9)
-    launcher.wait(timeout=30)
+  helpers.kill_session(launcher, timeout=30)
   for host in cluster_lib.HOSTS:
     cluster.kill_host(host)
 
