@@ -48,8 +48,8 @@ from absl import logging
 import numpy as np
 
 import tokenization
-from utils import output_lock
-from utils import paths
+from utils.runtime import output_lock
+from utils.core import paths
 
 # prctl(2) option: the signal a process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
@@ -1036,6 +1036,6 @@ def main(_):
 
 
 if __name__ == "__main__":
-  from utils import cli  # pylint: disable=g-import-not-at-top (scripts only: it defines --verbose)
+  from utils.runtime import cli  # pylint: disable=g-import-not-at-top (scripts only: it defines --verbose)
   define_flags()
   cli.run_main(main)

@@ -218,6 +218,8 @@ class BertModel(object):
     """
     config = copy.deepcopy(config)
     config.validate()
+    # Heads that drop out values of their own key their masks on it too (`HEADS_LAYER`).
+    self.dropout_key = dropout_key
     if not is_training:
       config.hidden_dropout_prob = 0.0
       config.attention_probs_dropout_prob = 0.0
@@ -430,6 +432,8 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
 
 # The layer index of the embeddings' dropout in `dropout_site_key` (encoder layers are 0..L-1).
 EMBEDDINGS_LAYER = -1
+# The layer index of a task head's dropout (the classifier's, on the pooled output).
+HEADS_LAYER = -2
 # Dropout sites of a layer, for `dropout_site_key`.
 _EMBEDDINGS_SITE = 0
 _ATTENTION_PROBS_SITE = 1
@@ -467,7 +471,7 @@ def dropout_site_key(dropout_key, layer, site):
 
   Args:
     dropout_key: int Tensor [2], or None.
-    layer: encoder layer index, or `EMBEDDINGS_LAYER`.
+    layer: encoder layer index, `EMBEDDINGS_LAYER` or `HEADS_LAYER`.
     site: the dropout site within the layer (a module constant `_*_SITE`).
 
   Returns:

@@ -41,7 +41,7 @@ from absl import logging
 import tensorflow as tf
 
 import gpu_environment
-from utils import graph_names
+from utils.core import graph_names
 
 _tf1 = tf.compat.v1
 
@@ -475,6 +475,11 @@ class Precision(collections.namedtuple(
 
   def check(self):
     check_precision(self.manual_fp16, self.amp, self.init_loss_scale)
+
+  @property
+  def compute_type(self):
+    """The encoder's compute type: tf.float16 with manual_fp16, else tf.float32."""
+    return tf.float16 if self.manual_fp16 else tf.float32
 
   def scales_loss(self):
     """Whether gradients are computed in fp16 here, so the loss must be scaled (the one place that

@@ -15,37 +15,36 @@ import os
 
 from absl import flags
 from absl import logging
-from utils import cli  # pylint: disable=g-bad-import-order
+from utils.runtime import cli  # pylint: disable=g-bad-import-order
 import tensorflow as tf
 
 import modeling
-from utils import classifier_data
-from utils import finetuning
-from utils import finetuning_flags
-from utils import job
+from utils.core import errors
+from utils.finetuning import classifier_data
+from utils.finetuning import flags as finetuning_flags  # noqa: F401  (defines the shared flags)
+from utils.finetuning import task as finetuning
 # The release's names for the data classes and functions, for code that imports them from here.
-from utils.classifier_data import ColaProcessor  # pylint: disable=unused-import
-from utils.classifier_data import DataProcessor  # pylint: disable=unused-import
-from utils.classifier_data import InputExample  # pylint: disable=unused-import
-from utils.classifier_data import InputFeatures  # pylint: disable=unused-import
-from utils.classifier_data import MnliProcessor  # pylint: disable=unused-import
-from utils.classifier_data import MrpcProcessor  # pylint: disable=unused-import
-from utils.classifier_data import PaddingInputExample
-from utils.classifier_data import XnliProcessor  # pylint: disable=unused-import
+from utils.finetuning.classifier_data import ColaProcessor  # noqa: F401
+from utils.finetuning.classifier_data import DataProcessor  # noqa: F401
+from utils.finetuning.classifier_data import InputExample  # noqa: F401
+from utils.finetuning.classifier_data import InputFeatures  # noqa: F401
+from utils.finetuning.classifier_data import MnliProcessor  # noqa: F401
+from utils.finetuning.classifier_data import MrpcProcessor  # noqa: F401
+from utils.finetuning.classifier_data import PaddingInputExample
+from utils.finetuning.classifier_data import XnliProcessor  # noqa: F401
+from utils.model import heads
+from utils.training import job as job_lib
+from utils.training import lifecycle
 
 _tf1 = tf.compat.v1
 FLAGS = flags.FLAGS
+# This script's defaults of shared flags (the release's run_classifier.py).
+DEFAULTS = {"max_seq_length": 128, "optimizer_type": "adam"}
+ACTIONS = ("do_train", "do_eval", "do_predict")
 
-finetuning_flags.define_flags(max_seq_length=128,
-                              batch_flags={"eval_batch_size": 8, "predict_batch_size": 8})
-finetuning_flags.define_once(flags.DEFINE_string, "data_dir", None,
-                             "Directory of the task's .tsv files.")
-finetuning_flags.define_once(flags.DEFINE_string, "task_name", None,
-                             "The task: %s." % ", ".join(classifier_data.PROCESSORS))
-finetuning_flags.define_once(flags.DEFINE_bool, "do_eval", False,
-                             "Evaluate on the dev set (rank 0).")
-finetuning_flags.define_once(flags.DEFINE_bool, "do_predict", False,
-                             "Predict the test set (rank 0): test_results.tsv.")
+flags.DEFINE_string("data_dir", None, "Directory of the task's .tsv files.")
+flags.DEFINE_string("task_name", None,
+                    "The task: %s." % ", ".join(classifier_data.PROCESSORS))
 
 # Dropout on the pooled output while training (the release's keep probability 0.9).
 HEAD_DROPOUT = 0.1
@@ -53,7 +52,7 @@ SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 SCALAR_FEATURES = ("label_ids", "is_real_example")
 
 
-def classifier_head(pooled_output, labels, num_labels, dropout_prob=0.0):
+def classifier_head(pooled_output, labels, num_labels, dropout_prob=0.0, dropout_seed=None):
   """Softmax classifier on the pooled [CLS] output, in fp32.
 
   Variables `output_weights` [num_labels, hidden] and `output_bias` [num_labels] (the release's).
@@ -63,22 +62,24 @@ def classifier_head(pooled_output, labels, num_labels, dropout_prob=0.0):
     labels: int32 [batch].
     num_labels: classes.
     dropout_prob: dropout on the pooled output (training).
+    dropout_seed: optional int Tensor [2]: the mask is keyed on it (a deterministic run, see
+      `modeling.dropout`); None draws it from TensorFlow's stateful generator.
 
   Returns:
     (loss, per_example_loss [batch], logits [batch, num_labels], probabilities), all fp32.
   """
-  pooled_output = finetuning.encoder_output_fp32(pooled_output)
+  pooled_output = heads.encoder_output_fp32(pooled_output)
   hidden_size = pooled_output.shape[-1]
   output_weights = _tf1.get_variable("output_weights", [num_labels, hidden_size],
                                      initializer=modeling.create_initializer(0.02))
   output_bias = _tf1.get_variable("output_bias", [num_labels],
                                   initializer=_tf1.zeros_initializer())
   with _tf1.variable_scope("loss"):
-    pooled_output = modeling.dropout(pooled_output, dropout_prob)
+    pooled_output = modeling.dropout(pooled_output, dropout_prob, seed=dropout_seed)
     logits = tf.nn.bias_add(tf.matmul(pooled_output, output_weights, transpose_b=True),
                             output_bias)
     probabilities = tf.nn.softmax(logits, axis=-1)
-    log_probs = finetuning.log_probabilities(logits)
+    log_probs = heads.log_probabilities(logits)
     one_hot_labels = tf.one_hot(labels, depth=num_labels, dtype=tf.float32)
     per_example_loss = -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)
     return tf.reduce_mean(per_example_loss), per_example_loss, logits, probabilities
@@ -109,16 +110,18 @@ def metric_fn(per_example_loss, label_ids, logits, is_real_example):
   }
 
 
-def head_fn_builder(num_labels, dropout_prob):
-  """The head for `finetuning.model_fn_builder`."""
+def head_fn_builder(num_labels, dropout_prob=HEAD_DROPOUT):
+  """The classifier head for `utils/training/model_fn.py`; in a deterministic run its dropout
+  mask is keyed like the encoder's (layer `modeling.HEADS_LAYER`)."""
 
   def head_fn(model, features, mode):
     is_training = mode == tf.estimator.ModeKeys.TRAIN
     loss, per_example_loss, logits, probabilities = classifier_head(
         model.get_pooled_output(), features["label_ids"], num_labels,
-        dropout_prob if is_training else 0.0)
+        dropout_prob if is_training else 0.0,
+        dropout_seed=modeling.dropout_site_key(model.dropout_key, modeling.HEADS_LAYER, 0))
     is_real_example = tf.cast(features["is_real_example"], tf.float32)
-    return finetuning.HeadOutput(
+    return heads.HeadOutput(
         loss=loss, predictions={"probabilities": probabilities}, metric_fn=metric_fn,
         metric_args=[per_example_loss, features["label_ids"], logits, is_real_example])
 
@@ -138,7 +141,7 @@ def _examples(f, processor, getter, batch_size):
   try:
     examples = getter(f.data_dir)
   except (ValueError, IndexError) as e:
-    raise job.UsageError("--data_dir=%s, task %s: %s" % (f.data_dir, f.task_name, e))
+    raise errors.UsageError("--data_dir=%s, task %s: %s" % (f.data_dir, f.task_name, e))
   real = len(examples)
   if f.use_tpu:
     examples += [PaddingInputExample()] * (-real % batch_size)
@@ -159,62 +162,73 @@ def run(f):
     0 on success.
 
   Raises:
-    job.UsageError: for bad flags or data, before any graph is built.
+    errors.UsageError: for bad flags or data, before any graph is built.
   """
-  finetuning.check_flags(f, ("do_train", "do_eval", "do_predict"))
-  job.require(f.data_dir, "--data_dir is required")
+  lifecycle.check_flags(f, ACTIONS)
+  finetuning.check_flags(f)
+  errors.require(f.data_dir, "--data_dir is required")
   try:
     processor = classifier_data.get_processor(f.task_name, f.data_dir)
     label_list = processor.get_labels()
   except ValueError as e:
-    raise job.UsageError("--task_name: %s" % e)
-  bert_config, tokenizer, workers, train_examples, (num_train_steps, num_warmup_steps) = (
-      finetuning.prepare(f, lambda: _examples(f, processor, processor.get_train_examples, 1)[0]))
-  dropout = 0.0 if f.deterministic_run else HEAD_DROPOUT
-  started = finetuning.start(
-      f, workers, head_fn_builder(len(label_list), dropout), bert_config, num_train_steps,
-      num_warmup_steps, dict(train_batch_size=f.train_batch_size,
-                             eval_batch_size=f.eval_batch_size,
-                             predict_batch_size=f.predict_batch_size))
+    raise errors.UsageError("--task_name: %s" % e)
+  bert_config = lifecycle.load_bert_config(f)
+  tokenizer = finetuning.load_tokenizer(f)
+  workers = lifecycle.start_workers(f)
+  train_examples, num_train_steps, num_warmup_steps = [], 0, 0
+  if f.do_train:
+    train_examples = _examples(f, processor, processor.get_train_examples, 1)[0]
+    num_train_steps, num_warmup_steps = finetuning.training_steps(
+        f, len(train_examples), lifecycle.global_batch_size(f, workers))
+  if f.init_checkpoint:
+    job_lib.check_init_checkpoint(f.init_checkpoint)
+  job = lifecycle.open_job(f, workers)
+  settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
+  model_fn = lifecycle.build_model_fn(
+      f, head_fn_builder(len(label_list)), bert_config, settings,
+      lifecycle.dropout_seed(f, bert_config, head_dropout_prob=HEAD_DROPOUT))
+  lifecycle.build_estimator(f, job, model_fn, settings, dict(
+      train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
+      predict_batch_size=f.predict_batch_size))
   spec = finetuning.int_feature_spec(f.max_seq_length, SEQUENCE_FEATURES, SCALAR_FEATURES)
-  rank0 = started.workers.rank == 0
 
   if f.do_train:
-    train_file = os.path.join(started.output_dir, "train.tf_record")
+    train_file = os.path.join(job.output_dir, "train.tf_record")
     file_based_convert_examples_to_features(train_examples, label_list, f.max_seq_length,
                                             tokenizer, train_file)
     logging.info("***** Training on %d examples, batch %d per worker, %d updates *****",
                  len(train_examples), f.train_batch_size, num_train_steps)
-    finetuning.train(f, started, train_file, spec, num_train_steps)
+    lifecycle.train(f, job, finetuning.train_input_fn(f, train_file, spec, workers),
+                    num_train_steps, loss_names=())
 
-  if f.do_eval and rank0:
+  if f.do_eval and job.is_chief:
     eval_examples, real = _examples(f, processor, processor.get_dev_examples, f.eval_batch_size)
-    eval_file = os.path.join(started.output_dir, "eval.tf_record")
+    eval_file = os.path.join(job.output_dir, "eval.tf_record")
     file_based_convert_examples_to_features(eval_examples, label_list, f.max_seq_length,
                                             tokenizer, eval_file)
     logging.info("***** Evaluating %d examples (%d padding), batch %d *****", len(eval_examples),
                  len(eval_examples) - real, f.eval_batch_size)
-    job.evaluate(started.estimator, finetuning.predict_input_fn(f, eval_file, spec,
+    job_lib.evaluate(job.estimator, finetuning.predict_input_fn(f, eval_file, spec,
                                                                 f.eval_batch_size),
-                 None, started.run_logger, f.eval_batch_size, started.output_dir)
+                     None, job.run_logger, f.eval_batch_size, job.output_dir)
 
-  if f.do_predict and rank0:
+  if f.do_predict and job.is_chief:
     test_examples, real = _examples(f, processor, processor.get_test_examples,
                                     f.predict_batch_size)
-    predict_file = os.path.join(started.output_dir, "predict.tf_record")
+    predict_file = os.path.join(job.output_dir, "predict.tf_record")
     file_based_convert_examples_to_features(test_examples, label_list, f.max_seq_length,
                                             tokenizer, predict_file)
-    results = job.predict(started.estimator, finetuning.predict_input_fn(
-        f, predict_file, spec, f.predict_batch_size), started.run_logger, f.predict_batch_size)
+    results = job_lib.predict(job.estimator, finetuning.predict_input_fn(
+        f, predict_file, spec, f.predict_batch_size), job.run_logger, f.predict_batch_size)
     probabilities = [result["probabilities"] for result, _ in zip(results, range(real))]
-    _write_test_results(os.path.join(started.output_dir, "test_results.tsv"), probabilities)
+    _write_test_results(os.path.join(job.output_dir, "test_results.tsv"), probabilities)
 
-  started.run_logger.close()
+  job.close()
   return 0
 
 
-main = finetuning.main_builder("run_classifier.py", run, FLAGS)
+main = lifecycle.script_main("run_classifier.py", run, DEFAULTS)
 
 
 if __name__ == "__main__":
-  cli.run_main(main)
+  cli.run_main(main, DEFAULTS)

@@ -20,45 +20,44 @@ import random
 
 from absl import flags
 from absl import logging
-from utils import cli  # pylint: disable=g-bad-import-order
+from utils.runtime import cli  # pylint: disable=g-bad-import-order
 import tensorflow as tf
 
 import modeling
-from utils import finetuning
-from utils import finetuning_flags
-from utils import job
-from utils import squad_data
-from utils import squad_eval
+from utils.core import errors
+from utils.finetuning import flags as finetuning_flags  # noqa: F401  (defines the shared flags)
+from utils.finetuning import squad_data
+from utils.finetuning import squad_eval
+from utils.finetuning import task as finetuning
 # The release's names for the data classes and functions, for code that imports them from here.
-from utils.squad_data import InputFeatures  # pylint: disable=unused-import
-from utils.squad_data import RawResult
-from utils.squad_data import SquadExample  # pylint: disable=unused-import
-from utils.squad_data import convert_examples_to_features
-from utils.squad_data import get_final_text  # pylint: disable=unused-import
+from utils.finetuning.squad_data import InputFeatures  # noqa: F401
+from utils.finetuning.squad_data import RawResult
+from utils.finetuning.squad_data import SquadExample  # noqa: F401
+from utils.finetuning.squad_data import convert_examples_to_features
+from utils.finetuning.squad_data import get_final_text  # noqa: F401
+from utils.model import heads
+from utils.training import job as job_lib
+from utils.training import lifecycle
 
 _tf1 = tf.compat.v1
 FLAGS = flags.FLAGS
+# This script's defaults of shared flags (the release's run_squad.py).
+DEFAULTS = {"max_seq_length": 384, "optimizer_type": "adam"}
+ACTIONS = ("do_train", "do_predict")
+# Shared flags this script has no use for (it predicts; it does not evaluate).
+UNUSED_FLAGS = ("do_eval", "eval_batch_size")
 
-finetuning_flags.define_flags(max_seq_length=384, batch_flags={"predict_batch_size": 8})
-finetuning_flags.define_once(flags.DEFINE_string, "train_file", None,
-                             "SQuAD json for training, e.g. train-v1.1.json.")
-finetuning_flags.define_once(flags.DEFINE_string, "predict_file", None,
-                             "SQuAD json to answer, e.g. dev-v1.1.json.")
-finetuning_flags.define_once(flags.DEFINE_integer, "doc_stride", 128,
-                             "Tokens between the starts of a document's windows.")
-finetuning_flags.define_once(flags.DEFINE_integer, "max_query_length", 64,
-                             "Question tokens kept (longer ones are truncated).")
-finetuning_flags.define_once(flags.DEFINE_bool, "do_predict", False,
-                             "Answer --predict_file (rank 0).")
-finetuning_flags.define_once(flags.DEFINE_integer, "n_best_size", 20,
-                             "Answers kept per question in nbest_predictions.json.")
-finetuning_flags.define_once(flags.DEFINE_integer, "max_answer_length", 30,
-                             "Longest answer, in tokens.")
-finetuning_flags.define_once(flags.DEFINE_bool, "version_2_with_negative", False,
-                             "SQuAD 2.0: questions may have no answer (null_odds.json).")
-finetuning_flags.define_once(flags.DEFINE_float, "null_score_diff_threshold", 0.0,
-                             "SQuAD 2.0: answer nothing when the null score minus the "
-                             "best answer's score exceeds this.")
+flags.DEFINE_string("train_file", None, "SQuAD json for training, e.g. train-v1.1.json.")
+flags.DEFINE_string("predict_file", None, "SQuAD json to answer, e.g. dev-v1.1.json.")
+flags.DEFINE_integer("doc_stride", 128, "Tokens between the starts of a document's windows.")
+flags.DEFINE_integer("max_query_length", 64, "Question tokens kept (longer ones are truncated).")
+flags.DEFINE_integer("n_best_size", 20, "Answers kept per question in nbest_predictions.json.")
+flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in tokens.")
+flags.DEFINE_bool("version_2_with_negative", False,
+                  "SQuAD 2.0: questions may have no answer (null_odds.json).")
+flags.DEFINE_float("null_score_diff_threshold", 0.0,
+                   "SQuAD 2.0: answer nothing when the null score minus the best answer's score "
+                   "exceeds this.")
 
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 TRAIN_SCALARS = ("unique_ids", "start_positions", "end_positions")
@@ -79,7 +78,7 @@ def squad_head(sequence_output):
   Returns:
     (start_logits, end_logits), fp32 [batch, seq_length] each.
   """
-  sequence_output = finetuning.encoder_output_fp32(sequence_output)
+  sequence_output = heads.encoder_output_fp32(sequence_output)
   batch_size, seq_length, hidden_size = modeling.get_shape_list(sequence_output, expected_rank=3)
   output_weights = _tf1.get_variable("cls/squad/output_weights", [2, hidden_size],
                                      initializer=modeling.create_initializer(0.02))
@@ -104,26 +103,28 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
 def position_loss(logits, positions):
   """Mean cross-entropy of fp32 logits [batch, seq_length] against positions [batch]."""
   one_hot = tf.one_hot(positions, depth=tf.shape(logits)[-1], dtype=tf.float32)
-  return -tf.reduce_mean(tf.reduce_sum(one_hot * finetuning.log_probabilities(logits), axis=-1))
+  return -tf.reduce_mean(tf.reduce_sum(one_hot * heads.log_probabilities(logits), axis=-1))
 
 
 def head_fn(model, features, mode):
-  """The head for `finetuning.model_fn_builder`: loss (mean of start and end) or logits."""
+  """The span head for `utils/training/model_fn.py`: loss (mean of start and end) or logits."""
   start_logits, end_logits = squad_head(model.get_sequence_output())
   loss = None
   if mode == tf.estimator.ModeKeys.TRAIN:
     loss = (position_loss(start_logits, features["start_positions"])
             + position_loss(end_logits, features["end_positions"])) / 2.0
-  return finetuning.HeadOutput(
+  return heads.HeadOutput(
       loss=loss, metric_fn=None, metric_args=None,
       predictions={"unique_ids": features["unique_ids"], "start_logits": start_logits,
                    "end_logits": end_logits})
 
 
 def check_flags(f):
-  """The SQuAD flags on top of `finetuning.check_flags`."""
-  finetuning.check_flags(f, ("do_train", "do_predict"))
-  require = job.require
+  """The shared checks, fine-tuning's and SQuAD's, without file access."""
+  lifecycle.check_flags(f, ACTIONS)
+  lifecycle.refuse_flags(f, UNUSED_FLAGS, "run_squad.py")
+  finetuning.check_flags(f)
+  require = errors.require
   if f.do_train:
     require(f.train_file, "--do_train needs --train_file")
   if f.do_predict:
@@ -140,7 +141,7 @@ def _read_examples(path, flag, is_training, version_2_with_negative):
   try:
     return squad_data.read_squad_examples(path, is_training, version_2_with_negative)
   except (ValueError, KeyError, OSError, tf.errors.OpError) as e:
-    raise job.UsageError("--%s=%s: %s" % (flag, path, e))
+    raise errors.UsageError("--%s=%s: %s" % (flag, path, e))
 
 
 def _write_features(examples, tokenizer, f, is_training, path, keep=None):
@@ -170,7 +171,7 @@ def write_outputs(f, output_dir, predictions, nbest, null_odds):
   if not squad_eval.has_answers(dataset):
     return None
   scores = squad_eval.evaluate(dataset, predictions)
-  job.write_eval_results(os.path.join(output_dir, "eval_results.txt"), scores)
+  job_lib.write_eval_results(os.path.join(output_dir, "eval_results.txt"), scores)
   logging.info("***** SQuAD scores: exact_match = %.2f, f1 = %.2f (%d questions) *****",
                scores["exact_match"], scores["f1"], scores["total"])
   return scores
@@ -183,49 +184,60 @@ def run(f):
     0 on success.
 
   Raises:
-    job.UsageError: for bad flags or data, before any graph is built.
+    errors.UsageError: for bad flags or data, before any graph is built.
   """
   check_flags(f)
-  bert_config, tokenizer, workers, train_examples, (num_train_steps, num_warmup_steps) = (
-      finetuning.prepare(f, lambda: _read_examples(f.train_file, "train_file", True,
-                                                   f.version_2_with_negative)))
+  bert_config = lifecycle.load_bert_config(f)
+  tokenizer = finetuning.load_tokenizer(f)
+  workers = lifecycle.start_workers(f)
+  train_examples, num_train_steps, num_warmup_steps = [], 0, 0
+  if f.do_train:
+    train_examples = _read_examples(f.train_file, "train_file", True, f.version_2_with_negative)
+    num_train_steps, num_warmup_steps = finetuning.training_steps(
+        f, len(train_examples), lifecycle.global_batch_size(f, workers))
   # The release shuffles once, before writing the records, with a fixed seed.
   random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
-  started = finetuning.start(f, workers, head_fn, bert_config, num_train_steps, num_warmup_steps,
-                             dict(train_batch_size=f.train_batch_size,
-                                  predict_batch_size=f.predict_batch_size))
+  if f.init_checkpoint:
+    job_lib.check_init_checkpoint(f.init_checkpoint)
+  job = lifecycle.open_job(f, workers)
+  settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
+  model_fn = lifecycle.build_model_fn(f, head_fn, bert_config, settings,
+                                      lifecycle.dropout_seed(f, bert_config))
+  lifecycle.build_estimator(f, job, model_fn, settings, dict(
+      train_batch_size=f.train_batch_size, predict_batch_size=f.predict_batch_size))
 
   if f.do_train:
-    train_file = os.path.join(started.output_dir, "train.tf_record")
+    train_file = os.path.join(job.output_dir, "train.tf_record")
     num_features = _write_features(train_examples, tokenizer, f, True, train_file)
     logging.info("***** Training on %d examples (%d windows), batch %d per worker, %d updates "
                  "*****", len(train_examples), num_features, f.train_batch_size, num_train_steps)
-    finetuning.train(f, started, train_file, finetuning.int_feature_spec(
-        f.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), num_train_steps)
+    lifecycle.train(f, job, finetuning.train_input_fn(f, train_file, finetuning.int_feature_spec(
+        f.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), workers), num_train_steps,
+                    loss_names=())
 
-  if f.do_predict and workers.rank == 0:
+  if f.do_predict and job.is_chief:
     examples = _read_examples(f.predict_file, "predict_file", False, f.version_2_with_negative)
     features = []
-    eval_file = os.path.join(started.output_dir, "eval.tf_record")
+    eval_file = os.path.join(job.output_dir, "eval.tf_record")
     _write_features(examples, tokenizer, f, False, eval_file, keep=features)
     logging.info("***** Answering %d questions (%d windows), batch %d *****", len(examples),
                  len(features), f.predict_batch_size)
     spec = finetuning.int_feature_spec(f.max_seq_length, SEQUENCE_FEATURES, PREDICT_SCALARS)
-    outputs = job.predict(started.estimator, finetuning.predict_input_fn(
-        f, eval_file, spec, f.predict_batch_size), started.run_logger, f.predict_batch_size)
+    outputs = job_lib.predict(job.estimator, finetuning.predict_input_fn(
+        f, eval_file, spec, f.predict_batch_size), job.run_logger, f.predict_batch_size)
     results = [RawResult(int(out["unique_ids"]), [float(x) for x in out["start_logits"].flat],
                          [float(x) for x in out["end_logits"].flat])
                for out, _ in zip(outputs, features)]
-    write_outputs(f, started.output_dir, *squad_data.compute_predictions(
+    write_outputs(f, job.output_dir, *squad_data.compute_predictions(
         examples, features, results, f.n_best_size, f.max_answer_length, f.do_lower_case,
         f.version_2_with_negative, f.null_score_diff_threshold, f.verbose_logging))
 
-  started.run_logger.close()
+  job.close()
   return 0
 
 
-main = finetuning.main_builder("run_squad.py", run, FLAGS)
+main = lifecycle.script_main("run_squad.py", run, DEFAULTS)
 
 
 if __name__ == "__main__":
-  cli.run_main(main)
+  cli.run_main(main, DEFAULTS)

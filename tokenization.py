@@ -30,7 +30,7 @@ from tokenizers import normalizers as tk_normalizers
 from tokenizers import pre_tokenizers as tk_pre_tokenizers
 from tokenizers import trainers as tk_trainers
 
-from utils import paths
+from utils.core import paths
 
 # Tokens every BERT vocabulary starts with, in this order ([PAD] has id 0).
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -698,6 +698,6 @@ def _main(argv):
 
 
 if __name__ == "__main__":
-  from utils import cli  # pylint: disable=g-import-not-at-top (scripts only: it defines --verbose)
+  from utils.runtime import cli  # pylint: disable=g-import-not-at-top (scripts only: it defines --verbose)
   _define_build_vocab_flags()
   cli.run_main(_main)

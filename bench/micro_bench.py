@@ -39,7 +39,7 @@ def bench_update(tf, np, args):
   import optimization  # pylint: disable=g-import-not-at-top
   import run_pretraining  # pylint: disable=g-import-not-at-top
   from bench import throughput  # pylint: disable=g-import-not-at-top
-  from utils import session_config  # pylint: disable=g-import-not-at-top
+  from utils.runtime import session_config  # pylint: disable=g-import-not-at-top
   tf1 = tf.compat.v1
   config = modeling.BertConfig.from_json_file(throughput.config_file(args.config))
   with tf.Graph().as_default():

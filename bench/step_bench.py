@@ -218,7 +218,7 @@ def main(argv=None):
   import run_pretraining  # pylint: disable=g-import-not-at-top
   from bench import flops  # pylint: disable=g-import-not-at-top
   from bench import throughput  # pylint: disable=g-import-not-at-top
-  from utils import session_config  # pylint: disable=g-import-not-at-top
+  from utils.runtime import session_config  # pylint: disable=g-import-not-at-top
 
   tf1 = tf.compat.v1
   tf1.disable_eager_execution()

@@ -31,7 +31,7 @@ sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench import flops  # noqa: E402
-from utils import dllogger_setup  # noqa: E402
+from utils.runlog import dllogger_setup  # noqa: E402
 
 DATA_ROOT = os.path.join(REPO_ROOT, "bench", "results", "data")
 RECORDS_PER_FILE = 512

@@ -32,7 +32,7 @@ if REPO_ROOT not in sys.path:
 
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
-from utils import cli  # noqa: E402
+from utils.runtime import cli  # noqa: E402
 
 import create_pretraining_data  # noqa: E402
 import tokenization  # noqa: E402

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from utils.input_pipeline import resolve_input_files
+from utils.data.input_pipeline import resolve_input_files
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

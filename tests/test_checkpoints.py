@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import modeling
 import optimization
 import run_pretraining
 from tests import helpers
-from utils import checkpoint_compat
-from utils import checkpoints as ckpt
+from utils.checkpoints import compat as checkpoint_compat
+from utils.checkpoints import contents as ckpt
 
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -212,7 +213,7 @@ def test_run_pretraining_evaluates_the_bundle_as_the_training_checkpoint(runs, b
 
 def model_fn_for(config_path, optimizer_type="lamb", manual_fp16=False, num_accumulation_steps=1):
   """The job's model_fn for the model of `config_path` with these flag values (the others fixed)."""
-  config = run_pretraining.modeling.BertConfig.from_json_file(config_path)
+  config = modeling.BertConfig.from_json_file(config_path)
   return run_pretraining.model_fn_builder(
       config, None, optimization.Schedule(optimizer_type, 1e-3, 10, 1),
       optimization.Precision(manual_fp16=manual_fp16, init_loss_scale=2**10),

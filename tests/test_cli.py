@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from tests import helpers
-from utils import cli
+from utils.core import errors
+from utils.runtime import cli
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ, PRED = 32, 5
@@ -65,7 +66,7 @@ def run_script(args, timeout=120):
 ])
 def test_usage_errors_exit_2_naming_the_flag(args, named):
   proc = run_script(args)
-  assert proc.returncode == cli.USAGE_EXIT_CODE, proc.stderr
+  assert proc.returncode == errors.USAGE_EXIT_CODE, proc.stderr
   first = proc.stderr.splitlines()[0]
   assert first.startswith(os.path.basename(args[0]) + ": error: "), proc.stderr
   assert named in first, proc.stderr
@@ -93,7 +94,7 @@ def test_native_filter_drops_benign_lines_and_keeps_the_rest_even_after_a_crash(
   program = textwrap.dedent("""
       import os, sys
       sys.path.insert(0, %r)
-      from utils import cli
+      from utils.runtime import cli
       cli.filter_native_stderr()
       os.write(2, b"2024-01-01 00:00:00.1: E x.h:1] SetPriority unimplemented for this stream.\\n")
       os.write(2, b"2024-01-01 00:00:00.2: E y.cc:2] a real error\\n")

@@ -10,7 +10,7 @@ import optimization
 import run_pretraining
 from tests import helpers
 from tests import test_input_fn as input_tests
-from utils import determinism
+from utils.training import determinism
 
 _tf1 = tf.compat.v1
 

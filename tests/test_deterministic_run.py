@@ -20,6 +20,7 @@ import tensorflow as tf
 from tests import helpers
 from tests import test_run_pretraining as job
 from utils import regression
+from utils.runlog import golden
 
 UPDATES = 50
 ACCUMULATION = 2
@@ -217,14 +218,14 @@ def test_killed_run_resumes_exactly(fp16_runs):
   full, killed, restart_step = fp16_runs["a"], fp16_runs["killed"], fp16_runs["restart_step"]
   assert 10 <= restart_step < UPDATES
   assert "the input continues after" in fp16_runs["resumed_output"]
-  full_entries = regression.log_entries(str(full / "bert_dllog.json"))
+  full_entries = golden.log_entries(str(full / "bert_dllog.json"))
   # The killed run's log holds both runs (appended at the restart), and reads as one history: the
   # lines the first run logged after its checkpoint give way to the resumed run's.
   log_text = (killed / "bert_dllog.json").read_text()
   assert '"resumed_from_step": %d' % restart_step in log_text
-  resumed_entries = regression.log_entries(str(killed / "bert_dllog.json"))
+  resumed_entries = golden.log_entries(str(killed / "bert_dllog.json"))
   assert [e["step"] for e in resumed_entries] == [e["step"] for e in full_entries]
-  assert regression.differences(full_entries, resumed_entries, tolerance=0) == []
+  assert golden.differences(full_entries, resumed_entries, tolerance=0) == []
   final_full, final_resumed = job.checkpoint_values(full), job.checkpoint_values(killed)
   assert set(final_full) == set(final_resumed)
   for name, value in final_full.items():

@@ -16,8 +16,8 @@ import pytest
 import tokenization
 from tests import conftest
 from tests import finetuning_data
-from utils import classifier_data
-from utils import squad_data
+from utils.finetuning import classifier_data
+from utils.finetuning import squad_data
 
 MAX_SEQ_LENGTH = 48
 # Low enough that random logits answer some questions with nothing, and some not.

@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from utils import dllogger_setup
-from utils import job
+from utils.runlog import dllogger_setup
+from utils.core import errors
+from utils.runtime import workers as workers_lib
+from utils.training import flags as job_flags
+from utils.training import job
 
 _tf1 = tf.compat.v1
 X = np.array([[1.0], [2.0], [3.0], [4.0]], np.float32)
@@ -45,16 +48,16 @@ def numpy_weight(steps):
 @pytest.fixture
 def single_worker_job(tmp_path):
   environ = {}
-  workers = job.start_workers(False, environ=environ)
-  assert workers == job.Workers(hvd=None, rank=0, size=1, local_rank=0, local_size=1)
+  workers = workers_lib.start_workers(False, environ=environ)
+  assert workers == workers_lib.Workers(hvd=None, rank=0, size=1, local_rank=0, local_size=1)
   assert environ == {"TF_OVERRIDE_GLOBAL_THREADPOOL": "1"}
-  output_dir, saves = job.worker_output_dir(workers, str(tmp_path / "out"), False, False)
+  output_dir, saves = workers_lib.worker_output_dir(workers, str(tmp_path / "out"), False, False)
   assert output_dir == str(tmp_path / "out") and saves
   assert tf.io.gfile.isdir(output_dir)
-  config = job.session_config(workers, intra_op_threads=1, inter_op_threads=1)
+  config = workers_lib.session_config(workers, intra_op_threads=1, inter_op_threads=1)
   estimator = job.build_estimator(model_fn, output_dir, config, workers, saves,
                                   save_checkpoints_steps=2, keep_checkpoint_max=3,
-                                  random_seed=job.DETERMINISTIC_SEED)
+                                  random_seed=job_flags.DEFAULT_SEED)
   return workers, output_dir, estimator
 
 
@@ -109,18 +112,18 @@ def test_input_errors_are_explained(single_worker_job, tmp_path):
                  explain_input_error=explain)
 
 
-def test_run_main_turns_usage_errors_into_exit_code_2(capsys):
+def test_run_reporting_errors_turns_usage_errors_into_exit_code_2(capsys):
   def failing(flag_values):
-    job.require(flag_values > 1, "--flag must be > 1, got %d", flag_values)
+    errors.require(flag_values > 1, "--flag must be > 1, got %d", flag_values)
     return 0
 
-  assert job.run_main("script.py", failing, 5) == 0
-  assert job.run_main("script.py", failing, 0) == 2
+  assert errors.run_reporting_errors("script.py", failing, 5) == 0
+  assert errors.run_reporting_errors("script.py", failing, 0) == 2
   assert capsys.readouterr().err == "script.py: error: --flag must be > 1, got 0\n"
 
 
 def test_init_checkpoint_that_cannot_be_read(tmp_path):
   missing = str(tmp_path / "none")
   message = "--init_checkpoint=%s cannot be read" % missing
-  with pytest.raises(job.UsageError, match=re.escape(message)):
+  with pytest.raises(errors.UsageError, match=re.escape(message)):
     job.check_init_checkpoint(missing)

@@ -22,7 +22,7 @@ import run_classifier
 import run_squad
 from tests import finetuning_data
 from tests import helpers
-from utils import dllogger_setup
+from utils.runlog import dllogger_setup
 
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -152,7 +152,7 @@ def test_squad_predictions_equal_the_originals(files, tmp_path, version_2):
   assert not os.path.exists(tmp_path / "original" / "eval_results.txt")
   # Ours scores the answers (the predict file carries them), by the scorer's definition.
   scores = helpers.read_eval_results(tmp_path / "ours" / "eval_results.txt")
-  from utils import squad_eval  # pylint: disable=g-import-not-at-top
+  from utils.finetuning import squad_eval  # pylint: disable=g-import-not-at-top
   expected = squad_eval.evaluate(read_json(files["squad"][version_2])["data"],
                                  read_json(tmp_path / "original" / "predictions.json"))
   assert scores["exact_match"] == pytest.approx(expected["exact_match"])

@@ -15,9 +15,10 @@ import pytest
 import tensorflow as tf
 
 import modeling
+import optimization
 import run_pretraining
 from tests import helpers
-from utils import job
+from utils.runtime import workers as workers_lib
 from tests import numpy_bert
 
 _tf1 = tf.compat.v1
@@ -197,7 +198,7 @@ def _continue_in_process(checkpoint, record_dir, num_train_steps, updates):
   with tf.Graph().as_default():
     built = run_pretraining.build_pretraining_model(
         config, helpers.constant_features(features), is_training=True)
-    train_op = run_pretraining.optimization.create_optimizer(
+    train_op = optimization.create_optimizer(
         built["total_loss"], 1e-3, num_train_steps, 1, optimizer_type="lamb")
     with _tf1.Session() as sess:
       _tf1.train.Saver().restore(sess, checkpoint)
@@ -494,8 +495,8 @@ def test_launcher_runs_both_phases_and_phase2_starts_from_phase1(data, tmp_path)
 
 
 def test_threads_per_worker_shares_the_node():
-  assert job.threads_per_worker(0, 1, cores=8) == 0       # TF's default
-  assert job.threads_per_worker(0, 2, cores=8) == 4
-  assert job.threads_per_worker(0, 3, cores=8) == 2
-  assert job.threads_per_worker(0, 16, cores=8) == 1      # at least one
-  assert job.threads_per_worker(3, 2, cores=8) == 3       # the flag wins
+  assert workers_lib.threads_per_worker(0, 1, cores=8) == 0       # TF's default
+  assert workers_lib.threads_per_worker(0, 2, cores=8) == 4
+  assert workers_lib.threads_per_worker(0, 3, cores=8) == 2
+  assert workers_lib.threads_per_worker(0, 16, cores=8) == 1      # at least one
+  assert workers_lib.threads_per_worker(3, 2, cores=8) == 3       # the flag wins

@@ -2,7 +2,7 @@
 
 import pytest
 
-from utils import squad_eval
+from utils.finetuning import squad_eval
 
 
 @pytest.mark.parametrize("text, normalised", [

@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from utils import dllogger_setup
+from utils.runlog import dllogger_setup
 
 
 def scripted_now(*seconds):

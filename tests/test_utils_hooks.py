@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
-from utils import dllogger_setup
-from utils import hooks
+from utils.runlog import dllogger_setup
+from utils.training import hooks
 
 _tf1 = tf.compat.v1
 FED_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "global_norm",

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from utils import hvd_utils
+from utils.runtime import hvd_utils
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,7 +25,7 @@ def test_helpers_answer_as_a_single_process_before_init():
 SINGLE_PROCESS = r"""
 import sys
 import run_pretraining
-from utils import hvd_utils, hooks, job, paths, records, session_config
+from utils.runtime import hvd_utils, hooks, job, paths, records, session_config
 assert (hvd_utils.hvd_size(), hvd_utils.hvd_rank(), hvd_utils.comm_local_size()) == (1, 0, 1)
 assert not any(name == "horovod" or name.startswith("horovod.") for name in sys.modules), \
     sorted(name for name in sys.modules if name.startswith("horovod"))
@@ -73,7 +73,7 @@ import sys
 sys.modules["horovod"] = None  # `import horovod...` now fails as if it were not installed
 import tensorflow as tf
 tf.compat.v1.disable_eager_execution()
-from utils import dllogger_setup, hooks, hvd_utils, plot_log, session_config
+from utils.runlog import dllogger_setup, hooks, hvd_utils, plot_log, session_config
 assert (hvd_utils.hvd_size(), hvd_utils.hvd_rank(), hvd_utils.comm_local_rank()) == (1, 0, 0)
 assert hvd_utils.horovod_enabled() is False
 assert hvd_utils.broadcast_global_variables_hook() is None
@@ -96,7 +96,7 @@ def test_every_utils_module_works_without_horovod():
 
 
 def test_horovod_without_a_launcher_warns_it_trains_one_worker():
-  code = "from utils import hvd_utils; hvd = hvd_utils.hvd_init(); print('size', hvd.size())"
+  code = "from utils.runtime import hvd_utils; hvd = hvd_utils.hvd_init(); print('size', hvd.size())"
   proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                         text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from utils import output_lock
+from utils.runtime import output_lock
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOLDER = ("import sys, time\n"
-          "from utils import output_lock\n"
+          "from utils.runtime import output_lock\n"
           "output_lock.lock_output_dir(sys.argv[1], command='holder job')\n"
           "print('locked', flush=True)\n"
           "time.sleep(120)\n")

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from utils import dllogger_setup
-from utils import plot_log
+from utils.runlog import dllogger_setup
+from utils.runlog import plot
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -49,10 +49,10 @@ def test_read_log_returns_steps_and_summary(tmp_path):
   values = write_log(log_path)
   with open(log_path, "a") as f:
     f.write("a line from another program\n")
-  steps, summaries = plot_log.read_log(str(log_path))
+  steps, summaries = dllogger_setup.read_log(str(log_path))
   assert [s for s, _ in steps] == [s for s, _ in values]
   assert summaries == [{"throughput_train": 91.5, "update_steps": 30}]
-  xs, ys = plot_log.series(steps, "total_loss")
+  xs, ys = plot.series(steps, "total_loss")
   assert xs == list(range(1, 31))
   np.testing.assert_allclose(ys, [d["total_loss"] for _, d in values])
 
@@ -60,14 +60,14 @@ def test_read_log_returns_steps_and_summary(tmp_path):
 def test_learning_rate_logged_as_string_is_plotted():
   # NVIDIA's script logs the learning rate as a string.
   steps = [(1, {"learning_rate": "0.0001"}), (2, {"learning_rate": "n/a"}), (3, {})]
-  assert plot_log.series(steps, "learning_rate") == ([1], [1e-4])
+  assert plot.series(steps, "learning_rate") == ([1], [1e-4])
 
 
 def test_plot_log_writes_a_png(tmp_path):
   log_path = tmp_path / "dllogger.json"
   write_log(log_path)
   out = tmp_path / "plots" / "training.png"
-  assert plot_log.plot_log(str(log_path), str(out)) == str(out)
+  assert plot.plot_log(str(log_path), str(out)) == str(out)
   assert png_size(out) == (900, 1000)
   assert os.path.getsize(out) > 20000  # three panels with curves, not a blank image
 
@@ -86,12 +86,12 @@ def _fp16_keys(step):
 def test_gradient_norm_and_loss_scale_panels_when_logged(tmp_path, extra, height):
   log_path = tmp_path / "dllogger.json"
   values = write_log(log_path, extra=extra)
-  steps, _ = plot_log.read_log(str(log_path))
-  xs, norms = plot_log.series(steps, "global_norm")
+  steps, _ = dllogger_setup.read_log(str(log_path))
+  xs, norms = plot.series(steps, "global_norm")
   assert xs == list(range(1, 31))
   np.testing.assert_array_equal(norms, [d["global_norm"] for _, d in values])
   out = tmp_path / "training.png"
-  plot_log.plot_log(str(log_path), str(out))
+  plot.plot_log(str(log_path), str(out))
   assert png_size(out) == (900, height)
 
 
@@ -110,7 +110,7 @@ def test_log_without_step_lines_is_an_error_naming_the_file(tmp_path):
   bad = tmp_path / "not_a_log.txt"
   bad.write_text("hello\nDLLL {broken json\nDLLL {\"type\": \"LOG\", \"step\": [], \"data\": {}}\n")
   with pytest.raises(ValueError, match="not_a_log.txt: no per-step log line"):
-    plot_log.plot_log(str(bad), str(tmp_path / "out.png"))
+    plot.plot_log(str(bad), str(tmp_path / "out.png"))
   assert not (tmp_path / "out.png").exists()
   proc = subprocess.run([sys.executable, "-m", "utils.plot_log", str(bad),
                          str(tmp_path / "out.png")],
@@ -118,4 +118,4 @@ def test_log_without_step_lines_is_an_error_naming_the_file(tmp_path):
   assert proc.returncode == 1
   assert str(bad) in proc.stderr and "no per-step log line" in proc.stderr
   with pytest.raises(OSError):
-    plot_log.read_log(str(tmp_path / "missing.json"))
+    dllogger_setup.read_log(str(tmp_path / "missing.json"))

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from utils import dllogger_setup
+from utils.runlog import dllogger_setup
 from utils import regression
 
 REPO_ROOT = __file__.rsplit("/tests/", 1)[0]
@@ -156,7 +156,7 @@ def test_usage_errors_exit_2(golden_file, tmp_path, capsys):
 
 def test_command_after_double_dash_is_run_first(tmp_path):
   log = tmp_path / "run.log"
-  script = ("import sys; sys.path.insert(0, %r); from utils import dllogger_setup as d; "
+  script = ("import sys; sys.path.insert(0, %r); from utils.runlog import dllogger_setup as d; "
             "l = d.RunLogger(%r, stdout=False, backend='builtin'); "
             "[l.log(step=s, data={'total_loss': 1.0 / s}) for s in (1, 2)]; l.close()"
             % (REPO_ROOT, str(log)))

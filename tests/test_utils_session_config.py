@@ -8,7 +8,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 import gpu_environment
-from utils import session_config
+from utils.runtime import session_config
 
 RewriterConfig = rewriter_config_pb2.RewriterConfig
 

@@ -18,8 +18,8 @@ sys.path.insert(0, REPO_ROOT)
 
 import tensorflow as tf  # noqa: E402
 
-from utils import hvd_utils  # noqa: E402
-from utils import input_pipeline  # noqa: E402
+from utils.runtime import hvd_utils  # noqa: E402
+from utils.data import input_pipeline  # noqa: E402
 
 # Records drawn per data directory: many passes over a rank's share, so every record of it shows.
 DRAWS = 60

@@ -22,8 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from utils import hooks  # noqa: E402
-from utils import hvd_utils  # noqa: E402
+from utils.training import hooks  # noqa: E402
+from utils.runtime import hvd_utils  # noqa: E402
 
 _tf1 = tf.compat.v1
 

@@ -30,7 +30,7 @@ import sys
 from absl import logging
 import numpy as np
 
-from utils import checks
+from utils.core import checks
 
 # The step of a summary line (dllogger's empty tuple; written as [] in the file).
 SUMMARY_STEP = ()

@@ -27,7 +27,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
-from utils import checkpoints as ckpt
+from utils.checkpoints import contents as ckpt
 
 OPTIMIZER_RECORD = "optimizer.json"
 # Variables listed in full in a message; the rest are counted.

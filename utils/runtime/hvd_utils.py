@@ -4,7 +4,7 @@ Horovod is optional. Until `hvd_init()` has run, every helper answers as a singl
 (size 1, rank 0, local rank 0), and none of them imports Horovod, so single-process runs never load
 it:
 
-  from utils import hvd_utils
+  from utils.runtime import hvd_utils
   hvd = hvd_utils.hvd_init()                 # under mpirun / horovodrun
   if hvd_utils.hvd_rank() == 0: ...
   hooks = [hvd_utils.broadcast_global_variables_hook(0)]
@@ -21,7 +21,7 @@ import sys
 from absl import logging
 import tensorflow as tf
 
-from utils import checks
+from utils.core import checks
 
 _HOROVOD_MODULE = "horovod.tensorflow"
 _tf1 = tf.compat.v1

@@ -19,11 +19,11 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from utils import checks
-from utils import dllogger_setup
-from utils import env_flags
-from utils import graph_names
-from utils import hvd_utils
+from utils.core import checks
+from utils.runlog import dllogger_setup
+from utils.core import env_flags
+from utils.core import graph_names
+from utils.runtime import hvd_utils
 
 _tf1 = tf.compat.v1
 
@@ -473,36 +473,6 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     if self._logger.enabled and summary["throughput_val"] is not None:
       logging.info("Evaluation throughput (sequences/s) = %.2f over %d batches",
                    summary["throughput_val"], summary["timed_eval_batches"])
-
-
-class TrainingDivergedError(RuntimeError):
-  """The training loss became NaN; the message says what to change."""
-
-
-def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False,
-                   init_loss_scale=None):
-  """The error to stop a job with when the Estimator's NaN-loss check fired.
-
-  Args:
-    checkpoint_step: global step of the newest checkpoint (0: none).
-    output_dir: where the checkpoints are.
-    learning_rate: --learning_rate (per worker).
-    manual_fp16: the encoder ran in fp16.
-    init_loss_scale: --init_loss_scale (fp16).
-
-  Returns:
-    a `TrainingDivergedError` naming the flags to change and where a rerun resumes.
-  """
-  advice = ["lower --learning_rate (now %g per worker) or raise --num_warmup_steps" % learning_rate]
-  if manual_fp16:
-    advice.append("fp16 activations may overflow: lower --init_loss_scale (now %d), or train in "
-                  "fp32 (without --manual_fp16)" % init_loss_scale)
-  advice.append("check the input records (a NaN masked_lm_weights value makes a NaN loss)")
-  resume = ("running the same command again resumes from the newest checkpoint (step %d in %s)"
-            % (checkpoint_step, output_dir) if checkpoint_step else
-            "no checkpoint was saved: a rerun starts from step 0")
-  return TrainingDivergedError("the training loss became NaN. What to try: %s. After a change, %s."
-                               % ("; ".join(advice), resume))
 
 
 def weight_sync_enabled(force_weight_sync, environ=None):

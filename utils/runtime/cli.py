@@ -3,13 +3,14 @@
 Every script imports this module BEFORE TensorFlow and ends with
 
   if __name__ == "__main__":
-    cli.run_main(main)
+    cli.run_main(main[, the script's flag defaults])
 
 instead of `app.run(main)`. `run_main` runs `main` under absl's `app.run` and adds:
 
-* Usage errors exit with code 2 and one line naming the problem: a flag absl cannot parse (an
-  unknown flag, a value of the wrong type or outside an enum, a missing required flag), and an
-  `app.UsageError` raised by `main` (absl's own `app.run` exits 1 for both).
+* Usage errors exit with code 2 (`utils/core/errors.py`) and one line naming the problem: a flag
+  absl cannot parse (an unknown flag, a value of the wrong type or outside an enum, a missing
+  required flag), and a `UsageError` (ours or absl's) raised by `main` (absl's own `app.run` exits
+  1 for both).
 * Quiet logs by default; `--verbose` (a flag of every script) shows everything:
   - TensorFlow's Python log (deprecation notices, the Estimator's progress, "Use tf.keras
     instead.") is cut to errors; the script's own log lines (absl, INFO) stay.
@@ -32,8 +33,8 @@ import sys
 from absl import app
 from absl import flags
 
-# Exit code of a usage error (bad flag or input), as argparse and the project's own checks use.
-USAGE_EXIT_CODE = 2
+from utils.core import errors
+
 # TensorFlow's native log threshold in quiet mode: 1 drops INFO, keeps warnings and errors.
 QUIET_NATIVE_LOG_LEVEL = "1"
 # Native (C++) stderr lines that report normal operation and that no setting turns off. The
@@ -194,12 +195,12 @@ def _program_name(argv):
 
 
 def usage_error(message, argv=None):
-  """Prints `<program>: error: <message>` and a hint to stderr; exits with USAGE_EXIT_CODE."""
+  """Prints `<program>: error: <message>` and a hint to stderr; exits with the usage status."""
   argv = sys.argv if argv is None else argv
-  sys.stderr.write("%s: error: %s\n" % (_program_name(argv), message))
+  errors.report(_program_name(argv), message)
   sys.stderr.write("(--helpshort lists the flags)\n")
   sys.stderr.flush()
-  sys.exit(USAGE_EXIT_CODE)
+  sys.exit(errors.USAGE_EXIT_CODE)
 
 
 def parse_flags_or_exit(argv):
@@ -217,13 +218,17 @@ def parse_flags_or_exit(argv):
     usage_error(" ".join(str(e).split()), argv)
 
 
-def run_main(main, argv=None):
+def run_main(main, defaults=None, argv=None):
   """Runs `main(argv)` under absl's `app.run` with the project's logging and exit codes.
 
   Args:
     main: the script's main(argv) -> exit status.
+    defaults: dict flag name -> the script's own default, set before the flags are parsed (so
+      `--help` shows them; `utils/training/flags.py`).
     argv: the command line; sys.argv when None.
   """
+  for name, value in (defaults or {}).items():
+    flags.FLAGS.set_default(name, value)
 
   def configured_main(remaining_argv):
     verbose = flags.FLAGS.verbose
@@ -232,7 +237,7 @@ def run_main(main, argv=None):
       filter_native_stderr()
     try:
       return main(remaining_argv)
-    except app.UsageError as e:
+    except (app.UsageError, errors.UsageError) as e:
       usage_error(str(e), remaining_argv)
 
   app.run(configured_main, argv=argv, flags_parser=parse_flags_or_exit)

@@ -18,8 +18,8 @@ import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 import gpu_environment
-from utils import checks
-from utils import env_flags
+from utils.core import checks
+from utils.core import env_flags
 
 # Environment variable that turns the scoped allocator off whatever the arguments say.
 DISABLE_SCOPED_ALLOCATOR_ENV = "TF_DISABLE_SCOPED_ALLOCATOR"

@@ -16,7 +16,7 @@ same run that updates them, and checkpoints are written after a run completes. F
 
 import tensorflow as tf
 
-from utils import checkpoints
+from utils.checkpoints import contents as checkpoints
 
 _tf1 = tf.compat.v1
 

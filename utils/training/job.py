@@ -1,178 +1,34 @@
-"""The skeleton of an Estimator job, shared by the training scripts.
+"""The Estimator calls of a job: build the estimator, train, evaluate, predict.
 
-A script parses its flags, builds its `model_fn` and `input_fn`s and calls, in this order:
+`utils/training/lifecycle.py` calls these in order for every script:
 
-  workers = job.start_workers(use_horovod)                 # environment, Horovod, quiet ranks > 0
-  output_dir, saves = job.worker_output_dir(workers, ...)  # rank-aware output directory
-  config = job.session_config(workers, ...)                # threads, XLA, AMP, GPU pinning
   estimator = job.build_estimator(model_fn, output_dir, config, workers, ...)
   job.train(estimator, input_fn, max_steps, ..., hooks=job.training_hooks(workers, ...))
   job.evaluate(estimator, input_fn, steps, ...)             # rank 0; eval_results.txt
   for result in job.predict(estimator, input_fn): ...
 
 Nothing here knows the model: everything comes in as a function or a plain value. Errors in what a
-user gave (flags, files) are `UsageError`s, which `run_main` turns into exit code 2.
+user gave (flags, files) are `errors.UsageError`s.
 """
 
 import collections
 import os
-import sys
 
 from absl import logging
 import tensorflow as tf
 
-import gpu_environment
-from utils import checkpoints
-from utils import hooks as hooks_lib
-from utils import hvd_utils
-from utils import output_lock
-from utils import session_config as session_config_lib
+from utils.checkpoints import contents as checkpoints
+from utils.core import errors
+from utils.runtime import hvd_utils
+from utils.training import hooks as hooks_lib
 
 _tf1 = tf.compat.v1
 
-# Horovod cycle time (ms) on machines without a GPU, unless the launch sets one.
-CPU_HOROVOD_CYCLE_TIME_MS = 5
-# Graph-level random seed of a deterministic run.
-DETERMINISTIC_SEED = 12345
 # Estimator step-counter interval (rank 0): rare when the job logs its own training lines.
 STEP_COUNTER_STEPS = 100
 STEP_COUNTER_STEPS_WITH_LOSS_REPORT = 10000
 # Errors the input pipeline raises for a bad record.
 INPUT_ERRORS = (tf.errors.DataLossError, tf.errors.InvalidArgumentError)
-
-
-class UsageError(ValueError):
-  """A bad flag or input, found before any graph is built (exit code 2)."""
-
-
-def require(condition, message, *args):
-  """Raises UsageError(message % args) unless `condition`."""
-  if not condition:
-    raise UsageError(message % args)
-
-
-def run_main(script_name, run, flag_values):
-  """Runs `run(flag_values)`; a UsageError becomes "<script>: error: ..." on stderr and exit 2,
-  a diverged training (NaN loss) the same message with its advice and exit 1.
-
-  Args:
-    script_name: e.g. "run_pretraining.py", for the message.
-    run: the job, taking the parsed flags and returning an exit code.
-    flag_values: the parsed flags.
-
-  Returns:
-    the exit code.
-  """
-  try:
-    return run(flag_values)
-  except UsageError as e:
-    print("%s: error: %s" % (script_name, e), file=sys.stderr, flush=True)
-    return 2
-  except hooks_lib.TrainingDivergedError as e:
-    print("%s: error: %s" % (script_name, e), file=sys.stderr, flush=True)
-    return 1
-
-
-Workers = collections.namedtuple("Workers", ["hvd", "rank", "size", "local_rank", "local_size"])
-Workers.__doc__ = """The workers of the job as this process sees them.
-
-Fields: hvd, the `horovod.tensorflow` module under Horovod, else None; rank, size, local_rank,
-local_size: Horovod's (0, 1, 0, 1 for a single process)."""
-
-
-def start_workers(use_horovod, environ=None):
-  """Prepares the process environment and starts Horovod; ranks > 0 log warnings only.
-
-  Args:
-    use_horovod: run under Horovod (--horovod).
-    environ: the environment mapping to adjust; `os.environ` when None.
-
-  Returns:
-    `Workers`.
-  """
-  environ = os.environ if environ is None else environ
-  # Per-session thread pools: without this, the first device TF creates (XLA-compiled functions
-  # create one while the graph is built) fixes a process-wide pool of one thread per core and
-  # --intra_op_threads is silently ignored, so workers sharing a node oversubscribe its cores.
-  environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
-  if use_horovod and gpu_environment.local_gpu_count() == 0:
-    # Horovod's background thread coordinates the workers every cycle (1 ms by default) even
-    # when nothing is pending; on CPU-only nodes that polling takes cycles from the compute
-    # threads (docs/PERFORMANCE.md). horovodrun --cycle-time-ms or the variable still decide.
-    environ.setdefault("HOROVOD_CYCLE_TIME", str(CPU_HOROVOD_CYCLE_TIME_MS))
-  hvd = hvd_utils.hvd_init() if use_horovod else None
-  workers = Workers(hvd=hvd, rank=hvd_utils.hvd_rank(), size=hvd_utils.hvd_size(),
-                    local_rank=hvd_utils.comm_local_rank(),
-                    local_size=hvd_utils.comm_local_size())
-  if workers.rank != 0:
-    logging.set_verbosity(logging.WARNING)
-  return workers
-
-
-def worker_output_dir(workers, output_dir, node_local_output_dir, checkpoint_all_workers):
-  """Creates this worker's output directory (see `hvd_utils.worker_output_dir`) and, in the
-  process that writes `output_dir` itself, takes the directory's lock (`output_lock`).
-
-  Args:
-    workers: `Workers`.
-    output_dir: the job's --output_dir.
-    node_local_output_dir: output_dir is on a node-local disk.
-    checkpoint_all_workers: every worker saves checkpoints.
-
-  Returns:
-    (directory, saves_checkpoints): where this worker writes, and whether it saves checkpoints.
-  """
-  directory = hvd_utils.worker_output_dir(output_dir, workers.rank, workers.local_rank,
-                                          node_local_output_dir)
-  # The directory (a usage error when it cannot be made), then one job per --output_dir: the
-  # process that writes --output_dir holds its lock until it exits.
-  try:
-    output_lock.make_directory(directory)
-    if directory == output_dir:
-      output_lock.lock_output_dir(output_dir)
-  except ValueError as e:
-    raise UsageError(str(e))
-  saves = checkpoint_all_workers or hvd_utils.saves_checkpoints(
-      workers.rank, workers.local_rank, node_local_output_dir)
-  return directory, saves
-
-
-def threads_per_worker(requested, workers_on_node, cores=None):
-  """Intra-op threads for one worker: the flag's value, else the node's cores shared by its workers.
-
-  Args:
-    requested: --intra_op_threads (0: choose).
-    workers_on_node: Horovod local size (1 without Horovod).
-    cores: cores of the node; os.cpu_count() when None.
-
-  Returns:
-    the thread count for the session config (0 lets TensorFlow use every core).
-  """
-  if requested > 0 or workers_on_node <= 1:
-    return requested
-  return max(1, (cores or os.cpu_count() or 1) // workers_on_node)
-
-
-def session_config(workers, intra_op_threads=0, inter_op_threads=0, use_xla=False, amp=False,
-                   enable_scoped_allocator=False):
-  """The session config of this worker (see `session_config.build_session_config`).
-
-  Args:
-    workers: `Workers`.
-    intra_op_threads: --intra_op_threads (0: the node's cores shared by its workers).
-    inter_op_threads, use_xla, amp, enable_scoped_allocator: the flags of the same names.
-
-  Returns:
-    `tf.compat.v1.ConfigProto`.
-  """
-  threads = threads_per_worker(intra_op_threads, workers.local_size)
-  if threads != intra_op_threads:
-    logging.info("%d workers on this node: %d intra-op threads each (set --intra_op_threads to "
-                 "override)", workers.local_size, threads)
-  return session_config_lib.build_session_config(
-      use_horovod=workers.hvd is not None, local_rank=workers.local_rank,
-      enable_scoped_allocator=enable_scoped_allocator, use_xla=use_xla, amp=amp,
-      intra_op_threads=threads, inter_op_threads=inter_op_threads)
 
 
 TpuSettings = collections.namedtuple(
@@ -276,7 +132,7 @@ def check_init_checkpoint(path, flag="init_checkpoint"):
   try:
     tf.train.list_variables(path)
   except (tf.errors.OpError, ValueError) as e:
-    raise UsageError("--%s=%s cannot be read: %s"
+    raise errors.UsageError("--%s=%s cannot be read: %s"
                      % (flag, path, getattr(e, "message", str(e)).strip().splitlines()[0]))
 
 

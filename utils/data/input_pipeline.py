@@ -11,11 +11,10 @@ import random
 from absl import logging
 import tensorflow as tf
 
-from utils import job
-from utils import paths
+from utils.core import paths
 
-# Shuffle seed of the deterministic mode when none is given: the job's deterministic seed.
-DEFAULT_INPUT_SEED = job.DETERMINISTIC_SEED
+# Shuffle seed of the deterministic mode when none is given (the default --seed of the scripts).
+DEFAULT_INPUT_SEED = 12345
 # Training epochs: as many as the job asks for (the Estimator stops at --num_train_steps).
 _EPOCHS_FOREVER = 2**62
 

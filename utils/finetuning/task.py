@@ -1,0 +1,159 @@
+"""What the fine-tuning scripts (run_squad.py, run_classifier.py) share besides the job itself:
+their records and input, the number of updates, the tokenizer and the flag checks of fine-tuning.
+
+The job (config, workers, output directory, model_fn around the task's head, estimator, training)
+is the lifecycle every Estimator script follows (`utils/training/lifecycle.py`); a task supplies a
+head (`utils/model/heads.py`) and its data.
+
+Reduced precision follows TF's official BERT fine-tuning: the encoder's matmuls run in fp16, the
+GELU intermediate activation in fp32 (modeling.py), the layer norms in the fused kernel with fp32
+statistics, and heads cast the encoder output to fp32, so logits, softmax and loss are fp32.
+"""
+
+import tensorflow as tf
+
+import tokenization
+from utils.core import errors
+
+def int_record(values):
+  """A tf.train.Example from dict name -> list of ints (int64 features, in the dict's order)."""
+  return tf.train.Example(features=tf.train.Features(feature={
+      name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(ints)))
+      for name, ints in values.items()}))
+
+
+def write_records(path, records):
+  """Writes an iterable of dicts name -> list of ints as TFRecords; returns how many."""
+  count = 0
+  with tf.io.TFRecordWriter(path) as writer:
+    for record in records:
+      writer.write(int_record(record).SerializeToString())
+      count += 1
+  return count
+
+
+class RecordWriter(object):
+  """Writes records one at a time (an `output_fn` for streaming feature conversion)."""
+
+  def __init__(self, path, to_record):
+    """Opens `path`; `to_record(feature)` gives the dict name -> list of ints to write."""
+    self.filename = path
+    self.num_features = 0
+    self._to_record = to_record
+    self._writer = tf.io.TFRecordWriter(path)
+
+  def process_feature(self, feature):
+    """Writes one feature."""
+    self._writer.write(int_record(self._to_record(feature)).SerializeToString())
+    self.num_features += 1
+
+  def close(self):
+    self._writer.close()
+
+
+def int_feature_spec(seq_length, sequence_names, scalar_names):
+  """Parsing spec: int64 [seq_length] for `sequence_names`, int64 [] for `scalar_names`."""
+  spec = {name: tf.io.FixedLenFeature([seq_length], tf.int64) for name in sequence_names}
+  spec.update({name: tf.io.FixedLenFeature([], tf.int64) for name in scalar_names})
+  return spec
+
+
+def input_fn_builder(input_file, name_to_features, is_training, drop_remainder, batch_size=None,
+                     num_workers=1, worker_index=0, deterministic=False, seed=None):
+  """The input_fn of a fine-tuning record file (features cast to int32).
+
+  Training reads this worker's records (record i goes to worker i mod num_workers), repeated,
+  shuffled in a buffer of 100 (not with `deterministic`); otherwise every record once, in order.
+
+  Args:
+    input_file: the TFRecord file.
+    name_to_features: the parsing spec (`int_feature_spec`).
+    is_training: repeat, shard and shuffle.
+    drop_remainder: drop a last partial batch.
+    batch_size: sequences per batch; None takes params["batch_size"] (TPUEstimator).
+    num_workers, worker_index: Horovod size and rank.
+    deterministic: no shuffling (the order is the file's).
+    seed: shuffle seed.
+
+  Returns:
+    input_fn(params) -> tf.data.Dataset of feature dicts.
+  """
+
+  def input_fn(params):
+    size = batch_size if batch_size is not None else params["batch_size"]
+    records = tf.data.TFRecordDataset(input_file)
+    if is_training:
+      if num_workers > 1:
+        records = records.shard(num_workers, worker_index)
+      records = records.repeat()
+      if not deterministic:
+        records = records.shuffle(buffer_size=100, seed=seed)
+    records = records.batch(size, drop_remainder=drop_remainder)
+    return records.map(lambda batch: _decode_batch(batch, name_to_features))
+
+  return input_fn
+
+
+def _decode_batch(records, name_to_features):
+  """Parses a batch of serialised examples; int64 features become int32 (as the TPU needs)."""
+  features = tf.io.parse_example(records, name_to_features)
+  return {name: tf.cast(value, tf.int32) for name, value in features.items()}
+
+
+def training_steps(f, num_examples, global_batch_size):
+  """(num_train_steps, num_warmup_steps): the updates of --num_train_epochs over `num_examples`
+  training examples (not windows) at the global batch, as the release counts them.
+
+  Raises:
+    errors.UsageError: when that is no update at all.
+  """
+  num_train_steps = int(num_examples / global_batch_size * f.num_train_epochs)
+  errors.require(num_train_steps >= 1, "%d training examples make no update of global batch %d "
+                 "in --num_train_epochs=%g", num_examples, global_batch_size, f.num_train_epochs)
+  return num_train_steps, int(num_train_steps * f.warmup_proportion)
+
+
+def check_flags(f):
+  """The checks of the fine-tuning flags (`utils/finetuning/flags.py`) without file access, on top
+  of `lifecycle.check_flags`.
+
+  Raises:
+    errors.UsageError: naming the flag.
+  """
+  require = errors.require
+  require(f.vocab_file, "--vocab_file is required")
+  require(f.predict_batch_size >= 1, "--predict_batch_size must be >= 1, got %d",
+          f.predict_batch_size)
+  require(f.learning_rate > 0, "--learning_rate must be positive, got %g", f.learning_rate)
+  require(f.num_train_epochs > 0, "--num_train_epochs must be positive, got %g",
+          f.num_train_epochs)
+  require(0 <= f.warmup_proportion < 1, "--warmup_proportion must be in [0, 1), got %g",
+          f.warmup_proportion)
+  try:
+    tokenization.validate_case_matches_checkpoint(f.do_lower_case, f.init_checkpoint)
+  except ValueError as e:
+    raise errors.UsageError(str(e))
+
+
+def load_tokenizer(f):
+  """The FullTokenizer of --vocab_file / --do_lower_case (UsageError naming a bad file)."""
+  try:
+    return tokenization.FullTokenizer(vocab_file=f.vocab_file, do_lower_case=f.do_lower_case)
+  except (ValueError, OSError) as e:
+    raise errors.UsageError("--vocab_file: %s" % e)
+
+
+def predict_input_fn(f, input_file, name_to_features, batch_size):
+  """The input_fn of evaluation / prediction records: every record once, in order."""
+  return input_fn_builder(input_file, name_to_features, is_training=False,
+                          drop_remainder=bool(f.use_tpu),
+                          batch_size=None if f.use_tpu else batch_size)
+
+
+def train_input_fn(f, input_file, name_to_features, workers):
+  """The input_fn of this worker's training records (in file order in a deterministic run)."""
+  return input_fn_builder(
+      input_file, name_to_features, is_training=True, drop_remainder=True,
+      batch_size=None if f.use_tpu else f.train_batch_size, num_workers=workers.size,
+      worker_index=workers.rank, deterministic=f.deterministic_run,
+      seed=f.seed if f.deterministic_run else None)

@@ -1,0 +1,253 @@
+"""The pretraining heads: masked LM and next-sentence prediction on a `modeling.BertModel`.
+
+The release's run_pretraining.py defines these functions under the same names and signatures;
+run_pretraining.py re-exports them. Variables, shapes and fp32 numerics are the release's
+(docs/DESIGN.md section 4): the heads run in fp32 whatever the encoder's compute type.
+
+  built = build_pretraining_model(bert_config, features, is_training=True)   # encoder + heads
+  head_fn = pretraining_head(bert_config)   # for utils/training/model_fn.py
+"""
+
+import modeling
+import tensorflow as tf
+
+from utils.core import graph_names
+from utils.model import heads
+
+_tf1 = tf.compat.v1
+
+
+def gather_indexes(sequence_tensor, positions):
+  """Gathers the vectors at the masked positions of every sequence.
+
+  Args:
+    sequence_tensor: float Tensor [batch_size, seq_length, width].
+    positions: int32 Tensor [batch_size, num_positions].
+
+  Returns:
+    Tensor [batch_size * num_positions, width], dtype of `sequence_tensor`.
+  """
+  batch_size, seq_length, width = modeling.get_shape_list(sequence_tensor, expected_rank=3)
+  flat_offsets = tf.reshape(tf.range(0, batch_size, dtype=tf.int32) * seq_length, [-1, 1])
+  flat_positions = tf.reshape(tf.cast(positions, tf.int32) + flat_offsets, [-1])
+  flat_sequence_tensor = tf.reshape(sequence_tensor, [batch_size * seq_length, width])
+  return tf.gather(flat_sequence_tensor, flat_positions)
+
+
+def _stable_log_softmax(logits):
+  """log-softmax in fp32 with the row maximum subtracted first (finite for any finite logits)."""
+  logits = tf.cast(logits, tf.float32)
+  shifted = logits - tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
+  return tf.nn.log_softmax(shifted, axis=-1)
+
+
+def softmax_cross_entropy(logits, labels):
+  """-log softmax(logits)[label] per row, stable for any finite logits, with a cheap gradient.
+
+  The loss is logsumexp(row) - row[label] = (max - row[label]) - log(max(softmax(row))): the
+  largest probability is at least 1 / vocab_size, so its log never underflows, and the softmax
+  (one fused kernel that subtracts the row maximum) is computed once and reused by the gradient,
+  softmax - one_hot. Over a 30k vocabulary this is ~2.5x faster than
+  `sparse_softmax_cross_entropy_with_logits` on CPUs and never materialises log-probs or one-hot
+  labels (docs/PERFORMANCE.md).
+
+  Args:
+    logits: float32 Tensor [rows, classes].
+    labels: int32 Tensor [rows], in [0, classes).
+
+  Returns:
+    float32 Tensor [rows].
+  """
+  labels = tf.cast(labels, tf.int32)
+  label_index = tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
+
+  @tf.custom_gradient
+  def cross_entropy(logits):
+    probs = tf.nn.softmax(logits)
+    # (max - label logit) first: both may be huge, their difference is what matters.
+    margin = tf.reduce_max(logits, axis=-1) - tf.gather_nd(logits, label_index)
+    loss = margin - tf.math.log(tf.reduce_max(probs, axis=-1))
+
+    def grad(dy):
+      return tf.tensor_scatter_nd_sub(probs * dy[:, None], label_index, dy)
+
+    return loss, grad
+
+  return cross_entropy(tf.cast(logits, tf.float32))
+
+
+def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, label_ids,
+                         label_weights):
+  """Masked LM head: predicts the original ids at the masked positions.
+
+  The head runs in fp32 whatever the encoder's compute type. Variables:
+  `cls/predictions/transform/dense/{kernel,bias}`, `cls/predictions/transform/LayerNorm/{beta,gamma}`,
+  `cls/predictions/output_bias`; the output matrix is the word embedding table, transposed.
+
+  Args:
+    bert_config: `modeling.BertConfig`.
+    input_tensor: float Tensor [batch_size, seq_length, hidden_size] (sequence output).
+    output_weights: float32 Tensor [vocab_size, hidden_size] (the embedding table).
+    positions: int32 Tensor [batch_size, max_predictions_per_seq].
+    label_ids: int32 Tensor [batch_size, max_predictions_per_seq].
+    label_weights: float Tensor [batch_size, max_predictions_per_seq], 1.0 real, 0.0 padding.
+
+  Returns:
+    (loss scalar, per_example_loss [batch_size * max_predictions_per_seq],
+     log_probs [batch_size * max_predictions_per_seq, vocab_size]), all fp32.
+  """
+  input_tensor = tf.cast(gather_indexes(input_tensor, positions), tf.float32)
+
+  with _tf1.variable_scope("cls/predictions"):
+    with _tf1.variable_scope("transform"):
+      input_tensor = modeling.dense_layer(
+          input_tensor, bert_config.hidden_size,
+          activation=modeling.get_activation(bert_config.hidden_act), name="dense",
+          initializer_range=bert_config.initializer_range)
+      input_tensor = modeling.layer_norm(input_tensor)
+
+    output_bias = _tf1.get_variable("output_bias", shape=[bert_config.vocab_size],
+                                    dtype=tf.float32, initializer=_tf1.zeros_initializer())
+    logits = tf.matmul(input_tensor, tf.cast(output_weights, tf.float32), transpose_b=True)
+    logits = tf.nn.bias_add(logits, output_bias)
+    # For evaluation and callers; a training step that does not fetch it never computes it.
+    log_probs = _stable_log_softmax(logits)
+
+    label_ids = tf.reshape(label_ids, [-1])
+    label_weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
+    per_example_loss = softmax_cross_entropy(logits, label_ids)
+    # Padding predictions have weight 0; the epsilon keeps an all-padding batch finite.
+    numerator = tf.reduce_sum(label_weights * per_example_loss)
+    denominator = tf.reduce_sum(label_weights) + 1e-5
+    loss = numerator / denominator
+  return loss, per_example_loss, log_probs
+
+
+def get_next_sentence_output(bert_config, input_tensor, labels):
+  """Next-sentence prediction head: is sentence B the continuation of A (0) or random (1)?
+
+  Variables `cls/seq_relationship/output_weights` [2, hidden_size] and `.../output_bias` [2].
+
+  Args:
+    bert_config: `modeling.BertConfig`.
+    input_tensor: float Tensor [batch_size, hidden_size] (pooled output).
+    labels: int32 Tensor [batch_size] or [batch_size, 1].
+
+  Returns:
+    (loss scalar, per_example_loss [batch_size], log_probs [batch_size, 2]), all fp32.
+  """
+  input_tensor = tf.cast(input_tensor, tf.float32)
+  with _tf1.variable_scope("cls/seq_relationship"):
+    output_weights = _tf1.get_variable(
+        "output_weights", shape=[2, bert_config.hidden_size], dtype=tf.float32,
+        initializer=modeling.create_initializer(bert_config.initializer_range))
+    output_bias = _tf1.get_variable("output_bias", shape=[2], dtype=tf.float32,
+                                    initializer=_tf1.zeros_initializer())
+    logits = tf.nn.bias_add(tf.matmul(input_tensor, output_weights, transpose_b=True),
+                            output_bias)
+    log_probs = _stable_log_softmax(logits)
+    labels = tf.reshape(labels, [-1])
+    one_hot_labels = tf.one_hot(labels, depth=2, dtype=tf.float32)
+    per_example_loss = -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)
+    loss = tf.reduce_mean(per_example_loss)
+  return loss, per_example_loss, log_probs
+
+
+def build_pretraining_model(bert_config, features, is_training, compute_type=tf.float32,
+                            use_one_hot_embeddings=False, dropout_key=None):
+  """Builds BERT with both pretraining heads on a batch of features.
+
+  Args:
+    bert_config: `modeling.BertConfig`.
+    features: dict of Tensors (docs/DESIGN.md section 3): input_ids, input_mask, segment_ids
+      [batch, seq]; masked_lm_positions, masked_lm_ids, masked_lm_weights [batch, predictions];
+      next_sentence_labels [batch, 1].
+    is_training: apply dropout.
+    compute_type: tf.float32 or tf.float16 for the encoder.
+    use_one_hot_embeddings: one-hot word embedding lookup (TPU).
+    dropout_key: optional int64 Tensor [2]: stateless dropout keyed on it (see `modeling.BertModel`).
+
+  Returns:
+    dict with "model" (`BertModel`), "total_loss", "mlm_loss", "nsp_loss" (fp32 scalars),
+    "mlm_per_example_loss" [batch*predictions], "mlm_log_probs" [batch*predictions, vocab],
+    "nsp_per_example_loss" [batch], "nsp_log_probs" [batch, 2].
+  """
+  model = modeling.BertModel(
+      config=bert_config, is_training=is_training, input_ids=features["input_ids"],
+      input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
+      use_one_hot_embeddings=use_one_hot_embeddings, compute_type=compute_type,
+      dropout_key=dropout_key)
+  return dict(_heads_on(bert_config, model, features), model=model)
+
+
+def _heads_on(bert_config, model, features):
+  """Both heads on a built encoder: the dict of `build_pretraining_model` without "model"."""
+  mlm_loss, mlm_per_example_loss, mlm_log_probs = get_masked_lm_output(
+      bert_config, model.get_sequence_output(), model.get_embedding_table(),
+      features["masked_lm_positions"], features["masked_lm_ids"], features["masked_lm_weights"])
+  nsp_loss, nsp_per_example_loss, nsp_log_probs = get_next_sentence_output(
+      bert_config, model.get_pooled_output(), features["next_sentence_labels"])
+  return {
+      "total_loss": mlm_loss + nsp_loss,
+      "mlm_loss": mlm_loss,
+      "nsp_loss": nsp_loss,
+      "mlm_per_example_loss": mlm_per_example_loss,
+      "mlm_log_probs": mlm_log_probs,
+      "nsp_per_example_loss": nsp_per_example_loss,
+      "nsp_log_probs": nsp_log_probs,
+  }
+
+
+def metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids, masked_lm_weights,
+              next_sentence_example_loss, next_sentence_log_probs, next_sentence_labels):
+  """Evaluation metrics: MLM accuracy and loss weighted by masked_lm_weights; NSP accuracy, loss.
+
+  Args:
+    masked_lm_example_loss: [batch * predictions]; masked_lm_log_probs: [batch * predictions, V];
+    masked_lm_ids, masked_lm_weights: [batch, predictions];
+    next_sentence_example_loss: [batch]; next_sentence_log_probs: [batch, 2];
+    next_sentence_labels: [batch, 1].
+
+  Returns:
+    dict of (value, update_op) streaming metrics.
+  """
+  masked_lm_predictions = tf.argmax(masked_lm_log_probs, axis=-1, output_type=tf.int32)
+  masked_lm_weights = tf.reshape(masked_lm_weights, [-1])
+  masked_lm_ids = tf.reshape(masked_lm_ids, [-1])
+  next_sentence_predictions = tf.argmax(next_sentence_log_probs, axis=-1, output_type=tf.int32)
+  next_sentence_labels = tf.reshape(next_sentence_labels, [-1])
+  return {
+      "masked_lm_accuracy": _tf1.metrics.accuracy(
+          labels=masked_lm_ids, predictions=masked_lm_predictions, weights=masked_lm_weights),
+      "masked_lm_loss": _tf1.metrics.mean(
+          values=tf.reshape(masked_lm_example_loss, [-1]), weights=masked_lm_weights),
+      "next_sentence_accuracy": _tf1.metrics.accuracy(
+          labels=next_sentence_labels, predictions=next_sentence_predictions),
+      "next_sentence_loss": _tf1.metrics.mean(values=next_sentence_example_loss),
+  }
+
+
+def pretraining_head(bert_config):
+  """The head of the pretraining job for `utils/training/model_fn.model_fn_builder`.
+
+  Args:
+    bert_config: `modeling.BertConfig`.
+
+  Returns:
+    head_fn(model, features, mode) -> `heads.HeadOutput`: the loss mlm_loss + nsp_loss (the graph
+    tensors `mlm_loss` and `nsp_loss` named for the log hook), the evaluation metrics of
+    `metric_fn`, no predictions.
+  """
+
+  def head_fn(model, features, mode):  # pylint: disable=unused-argument
+    built = _heads_on(bert_config, model, features)
+    tf.identity(built["mlm_loss"], name=graph_names.MLM_LOSS)
+    tf.identity(built["nsp_loss"], name=graph_names.NSP_LOSS)
+    metric_args = [built["mlm_per_example_loss"], built["mlm_log_probs"],
+                   features["masked_lm_ids"], features["masked_lm_weights"],
+                   built["nsp_per_example_loss"], built["nsp_log_probs"],
+                   features["next_sentence_labels"]]
+    return heads.HeadOutput(loss=built["total_loss"], predictions=None, metric_fn=metric_fn,
+                            metric_args=metric_args)
+
+  return head_fn
