@@ -8,7 +8,8 @@ The original release's flags, processors, record files (train.tf_record, eval.tf
 predict.tf_record) and outputs (eval_results.txt, test_results.tsv), plus NVIDIA's --horovod, --amp,
 --manual_fp16, --use_xla, --num_accumulation_steps and --dllog_path. The head's variables are the
 release's (`output_weights`, `output_bias`), so a checkpoint fine-tuned by either script loads in
-the other. Importing this module defines the flags and nothing else.
+the other. Importing this module defines the flags (the shared ones once, in utils/training/flags.py and
+utils/finetuning/flags.py) and nothing else.
 """
 
 import os
@@ -21,7 +22,7 @@ import tensorflow as tf
 import modeling
 from utils.core import errors
 from utils.finetuning import classifier_data
-from utils.finetuning import flags as finetuning_flags  # noqa: F401  (defines the shared flags)
+from utils.finetuning import flags as finetuning_flags
 from utils.finetuning import task as finetuning
 # The release's names for the data classes and functions, for code that imports them from here.
 from utils.finetuning.classifier_data import ColaProcessor  # noqa: F401
@@ -33,11 +34,15 @@ from utils.finetuning.classifier_data import MrpcProcessor  # noqa: F401
 from utils.finetuning.classifier_data import PaddingInputExample
 from utils.finetuning.classifier_data import XnliProcessor  # noqa: F401
 from utils.model import heads
+from utils.training import flags as job_flags
 from utils.training import job as job_lib
 from utils.training import lifecycle
 
 _tf1 = tf.compat.v1
 FLAGS = flags.FLAGS
+# --helpshort lists the shared flags beside the script's own.
+flags.adopt_module_key_flags(job_flags)
+flags.adopt_module_key_flags(finetuning_flags)
 # This script's defaults of shared flags (the release's run_classifier.py).
 DEFAULTS = {"max_seq_length": 128, "optimizer_type": "adam"}
 ACTIONS = ("do_train", "do_eval", "do_predict")

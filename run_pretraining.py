@@ -41,12 +41,14 @@ from utils.model.pretraining import metric_fn  # noqa: F401
 from utils.model.pretraining import pretraining_head
 from utils.model.pretraining import softmax_cross_entropy  # noqa: F401
 from utils.training import determinism
-from utils.training import flags as job_flags  # noqa: F401  (defines the shared flags)
+from utils.training import flags as job_flags
 from utils.training import job as job_lib
 from utils.training import lifecycle
 from utils.training import model_fn as model_fn_lib
 
 FLAGS = flags.FLAGS
+# --helpshort lists the shared flags beside the script's own.
+flags.adopt_module_key_flags(job_flags)
 # This script's defaults of shared flags (NVIDIA's run_pretraining.py).
 DEFAULTS = {"max_seq_length": 512, "optimizer_type": "lamb"}
 ACTIONS = ("do_train", "do_eval")

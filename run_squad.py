@@ -9,10 +9,11 @@ The original release's flags, records (train.tf_record, eval.tf_record) and outp
 (predictions.json, nbest_predictions.json, null_odds.json with --version_2_with_negative), plus
 NVIDIA's --horovod, --amp, --manual_fp16, --use_xla, --num_accumulation_steps and --dllog_path.
 When the predict file carries answers (a dev set), exact match and F1 (the official v1.1
-definitions, utils/squad_eval.py) are logged and written to eval_results.txt next to the
+definitions, utils/finetuning/squad_eval.py) are logged and written to eval_results.txt next to the
 predictions. The head's variables are the release's (`cls/squad/output_weights`,
 `cls/squad/output_bias`), so a checkpoint fine-tuned by either script loads in the other.
-Importing this module defines the flags and nothing else.
+Importing this module defines the flags (the shared ones once, in utils/training/flags.py and
+utils/finetuning/flags.py) and nothing else.
 """
 
 import os
@@ -25,7 +26,7 @@ import tensorflow as tf
 
 import modeling
 from utils.core import errors
-from utils.finetuning import flags as finetuning_flags  # noqa: F401  (defines the shared flags)
+from utils.finetuning import flags as finetuning_flags
 from utils.finetuning import squad_data
 from utils.finetuning import squad_eval
 from utils.finetuning import task as finetuning
@@ -36,11 +37,15 @@ from utils.finetuning.squad_data import SquadExample  # noqa: F401
 from utils.finetuning.squad_data import convert_examples_to_features
 from utils.finetuning.squad_data import get_final_text  # noqa: F401
 from utils.model import heads
+from utils.training import flags as job_flags
 from utils.training import job as job_lib
 from utils.training import lifecycle
 
 _tf1 = tf.compat.v1
 FLAGS = flags.FLAGS
+# --helpshort lists the shared flags beside the script's own.
+flags.adopt_module_key_flags(job_flags)
+flags.adopt_module_key_flags(finetuning_flags)
 # This script's defaults of shared flags (the release's run_squad.py).
 DEFAULTS = {"max_seq_length": 384, "optimizer_type": "adam"}
 ACTIONS = ("do_train", "do_predict")

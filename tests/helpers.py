@@ -9,6 +9,8 @@ import tensorflow as tf
 import modeling
 
 _tf1 = tf.compat.v1
+# The repository root: the working directory of the tests' subprocesses.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny_config(**overrides):

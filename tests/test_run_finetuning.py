@@ -92,6 +92,9 @@ def files(tmp_path_factory):
   vocab_size = finetuning_data.write_vocab(vocab)
   config = str(root / "bert_config.json")
   finetuning_data.write_bert_config(config, vocab_size, max_position_embeddings=64)
+  config_no_dropout = str(root / "bert_config_no_dropout.json")
+  finetuning_data.write_bert_config(config_no_dropout, vocab_size, max_position_embeddings=64,
+                                    dropout=0.0)
   for version_2 in (False, True):
     finetuning_data.write_squad(str(root / ("squad%d.json" % version_2)), version_2, repeat=2)
   finetuning_data.write_glue(str(root / "mrpc"), "mrpc", finetuning_data.rng(5), n_train=16,
@@ -108,7 +111,8 @@ def files(tmp_path_factory):
       helpers.randomize_variables(session, _tf1.global_variables(), np.random.RandomState(0),
                                   scale=0.2)
       _tf1.train.Saver().save(session, checkpoint)
-  return {"root": root, "vocab": vocab, "config": config, "checkpoint": checkpoint,
+  return {"root": root, "vocab": vocab, "config": config, "config_no_dropout": config_no_dropout,
+          "checkpoint": checkpoint,
           "squad": [str(root / "squad0.json"), str(root / "squad1.json")],
           "mrpc": str(root / "mrpc")}
 
@@ -218,7 +222,8 @@ def _horovodrun():
 
 
 def test_two_workers_equal_one_with_twice_the_batch_and_only_rank0_predicts(files, tmp_path):
-  values = dict(SQUAD, vocab_file=files["vocab"], bert_config_file=files["config"],
+  # Without dropout: each worker draws its own masks, one process other ones.
+  values = dict(SQUAD, vocab_file=files["vocab"], bert_config_file=files["config_no_dropout"],
                 init_checkpoint=files["checkpoint"], train_file=files["squad"][0],
                 predict_file=files["squad"][0], do_train=True, do_predict=True,
                 num_train_epochs=1, deterministic_run=True, warmup_proportion=0.0)
@@ -241,6 +246,46 @@ def test_two_workers_equal_one_with_twice_the_batch_and_only_rank0_predicts(file
   assert os.path.exists(tmp_path / "two" / "predictions.json")
   worker_files = os.listdir(tmp_path / "two" / "worker_1")
   assert not [n for n in worker_files if n.endswith(".json") or n.startswith("model.ckpt")]
+
+
+def test_deterministic_fine_tuning_keeps_dropout_with_keyed_masks(files, tmp_path):
+  """--deterministic_run trains the graph users train: dropout stays on (encoder and classifier
+  head), each mask keyed on (seed, micro-step, rank, layer, site), so two runs are bit-identical;
+  a dropout-free config gives other weights."""
+  squad = dict(SQUAD, vocab_file=files["vocab"], init_checkpoint=files["checkpoint"],
+               train_file=files["squad"][0], do_train=True, num_train_epochs=2,
+               train_batch_size=4, learning_rate=2e-3, deterministic_run=True,
+               save_checkpoints_steps=1000)
+  data_dir = tmp_path / "mrpc"
+  finetuning_data.write_glue(str(data_dir), "mrpc", finetuning_data.rng(9), n_train=16, n_dev=4)
+  classifier = dict(task_name="MRPC", data_dir=data_dir, vocab_file=files["vocab"],
+                    bert_config_file=files["config_no_dropout"],
+                    init_checkpoint=files["checkpoint"], do_train=True, max_seq_length=32,
+                    train_batch_size=4, num_train_epochs=2, learning_rate=2e-3,
+                    deterministic_run=True, save_checkpoints_steps=1000)
+  runs = {"squad_a": ("run_squad.py", dict(squad, bert_config_file=files["config"])),
+          "squad_b": ("run_squad.py", dict(squad, bert_config_file=files["config"])),
+          "squad_off": ("run_squad.py", dict(squad, bert_config_file=files["config_no_dropout"])),
+          # The encoder without dropout: only the head's own dropout (0.1, the release's) acts.
+          "head_a": ("run_classifier.py", classifier),
+          "head_b": ("run_classifier.py", classifier),
+          "head_seed": ("run_classifier.py", dict(classifier, seed=7))}
+  all_succeed([[script] + flag_list(dict(values, output_dir=tmp_path / name))
+               for name, (script, values) in runs.items()], timeout=600)
+  got = {name: checkpoint_values(tmp_path / name) for name in runs}
+  initial = {name: tf.train.load_variable(files["checkpoint"], name)
+             for name, _ in tf.train.list_variables(files["checkpoint"])}
+  for a, b, c in (("squad_a", "squad_b", "squad_off"), ("head_a", "head_b", "head_seed")):
+    assert sorted(got[a]) == sorted(got[b])
+    for name in got[a]:
+      np.testing.assert_array_equal(got[a][name], got[b][name], err_msg="%s %s" % (a, name))
+    kernel = "bert/encoder/layer_0/attention/self/query/kernel"
+    assert np.abs(got[a][kernel] - initial[kernel]).max() > 1e-4  # trained
+    # Other masks (dropout off, or another seed) give other weights.
+    assert np.abs(got[a][kernel] - got[c][kernel]).max() > 1e-6, (a, c)
+  # The micro-step counter keys the masks: it counted every micro-step.
+  assert got["squad_a"]["micro_step"] == got["squad_a"]["global_step"] > 0
+  assert "micro_step" not in got["squad_off"]  # no dropout anywhere: no counter
 
 
 def training_losses(output_dir):

@@ -14,25 +14,29 @@
   (utils/*.py)  command-line tools: `python -m utils.export_release`, `utils.plot_log`,
                 `utils.regression`
 
-A module imports its own layer and the layers listed before it, never one after it, and no library
-module imports an entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`);
+A module imports its own package and the layers listed before it, never a later one nor another
+package of its own layer (runtime, runlog and data are siblings), and no library module imports an
+entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `tests/`);
 `tests/test_layering.py` checks both. Library modules take plain arguments: only a script's `main`
-reads parsed flags (`training/flags.py` defines the flags the Estimator scripts share, and reads
-none). Horovod is imported by `runtime/hvd_utils.py` only, and is optional everywhere.
-docs/DESIGN.md section 2 describes the layout.
+reads parsed flags (`training/flags.py` and `finetuning/flags.py` define the flags the scripts
+share, and read none). Horovod is imported by `runtime/hvd_utils.py` only, and is optional
+everywhere. docs/DESIGN.md section 2 describes the layout.
 """
 
-# (layer, its modules or packages), lowest first; tests/test_layering.py reads this.
+# The layers, lowest first: each a tuple of (package, its modules or packages); packages of one
+# layer are siblings. tests/test_layering.py reads this.
 LAYERS = (
-    ("core", ("utils.core",)),
-    ("release", ("modeling", "optimization", "tokenization", "fused_layer_norm",
-                 "gpu_environment")),
-    ("runtime", ("utils.runtime",)),
-    ("runlog", ("utils.runlog",)),
-    ("data", ("utils.data",)),
-    ("model", ("utils.model",)),
-    ("checkpoints", ("utils.checkpoints",)),
-    ("training", ("utils.training",)),
-    ("finetuning", ("utils.finetuning",)),
-    ("tools", ("utils.export_release", "utils.plot_log", "utils.regression")),
+    (("core", ("utils.core",)),),
+    (("release", ("modeling", "optimization", "tokenization", "fused_layer_norm",
+                   "gpu_environment")),),
+    (("runtime", ("utils.runtime",)), ("runlog", ("utils.runlog",)), ("data", ("utils.data",))),
+    (("model", ("utils.model",)),),
+    (("checkpoints", ("utils.checkpoints",)),),
+    (("training", ("utils.training",)),),
+    (("finetuning", ("utils.finetuning",)),),
+    (("tools", ("utils.export_release", "utils.plot_log", "utils.regression")),),
 )
+# Entry points: scripts run from the command line, benchmarks and tests. No library module
+# imports one.
+ENTRY_POINTS = ("run_pretraining", "run_squad", "run_classifier", "create_pretraining_data",
+                "scripts", "bench", "tests")

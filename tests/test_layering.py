@@ -1,0 +1,120 @@
+"""The layering of the library (utils/__init__.py): no module imports a later layer or a sibling
+package of its own layer, and no library module imports an entry script.
+
+Every import statement of every library file is read with `ast` (function-level imports too), so
+an import hidden inside a function is caught as well.
+"""
+
+import ast
+import os
+import sys
+
+import pytest
+
+import utils
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _owner(module_name):
+  """(level, package) of a project module name, None for a module outside the library."""
+  for level, packages in enumerate(utils.LAYERS):
+    for package, members in packages:
+      if any(module_name == m or module_name.startswith(m + ".") for m in members):
+        return level, package
+  return None
+
+
+def _is_entry_point(module_name):
+  return any(module_name == e or module_name.startswith(e + ".") for e in utils.ENTRY_POINTS)
+
+
+def _library_files():
+  """(module name, path) of every library module: utils/ and the release's top-level modules."""
+  found = []
+  for name in utils.LAYERS[1][0][1]:
+    found.append((name, os.path.join(REPO_ROOT, name + ".py")))
+  for directory, _, files in os.walk(os.path.join(REPO_ROOT, "utils")):
+    for file_name in files:
+      if file_name.endswith(".py"):
+        path = os.path.join(directory, file_name)
+        relative = os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".")
+        found.append((relative[:-len(".__init__")] if relative.endswith(".__init__")
+                      else relative, path))
+  return sorted(found)
+
+
+def _is_main_block(node):
+  return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+          and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
+          and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                  for c in node.test.comparators))
+
+
+def _imported_modules(path, module_name):
+  """The absolute names of the project modules `path` imports (each `from X import y` gives X.y
+  as well as X, so that `from utils import regression` names the tool module)."""
+  tree = ast.parse(open(path).read(), path)
+  # A module's `if __name__ == "__main__":` block runs only when the file is itself the entry
+  # script (tokenization.py's build_vocab command): its imports are the script's, not the library's.
+  tree.body = [node for node in tree.body if not _is_main_block(node)]
+  names = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names.extend(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        parent = module_name.split(".")[:-node.level] if not path.endswith("__init__.py") else (
+            module_name.split(".")[:len(module_name.split(".")) - node.level + 1])
+        base = ".".join(parent + ([base] if base else []))
+      names.append(base)
+      names.extend("%s.%s" % (base, alias.name) for alias in node.names)
+  return names
+
+
+def _violations():
+  found = []
+  for module_name, path in _library_files():
+    if module_name == "utils":
+      continue  # the package's own __init__: the map, no imports
+    owner = _owner(module_name)
+    assert owner is not None, "%s is in no layer of utils.LAYERS" % module_name
+    for imported in _imported_modules(path, module_name):
+      if _is_entry_point(imported):
+        found.append("%s imports the entry point %s" % (module_name, imported))
+        continue
+      target = _owner(imported)
+      if target is None or imported == "utils":
+        continue
+      if target[0] > owner[0]:
+        found.append("%s (layer %s) imports %s (later layer %s)"
+                     % (module_name, owner[1], imported, target[1]))
+      elif target[0] == owner[0] and target[1] != owner[1]:
+        found.append("%s (%s) imports %s of its sibling package %s"
+                     % (module_name, owner[1], imported, target[1]))
+  return sorted(set(found))
+
+
+def test_every_library_module_belongs_to_a_layer():
+  names = [name for name, _ in _library_files()]
+  assert "utils.training.lifecycle" in names and "modeling" in names
+  assert all(_owner(name) is not None for name in names if name != "utils")
+
+
+def test_no_module_imports_a_later_layer_a_sibling_or_an_entry_script():
+  assert _violations() == []
+
+
+@pytest.mark.parametrize("source, violation", [
+    ("from utils.training import job\n", "imports utils.training.job (later layer training)"),
+    ("import run_pretraining\n", "imports the entry point run_pretraining"),
+    ("def f():\n  from utils.runlog import plot\n", "of its sibling package runlog"),
+])
+def test_a_violation_is_found(tmp_path, monkeypatch, source, violation):
+  """The check itself: a data-layer module with a bad import is reported."""
+  bad = tmp_path / "bad.py"
+  bad.write_text(source)
+  monkeypatch.setattr(sys.modules[__name__], "_library_files",
+                      lambda: [("utils.data.bad", str(bad))])
+  assert any(violation in line for line in _violations()), _violations()
