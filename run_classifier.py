@@ -8,8 +8,8 @@ The original release's flags, processors, record files (train.tf_record, eval.tf
 predict.tf_record) and outputs (eval_results.txt, test_results.tsv), plus NVIDIA's --horovod, --amp,
 --manual_fp16, --use_xla, --num_accumulation_steps and --dllog_path. The head's variables are the
 release's (`output_weights`, `output_bias`), so a checkpoint fine-tuned by either script loads in
-the other. Importing this module defines the flags (the shared ones once, in utils/training/flags.py and
-utils/finetuning/flags.py) and nothing else.
+the other. Importing this module defines the flags (the shared ones once, in
+utils/training/flags.py and utils/finetuning/flags.py) and nothing else.
 """
 
 import os

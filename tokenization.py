@@ -20,7 +20,6 @@ import itertools
 import re
 import unicodedata
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
@@ -30,6 +29,7 @@ from tokenizers import normalizers as tk_normalizers
 from tokenizers import pre_tokenizers as tk_pre_tokenizers
 from tokenizers import trainers as tk_trainers
 
+from utils.core import errors
 from utils.core import paths
 
 # Tokens every BERT vocabulary starts with, in this order ([PAD] has id 0).
@@ -681,23 +681,25 @@ def _main(argv):
   """`build_vocab`: trains a vocabulary on the files of --input_file, writes --output_file."""
   flag_values = flags.FLAGS
   if len(argv) != 2 or argv[1] != "build_vocab":
-    raise app.UsageError("usage: python tokenization.py build_vocab --input_file=GLOBS "
-                         "--output_file=vocab.txt [--vocab_size=8192] [--nodo_lower_case]")
+    raise errors.UsageError("usage: python tokenization.py build_vocab --input_file=GLOBS "
+                            "--output_file=vocab.txt [--vocab_size=8192] [--nodo_lower_case]")
   # Sorted as a whole: the vocabulary does not depend on the order of the patterns.
   files = sorted(paths.resolve_files(paths.split_list(flag_values.input_file)))
   if not files:
-    raise app.UsageError("build_vocab: no file matches --input_file=%s" % flag_values.input_file)
+    raise errors.UsageError("build_vocab: no file matches --input_file=%s"
+                            % flag_values.input_file)
   try:
     tokens = build_vocab(files, flag_values.vocab_size, flag_values.output_file,
                          do_lower_case=flag_values.do_lower_case,
                          min_frequency=flag_values.min_frequency,
                          limit_alphabet=flag_values.limit_alphabet)
   except ValueError as e:
-    raise app.UsageError("build_vocab: %s" % e)
+    raise errors.UsageError("build_vocab: %s" % e)
   logging.info("build_vocab: wrote %d tokens to %s", len(tokens), flag_values.output_file)
 
 
 if __name__ == "__main__":
-  from utils.runtime import cli  # pylint: disable=g-import-not-at-top (scripts only: it defines --verbose)
+  # Scripts only: cli defines --verbose.
+  from utils.runtime import cli  # pylint: disable=g-import-not-at-top
   _define_build_vocab_flags()
   cli.run_main(_main)

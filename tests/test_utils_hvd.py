@@ -96,7 +96,8 @@ def test_every_utils_module_works_without_horovod():
 
 
 def test_horovod_without_a_launcher_warns_it_trains_one_worker():
-  code = "from utils.runtime import hvd_utils; hvd = hvd_utils.hvd_init(); print('size', hvd.size())"
+  code = ("from utils.runtime import hvd_utils; hvd = hvd_utils.hvd_init(); "
+          "print('size', hvd.size())")
   proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                         text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -74,9 +74,10 @@ def export(checkpoint, bert_config_file, output_dir, vocab_file=None):
   wanted = model_weight_shapes(bert_config)
   mismatches = checkpoint_compat.weight_mismatches(stored, wanted)
   if mismatches:
-    raise errors.UsageError("%s does not match the model of --bert_config_file=%s (%d difference(s)):"
-                      "\n  %s" % (checkpoint, bert_config_file, len(mismatches),
-                                  checkpoint_compat.list_some(mismatches)))
+    raise errors.UsageError("%s does not match the model of --bert_config_file=%s "
+                            "(%d difference(s)):\n  %s"
+                            % (checkpoint, bert_config_file, len(mismatches),
+                               checkpoint_compat.list_some(mismatches)))
 
   weights = ckpt.read_tensors(checkpoint, wanted)
   # Master weights are fp32 already; a checkpoint with fp16 weights is widened (exactly).
@@ -88,4 +89,5 @@ def export(checkpoint, bert_config_file, output_dir, vocab_file=None):
   if vocab_file is not None:
     tf.io.gfile.copy(vocab_file, os.path.join(output_dir, RELEASE_VOCAB), overwrite=True)
   return {"checkpoint": checkpoint, "bundle": bundle, "variables": len(weights),
-          "size_before": ckpt.checkpoint_size(checkpoint), "size_after": ckpt.checkpoint_size(bundle)}
+          "size_before": ckpt.checkpoint_size(checkpoint),
+          "size_after": ckpt.checkpoint_size(bundle)}

@@ -81,8 +81,9 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, l
   """Masked LM head: predicts the original ids at the masked positions.
 
   The head runs in fp32 whatever the encoder's compute type. Variables:
-  `cls/predictions/transform/dense/{kernel,bias}`, `cls/predictions/transform/LayerNorm/{beta,gamma}`,
-  `cls/predictions/output_bias`; the output matrix is the word embedding table, transposed.
+  `cls/predictions/transform/dense/{kernel,bias}`,
+  `cls/predictions/transform/LayerNorm/{beta,gamma}`, `cls/predictions/output_bias`; the output
+  matrix is the word embedding table, transposed.
 
   Args:
     bert_config: `modeling.BertConfig`.
@@ -165,7 +166,8 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
     is_training: apply dropout.
     compute_type: tf.float32 or tf.float16 for the encoder.
     use_one_hot_embeddings: one-hot word embedding lookup (TPU).
-    dropout_key: optional int64 Tensor [2]: stateless dropout keyed on it (see `modeling.BertModel`).
+    dropout_key: optional int64 Tensor [2]: stateless dropout keyed on it (see
+      `modeling.BertModel`).
 
   Returns:
     dict with "model" (`BertModel`), "total_loss", "mlm_loss", "nsp_loss" (fp32 scalars),
