@@ -355,7 +355,7 @@ def test_mpirun_only_rank0_writes_and_few_files_shard_by_record(data, tmp_path):
 # Bad flags and bad data
 
 @pytest.mark.parametrize("overrides,message", [
-    (dict(), "one of --do_train and --do_eval"),
+    (dict(), "one of --do_train, --do_eval is required"),
     (dict(do_train=True, train_batch_size=0), "--train_batch_size must be >= 1"),
     (dict(do_train=True, num_accumulation_steps=0), "--num_accumulation_steps must be >= 1"),
     (dict(do_train=True, max_seq_length=128), "--max_seq_length=128 exceeds"),

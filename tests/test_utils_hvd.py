@@ -24,8 +24,8 @@ def test_helpers_answer_as_a_single_process_before_init():
 
 SINGLE_PROCESS = r"""
 import sys
-import run_pretraining
-from utils.runtime import hvd_utils, hooks, job, paths, records, session_config
+import run_pretraining, run_squad, run_classifier
+from utils.runtime import hvd_utils
 assert (hvd_utils.hvd_size(), hvd_utils.hvd_rank(), hvd_utils.comm_local_size()) == (1, 0, 1)
 assert not any(name == "horovod" or name.startswith("horovod.") for name in sys.modules), \
     sorted(name for name in sys.modules if name.startswith("horovod"))
@@ -69,11 +69,18 @@ def test_output_dir_rejects_bad_input():
 
 
 WITHOUT_HOROVOD = r"""
-import sys
+import importlib, pkgutil, sys
 sys.modules["horovod"] = None  # `import horovod...` now fails as if it were not installed
 import tensorflow as tf
 tf.compat.v1.disable_eager_execution()
-from utils.runlog import dllogger_setup, hooks, hvd_utils, plot_log, session_config
+import utils
+modules = [info.name for info in pkgutil.walk_packages(utils.__path__, "utils.")]
+for name in modules:
+  importlib.import_module(name)
+assert len(modules) > 30, modules
+from utils.runlog import dllogger_setup
+from utils.runtime import hvd_utils, session_config
+from utils.training import hooks
 assert (hvd_utils.hvd_size(), hvd_utils.hvd_rank(), hvd_utils.comm_local_rank()) == (1, 0, 0)
 assert hvd_utils.horovod_enabled() is False
 assert hvd_utils.broadcast_global_variables_hook() is None
