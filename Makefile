@@ -8,10 +8,11 @@ ENV := scripts/env.sh
 PYTHON_PATH := $(ENV) | tail -n 1
 PYTEST_ARGS ?=
 
-.PHONY: help env python-path test demo data
+.PHONY: help env python-path test test-fast demo data
 
 help:
 	@echo "make test         create/reuse the environment, then run the test suite"
+	@echo "make test-fast    the in-process tests only (not those marked e2e): a few minutes"
 	@echo "make demo         build the demo data if needed, pretrain BERT-tiny on it, evaluate"
 	@echo "make data         build the bundled demo corpus, vocabulary and TFRecords (cached)"
 	@echo "make env          create/reuse the environment only"
@@ -26,6 +27,11 @@ python-path:
 
 test:
 	@PY="$$($(PYTHON_PATH))" && "$$PY" -m pytest $(PYTEST_ARGS)
+
+# Leaves out the tests that start processes (scripts, launchers, clusters, the original release):
+# tests/conftest.py refuses a process start in a test not marked e2e, so none slips in here.
+test-fast:
+	@PY="$$($(PYTHON_PATH))" && "$$PY" -m pytest -m "not e2e" $(PYTEST_ARGS)
 
 # The demo corpus (standard-library docstrings), its vocabulary and TFRecords, under $(DEMO_DATA).
 # Cached: scripts/build_demo_data.py does nothing when data/demo/stats.json is up to date.

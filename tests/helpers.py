@@ -1,7 +1,10 @@
 """Small helpers shared by the tests: random batches, weight randomisation, sessions, processes."""
 
+import json
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -174,3 +177,35 @@ def kill_session(proc, timeout=60):
   if proc.poll() is None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=timeout)
+
+
+def launch_horovod_workers(worker, inputs, tmp_path, num_workers=2):
+  """Runs the script `worker` on `num_workers` processes with horovodrun --gloo.
+
+  The worker is called as `worker INPUTS_JSON OUT_DIR` and writes OUT_DIR/rank_<r>.json.
+  Args:
+    worker: path of a script under tests/workers.
+    inputs: a JSON-serialisable object, written to INPUTS_JSON.
+    tmp_path: a fresh directory (a pathlib.Path) for the inputs and outputs.
+  Returns:
+    the per-rank JSON results, a list of `num_workers` objects (rank and size checked).
+  """
+  inputs_path = tmp_path / "inputs.json"
+  inputs_path.write_text(json.dumps(inputs))
+  out_dir = tmp_path / "out"
+  out_dir.mkdir()
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop("TF_DISABLE_SCOPED_ALLOCATOR", None)
+  env.pop("FORCE_WEIGHT_SYNC", None)
+  horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+  proc = subprocess.run(
+      [horovodrun, "-np", str(num_workers), "-H", "localhost:%d" % num_workers, "--gloo",
+       sys.executable, worker, str(inputs_path), str(out_dir)],
+      capture_output=True, text=True, timeout=180, cwd=REPO_ROOT, env=env)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  results = []
+  for rank in range(num_workers):
+    with open(out_dir / ("rank_%d.json" % rank)) as f:
+      results.append(json.load(f))
+    assert results[rank]["rank"] == rank and results[rank]["size"] == num_workers
+  return results

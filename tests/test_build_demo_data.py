@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from utils.data.input_pipeline import resolve_input_files
+
+pytestmark = pytest.mark.e2e
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

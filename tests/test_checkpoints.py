@@ -25,6 +25,8 @@ from tests import helpers
 from utils.checkpoints import compat as checkpoint_compat
 from utils.checkpoints import contents as ckpt
 
+pytestmark = pytest.mark.e2e
+
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")

@@ -439,6 +439,7 @@ def test_outputs_are_published_only_when_the_whole_set_is_written(corpus, tmp_pa
   assert sorted(os.listdir(str(tmp_path))) == sorted(os.path.basename(p) for p in outputs)
 
 
+@pytest.mark.e2e
 def test_output_directories_are_created_and_a_file_in_the_way_is_named(corpus, tmp_path):
   inputs, vocab_file = corpus
   nested = tmp_path / "new" / "dir" / "out.tfrecord"
@@ -454,6 +455,7 @@ def test_output_directories_are_created_and_a_file_in_the_way_is_named(corpus, t
   assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.e2e
 def test_command_line_progress_and_errors(corpus, tmp_path):
   inputs, vocab_file = corpus
   out = tmp_path / "cli.tfrecord"

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN_DIR = os.path.dirname(sys.executable)
 ALLREDUCE_WORKER = os.path.join(REPO_ROOT, "tests", "workers", "allreduce_check.py")

@@ -11,6 +11,7 @@ import sys
 import time
 
 import psutil
+import pytest
 import tensorflow as tf
 
 import tokenization
@@ -25,6 +26,8 @@ from tests.test_run_pretraining import common_flags
 from tests.test_run_pretraining import data  # noqa: F401  (the module's data fixture)
 from tests.test_run_pretraining import read_dllog
 from tests.test_run_pretraining import run_job
+
+pytestmark = pytest.mark.e2e
 
 
 def _start(args, launcher=()):

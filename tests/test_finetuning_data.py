@@ -19,6 +19,8 @@ from tests import finetuning_data
 from utils.finetuning import classifier_data
 from utils.finetuning import squad_data
 
+pytestmark = pytest.mark.e2e
+
 MAX_SEQ_LENGTH = 48
 # Low enough that random logits answer some questions with nothing, and some not.
 NULL_THRESHOLD = -2.0

@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO_ROOT, "tests", "workers", "optimizer_worker.py")
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")

@@ -12,11 +12,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import modeling
 import run_pretraining
 from tests import helpers
+
+pytestmark = pytest.mark.e2e
 
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -20,6 +20,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER = re.compile(r"^<!-- test(?::(?P<replacements>.*))? -->$")
 FENCE = "```"

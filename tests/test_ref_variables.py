@@ -20,6 +20,8 @@ from tests import test_run_pretraining as test_run_pretraining_helpers
 from tests.test_run_pretraining import data  # noqa: F401  (the job's small data set, a fixture)
 from tests.workers import variable_kind_worker
 
+pytestmark = pytest.mark.e2e
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO_ROOT, "tests", "workers", "variable_kind_worker.py")
 CONFIG_NAMES = [config[0] for config in variable_kind_worker.CONFIGS]

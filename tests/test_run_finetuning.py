@@ -24,6 +24,8 @@ from tests import finetuning_data
 from tests import helpers
 from utils.runlog import dllogger_setup
 
+pytestmark = pytest.mark.e2e
+
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN_DIR = os.path.dirname(sys.executable)

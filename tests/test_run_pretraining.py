@@ -21,6 +21,8 @@ from tests import helpers
 from utils.runtime import workers as workers_lib
 from tests import numpy_bert
 
+pytestmark = pytest.mark.e2e
+
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")

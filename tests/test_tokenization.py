@@ -254,6 +254,7 @@ def test_paragraphs_match_independent_implementation(trained_vocab, do_lower_cas
   assert any(t.startswith("##") for text in PARAGRAPHS for t in tokenizer.tokenize(text))
 
 
+@pytest.mark.e2e
 def test_paragraphs_match_original_bert_tokenization(trained_vocab):
   vocab_file, _ = trained_vocab
   texts = PARAGRAPHS + [" ".join(PARAGRAPHS), ""]
@@ -279,6 +280,7 @@ PRESERVE_TEXTS = [
 ]
 
 
+@pytest.mark.e2e
 def test_preserve_unused_tokens_matches_the_original(trained_vocab, tmp_path):
   _, tokens = trained_vocab
   vocab_file = write_vocab(tmp_path / "vocab.txt",
@@ -379,6 +381,7 @@ def test_build_vocab_special_tokens_first_and_exact_size(trained_vocab, tmp_path
     tokenization.build_vocab([str(corpus)], 20, str(tmp_path / "v3.txt"), limit_alphabet=16)
 
 
+@pytest.mark.e2e
 def test_build_vocab_command_line(tmp_path):
   corpus = tmp_path / "c.txt"
   corpus.write_text("hello world\n\nhello there world\n", encoding="utf-8")

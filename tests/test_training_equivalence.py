@@ -9,6 +9,7 @@ no dropout: the first 20 losses must agree to 1e-5 (fp32).
 """
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import modeling
@@ -16,6 +17,8 @@ import optimization
 import run_pretraining
 from tests import helpers
 from tests.test_original_compat import run_original
+
+pytestmark = pytest.mark.e2e
 
 _tf1 = tf.compat.v1
 

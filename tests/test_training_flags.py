@@ -16,6 +16,7 @@ SCRIPT_DEFAULTS = {"run_pretraining": {"max_seq_length": 512, "optimizer_type": 
                    "run_classifier": {"max_seq_length": 128, "optimizer_type": "adam"}}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("import_order", [
     ("run_pretraining", "run_squad", "run_classifier"),
     ("run_classifier", "run_squad", "run_pretraining"),
@@ -44,6 +45,7 @@ def test_each_script_gets_its_own_defaults_whatever_was_imported_first(import_or
     assert optimizer_type == "lamb", name  # given on the command line: kept
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", sorted(SCRIPT_DEFAULTS))
 def test_help_shows_the_scripts_defaults_and_the_shared_flags(script):
   proc = subprocess.run([sys.executable, script + ".py", "--helpshort"], capture_output=True,

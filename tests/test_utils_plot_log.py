@@ -95,6 +95,7 @@ def test_gradient_norm_and_loss_scale_panels_when_logged(tmp_path, extra, height
   assert png_size(out) == (900, height)
 
 
+@pytest.mark.e2e
 def test_command_line(tmp_path):
   log_path = tmp_path / "dllogger.json"
   write_log(log_path, num_steps=5)
@@ -106,6 +107,7 @@ def test_command_line(tmp_path):
   assert png_size(out) == (900, 1000)
 
 
+@pytest.mark.e2e
 def test_log_without_step_lines_is_an_error_naming_the_file(tmp_path):
   bad = tmp_path / "not_a_log.txt"
   bad.write_text("hello\nDLLL {broken json\nDLLL {\"type\": \"LOG\", \"step\": [], \"data\": {}}\n")

@@ -154,6 +154,7 @@ def test_usage_errors_exit_2(golden_file, tmp_path, capsys):
   assert "needs the command" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_command_after_double_dash_is_run_first(tmp_path):
   log = tmp_path / "run.log"
   script = ("import sys; sys.path.insert(0, %r); from utils.runlog import dllogger_setup as d; "

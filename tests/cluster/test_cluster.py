@@ -17,6 +17,8 @@ from tests import helpers
 from tests.cluster import cluster as cluster_lib
 from tests.cluster.conftest import require_root
 
+pytestmark = pytest.mark.e2e
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBE = os.path.join(REPO_ROOT, "tests", "cluster", "node_probe.py")
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")

@@ -39,6 +39,8 @@ from tests.test_run_pretraining import _released_style_checkpoint
 from tests.test_run_pretraining import checkpoint_values
 from tests.test_run_pretraining import read_dllog
 
+pytestmark = pytest.mark.e2e
+
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")

@@ -22,6 +22,8 @@ from tests import test_run_pretraining as job
 from utils import regression
 from utils.runlog import golden
 
+pytestmark = pytest.mark.e2e
+
 UPDATES = 50
 ACCUMULATION = 2
 # The smallest model that still has dropout at every site of its layer: one encoder layer, short

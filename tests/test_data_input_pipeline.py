@@ -315,6 +315,7 @@ def _read_with_protobuf(path):
   return {name: np.array([row[name] for row in rows]) for name in cpd.FEATURE_NAMES}
 
 
+@pytest.mark.e2e
 def test_records_of_the_original_generator_read_identically(tmp_path):
   inputs = data_tests.make_corpus(tmp_path, num_files=1, documents_per_file=30, seed=5)
   vocab_file = str(tmp_path / "vocab.txt")

@@ -1,4 +1,4 @@
-"""utils/output_lock.py: output directories created with a clear error, one job per directory."""
+"""utils/runtime/output_lock.py: output directories created with a clear error, one job per directory."""
 
 import json
 import logging
@@ -48,6 +48,7 @@ def test_a_held_lock_refuses_a_second_holder_naming_the_first(tmp_path):
   output_lock.lock_output_dir(str(tmp_path)).release()  # free again
 
 
+@pytest.mark.e2e
 def test_lock_of_a_killed_process_is_taken_over_with_a_warning(tmp_path, caplog):
   start = time.time()
   holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], cwd=REPO_ROOT,

@@ -1,47 +1,21 @@
-"""utils/ with real Horovod processes: weight sync and the session config (`horovodrun --gloo`).
+"""utils/training/hooks.py's weight sync with real Horovod processes (`horovodrun --gloo`).
 
-Each test launches two workers under an outer timeout; the workers write what they saw to JSON
-files and the expected values are computed here.
+Two workers under an outer timeout start from different weights; they write what they saw to JSON
+files and the expected weights are computed here with numpy. The single-process half is
+tests/test_training_hooks.py.
 """
 
-import json
 import os
-import sys
-import subprocess
 
 import numpy as np
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-WEIGHT_SYNC_WORKER = os.path.join(REPO_ROOT, "tests", "workers", "weight_sync_check.py")
-SESSION_CONFIG_WORKER = os.path.join(REPO_ROOT, "tests", "workers", "session_config_check.py")
+from tests import helpers
+
+pytestmark = pytest.mark.e2e
+
+WEIGHT_SYNC_WORKER = os.path.join(helpers.REPO_ROOT, "tests", "workers", "weight_sync_check.py")
 NUM_WORKERS = 2
-
-
-def launch(worker, inputs, tmp_path):
-  """Runs `worker` on 2 processes with horovodrun --gloo; returns the per-rank JSON results.
-
-  `tmp_path` is a fresh directory (a pathlib.Path) for the inputs and outputs.
-  """
-  inputs_path = tmp_path / "inputs.json"
-  inputs_path.write_text(json.dumps(inputs))
-  out_dir = tmp_path / "out"
-  out_dir.mkdir()
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env.pop("TF_DISABLE_SCOPED_ALLOCATOR", None)
-  env.pop("FORCE_WEIGHT_SYNC", None)
-  proc = subprocess.run(
-      [HOROVODRUN, "-np", str(NUM_WORKERS), "-H", "localhost:%d" % NUM_WORKERS, "--gloo",
-       sys.executable, worker, str(inputs_path), str(out_dir)],
-      capture_output=True, text=True, timeout=180, cwd=REPO_ROOT, env=env)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-  results = []
-  for rank in range(NUM_WORKERS):
-    with open(out_dir / ("rank_%d.json" % rank)) as f:
-      results.append(json.load(f))
-    assert results[rank]["rank"] == rank and results[rank]["size"] == NUM_WORKERS
-  return results
 
 
 def weight_sync_scenario(rng, num_accumulation_steps, iterations):
@@ -94,7 +68,7 @@ def test_weight_sync_averages_weights_before_the_train_op(tmp_path, tf1):
   rng = np.random.RandomState(7)
   scenarios = [weight_sync_scenario(rng, num_accumulation_steps=1, iterations=3),
                weight_sync_scenario(rng, num_accumulation_steps=3, iterations=7)]
-  results = launch(WEIGHT_SYNC_WORKER, {"scenarios": scenarios, "tf1": tf1}, tmp_path)
+  results = helpers.launch_horovod_workers(WEIGHT_SYNC_WORKER, {"scenarios": scenarios, "tf1": tf1}, tmp_path)
   for rank in range(NUM_WORKERS):
     for scenario in results[rank]["scenarios"]:
       assert scenario["ref_variables"] == [tf1] * len(scenario["ref_variables"])
@@ -120,43 +94,3 @@ def test_weight_sync_averages_weights_before_the_train_op(tmp_path, tf1):
   second = [results[rank]["scenarios"][1]["before"] for rank in range(NUM_WORKERS)]
   agree = [np.allclose(second[0][i]["kernel"], second[1][i]["kernel"]) for i in range(7)]
   assert agree == [False, False, True, False, False, True, False]
-
-
-SESSION_CONFIG_INPUTS = {str(rank): {"a": [rank + 1.0, 2.0 * rank, -1.0, 0.5 * rank],
-                                    "b": [3.0 - rank, rank * rank + 1.0, 7.0]}
-                         for rank in range(NUM_WORKERS)}
-
-
-@pytest.fixture(scope="module")
-def session_config_results(tmp_path_factory):
-  """One 2-worker run of the session-config worker, shared by the tests below."""
-  return launch(SESSION_CONFIG_WORKER, SESSION_CONFIG_INPUTS,
-                tmp_path_factory.mktemp("session_config"))
-
-
-def test_session_config_runs_two_horovod_allreduces(session_config_results):
-  inputs = SESSION_CONFIG_INPUTS
-  results = session_config_results
-  a = np.array([inputs[str(r)]["a"] for r in range(NUM_WORKERS)])
-  b = np.array([inputs[str(r)]["b"] for r in range(NUM_WORKERS)])
-  expected_averaged_plus_1 = (2.0 * a).mean(axis=0) + 1.0
-  expected_summed_times_2 = (3.0 * b).sum(axis=0) * 2.0
-  for result in results:
-    default = result["default"]
-    assert "error" not in default, default
-    np.testing.assert_allclose(default["averaged_plus_1"], expected_averaged_plus_1, rtol=1e-6)
-    np.testing.assert_allclose(default["summed_times_2"], expected_summed_times_2, rtol=1e-6)
-    assert default["op_types"].count("HorovodAllreduce") == 2
-    assert not [op for op in default["op_types"] if "ScopedAllocator" in op]
-
-
-def test_scoped_allocator_is_rejected_by_horovods_allreduce_kernel(session_config_results):
-  """Why the scoped allocator is opt-in (docs/DECISIONS.md): with it, Grappler rewrites the two
-  allreduces into one over a shared buffer, and Horovod 0.28.1's kernel, which allocates its own
-  output, refuses to run. When a Horovod release supports it, this test fails: then make it the
-  default again (docs/DESIGN.md section 7)."""
-  for result in session_config_results:
-    outcome = result["scoped_allocator"]
-    assert "error" in outcome, outcome
-    assert "input forwarding required" in outcome["error"]
-    assert "scoped_allocator" in outcome["error"]  # the rewritten node

@@ -1,5 +1,5 @@
-"""utils/session_config.py: the fields of the ConfigProto (the multi-process run is in
-test_utils_distributed.py)."""
+"""utils/runtime/session_config.py: the fields of the ConfigProto (the multi-process run is in
+test_runtime_session_config_horovod.py)."""
 
 import logging
 

@@ -1,4 +1,4 @@
-"""utils/cli.py: exit code 2 for usage errors, quiet logs by default, --verbose shows everything.
+"""utils/runtime/cli.py: exit code 2 for usage errors, quiet logs by default, --verbose shows everything.
 
 The training runs here are real `run_pretraining.py` processes started without the test suite's
 TF_CPP_MIN_LOG_LEVEL, so they print what a user's terminal shows.
@@ -50,6 +50,7 @@ def run_script(args, timeout=120):
 # ---------------------------------------------------------------------------------------------
 # Exit codes
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args, named", [
     (["run_pretraining.py", "--optimizer_type=sgd", "--do_train"], "--optimizer_type=sgd"),
     (["run_pretraining.py", "--no_such_flag=1"], "no_such_flag"),
@@ -90,6 +91,7 @@ def test_native_log_level_is_quiet_unless_verbose_or_set():
   assert cli.quiet_native_log_level(["prog"], {"TF_CPP_MIN_LOG_LEVEL": "0"}) == "0"
 
 
+@pytest.mark.e2e
 def test_native_filter_drops_benign_lines_and_keeps_the_rest_even_after_a_crash():
   program = textwrap.dedent("""
       import os, sys
@@ -134,6 +136,7 @@ def training_args(data, out, *extra):
           "--save_checkpoints_steps=10", "--eval_batch_size=4", "--max_eval_steps=3"] + list(extra)
 
 
+@pytest.mark.e2e
 def test_a_short_run_prints_its_own_lines_only(data, tmp_path):
   proc = run_script(training_args(data, tmp_path / "out"), timeout=300)
   assert proc.returncode == 0, proc.stderr[-4000:]
@@ -153,6 +156,7 @@ def test_a_short_run_prints_its_own_lines_only(data, tmp_path):
   assert any("outputs: checkpoints in %s" % (tmp_path / "out") in line for line in lines)
 
 
+@pytest.mark.e2e
 def test_verbose_shows_tensorflow_lines_once_and_no_global_step_warning(data, tmp_path):
   proc = run_script(training_args(data, tmp_path / "out", "--verbose"), timeout=300)
   assert proc.returncode == 0, proc.stderr[-4000:]

@@ -1,4 +1,4 @@
-"""utils/hvd_utils.py without an initialised Horovod, output directories, and every utils module
+"""utils/runtime/hvd_utils.py without an initialised Horovod, output directories, and every utils module
 importing and working with Horovod absent."""
 
 import os
@@ -41,6 +41,7 @@ def run_python(code):
   return proc.stdout
 
 
+@pytest.mark.e2e
 def test_single_process_runs_never_load_horovod():
   assert "horovod not loaded" in run_python(SINGLE_PROCESS)
 
@@ -98,10 +99,12 @@ print("works without horovod")
 """
 
 
+@pytest.mark.e2e
 def test_every_utils_module_works_without_horovod():
   assert "works without horovod" in run_python(WITHOUT_HOROVOD)
 
 
+@pytest.mark.e2e
 def test_horovod_without_a_launcher_warns_it_trains_one_worker():
   code = ("from utils.runtime import hvd_utils; hvd = hvd_utils.hvd_init(); "
           "print('size', hvd.size())")

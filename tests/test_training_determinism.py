@@ -9,7 +9,7 @@ import modeling
 import optimization
 import run_pretraining
 from tests import helpers
-from tests import test_input_fn as input_tests
+from tests import test_data_input_pipeline as input_tests
 from utils.training import determinism
 
 _tf1 = tf.compat.v1
