@@ -51,7 +51,7 @@ else
 fi
 
 # horovodrun loads TensorFlow itself: without this its native INFO lines open the demo's output (the
-# workers are quiet by default anyway, utils/cli.py).
+# workers are quiet by default anyway, utils/runtime/cli.py).
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}"
 start=$(date +%s)
 "${launcher[@]}" "$py" run_pretraining.py "${horovod_flag[@]}" \

@@ -1,4 +1,4 @@
-"""utils/hooks.py: the training log hook, the eval timing hook and the weight-sync switch.
+"""utils/training/hooks.py: the training log hook, the eval timing hook and the weight-sync switch.
 
 The training log hook runs inside a real `MonitoredSession` on a small graph that has the named
 tensors of docs/DESIGN.md section 5: the losses, learning rate, gradient norm, loss scale and skipped-update

@@ -1,4 +1,4 @@
-"""utils/session_config.py: the fields of the ConfigProto (the multi-process run is in
+"""utils/runtime/session_config.py: the fields of the ConfigProto (the multi-process run is in
 test_utils_distributed.py)."""
 
 import logging
