@@ -5,7 +5,7 @@
 # (which standard-library package a docstring sentence comes from, scripts/build_demo_task.py)
 # from the pretrained checkpoint and from random weights, and print both dev accuracies. At the
 # default 600 updates the two are within a few points of each other, the pretrained start not
-# ahead: the README's "What pretraining buys" has the measurements and the reasons.
+# ahead: docs/FINETUNING.md, "What pretraining buys", has the measurements and the reasons.
 #
 #   scripts/demo.sh PYTHON [OUTPUT_DIR]
 #
