@@ -785,12 +785,12 @@ def build_train_op(loss, schedule, precision=Precision(), accumulation=Accumulat
     distribution: `Distribution`.
 
   Returns:
-    The train op. Named tensors (utils/graph_names.py): `learning_rate` (the rate of this step's
-    update), `step_update` (global step after this step), `update_step` (bool, with N > 1: this
-    micro-step completed a cycle), `global_norm` (the update's gradient norm, unscaled and before
-    clipping; NaN on micro-steps that apply no update), and with loss scaling `loss_scale` (the
-    scale this step's loss used) and `skipped_updates` (int64, non-finite updates skipped so far,
-    counted by the variable `skipped_update_count`).
+    The train op. Named tensors (utils/core/graph_names.py): `learning_rate` (the rate of this
+    step's update), `step_update` (global step after this step), `update_step` (bool, with N > 1:
+    this micro-step completed a cycle), `global_norm` (the update's gradient norm, unscaled and
+    before clipping; NaN on micro-steps that apply no update), and with loss scaling `loss_scale`
+    (the scale this step's loss used) and `skipped_updates` (int64, non-finite updates skipped so
+    far, counted by the variable `skipped_update_count`).
 
   Raises:
     ValueError: for invalid settings or a loss without gradients.

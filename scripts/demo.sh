@@ -5,7 +5,7 @@
 # (which standard-library package a docstring sentence comes from, scripts/build_demo_task.py)
 # from the pretrained checkpoint and from random weights, and print both dev accuracies. At the
 # default 600 updates the two are within a few points of each other, the pretrained start not
-# ahead: the README's "What pretraining buys" has the measurements and the reasons.
+# ahead: docs/FINETUNING.md, "What pretraining buys", has the measurements and the reasons.
 #
 #   scripts/demo.sh PYTHON [OUTPUT_DIR]
 #
@@ -51,7 +51,7 @@ else
 fi
 
 # horovodrun loads TensorFlow itself: without this its native INFO lines open the demo's output (the
-# workers are quiet by default anyway, utils/cli.py).
+# workers are quiet by default anyway, utils/runtime/cli.py).
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}"
 start=$(date +%s)
 "${launcher[@]}" "$py" run_pretraining.py "${horovod_flag[@]}" \

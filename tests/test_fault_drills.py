@@ -219,7 +219,7 @@ def test_corrupt_record_names_the_file_and_record(data, tmp_path):
 
 def _generator_workers(pid):
   """The generator's forked workers among the children of `pid` (they run its script; the log
-  filter process of utils/cli.py, also a child, does not)."""
+  filter process of utils/runtime/cli.py, also a child, does not)."""
   return [child for child in psutil.Process(pid).children()
           if any("create_pretraining_data.py" in part for part in child.cmdline())]
 

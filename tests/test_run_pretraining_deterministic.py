@@ -141,7 +141,8 @@ def _mpirun():
   """mpirun of 2 workers whose ranks yield the core while they wait in a collective.
 
   The two launches of a test (4 workers) share 2 cores: without yielding, a rank polling in a
-  collective starves the one it waits for (README, multi-node notes: more workers than cores).
+  collective starves the one it waits for (docs/MULTINODE.md, Horovod settings: more workers than
+  cores).
   """
   return job._mpirun() + ["--mca", "mpi_yield_when_idle", "1"]  # pylint: disable=protected-access
 

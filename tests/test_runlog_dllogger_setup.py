@@ -1,4 +1,5 @@
-"""utils/runlog/dllogger_setup.py: `DLLL {json}` lines, stdout lines, rank 0 only, the real package."""
+"""utils/runlog/dllogger_setup.py: `DLLL {json}` lines, stdout lines, rank 0 only, the real
+package."""
 
 import datetime
 import json

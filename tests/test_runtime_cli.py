@@ -1,4 +1,5 @@
-"""utils/runtime/cli.py: exit code 2 for usage errors, quiet logs by default, --verbose shows everything.
+"""utils/runtime/cli.py: exit code 2 for usage errors, quiet logs by default, --verbose shows
+everything.
 
 The training runs here are real `run_pretraining.py` processes started without the test suite's
 TF_CPP_MIN_LOG_LEVEL, so they print what a user's terminal shows.

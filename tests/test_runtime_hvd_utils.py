@@ -1,5 +1,5 @@
-"""utils/runtime/hvd_utils.py without an initialised Horovod, output directories, and every utils module
-importing and working with Horovod absent."""
+"""utils/runtime/hvd_utils.py without an initialised Horovod, output directories, and every utils
+module importing and working with Horovod absent."""
 
 import os
 import subprocess

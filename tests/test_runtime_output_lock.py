@@ -1,4 +1,5 @@
-"""utils/runtime/output_lock.py: output directories created with a clear error, one job per directory."""
+"""utils/runtime/output_lock.py: output directories created with a clear error, one job per
+directory."""
 
 import json
 import logging

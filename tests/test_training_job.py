@@ -1,4 +1,5 @@
-"""utils/training/job.py: the Estimator job skeleton on a one-weight linear model, numbers from numpy."""
+"""utils/training/job.py: the Estimator job skeleton on a one-weight linear model, numbers from
+numpy."""
 
 import re
 

@@ -1,7 +1,7 @@
 """Golden losses: record the per-step losses of a run, then check a later run against them.
 
 A framework, driver or cluster change is accepted when a short deterministic pretraining run gives
-the same losses as before (README, "Use this pipeline as a regression test"):
+the same losses as before (docs/REGRESSION.md):
 
   python -m utils.regression record --log OUT/bert_dllog.json --output golden.json \
       -- python run_pretraining.py --deterministic_run --output_dir=OUT ...

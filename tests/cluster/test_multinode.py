@@ -64,7 +64,7 @@ MPI_SETTINGS = {
     "OMPI_MCA_oob_tcp_if_include": cluster_lib.INTERFACE,
     # 4 ranks share 2 cores here: ranks waiting in a collective yield instead of spinning.
     "OMPI_MCA_mpi_yield_when_idle": "1",
-    # TCP keepalive on mpirun's connections to the other hosts' daemons (README, Multi-node): with
+    # TCP keepalive on mpirun's connections to the other hosts' daemons (docs/MULTINODE.md): with
     # OpenMPI's defaults (300 s, then 9 probes 20 s apart) a host whose network goes away leaves
     # the job waiting for about 8 minutes.
     "OMPI_MCA_oob_tcp_keepalive_time": "5",

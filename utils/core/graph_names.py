@@ -1,8 +1,9 @@
 """Names of the graph tensors the training graph exposes and the hooks read.
 
-The model_fn and `optimization.create_optimizer` name these tensors; `utils/hooks.py` (and tests)
-look them up with `graph.get_tensor_by_name(name + ":0")`. Both sides import the names from here,
-so a rename cannot leave a reader behind. No TensorFlow import: any tool may read this list.
+The model_fn and `optimization.create_optimizer` name these tensors; `utils/training/hooks.py`
+(and tests) look them up with `graph.get_tensor_by_name(name + ":0")`. Both sides import the names
+from here, so a rename cannot leave a reader behind. No TensorFlow import: any tool may read this
+list.
 """
 
 # The model_fn: fp32 scalars of this micro-batch.

@@ -1,6 +1,6 @@
 """Golden losses: the per-step values of a run log kept as a small JSON document, and the
 comparison of a later run's log with them (`python -m utils.regression` is the command line;
-README, "Use this pipeline as a regression test").
+docs/REGRESSION.md).
 
 The golden file holds the command, the package versions and the BERT config of the run that
 produced it, and one entry per logged update (in log order) with its step and the values of

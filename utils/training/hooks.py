@@ -1,8 +1,9 @@
 """SessionRunHooks of the pretraining job: training log, eval timing, weight sync.
 
 Each hook gets everything it needs in its constructor and reads the graph tensors named in
-`utils/graph_names.py`. The hooks run on every worker (the graph is the same everywhere, so collectives never
-stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank 0 only.
+`utils/core/graph_names.py`. The hooks run on every worker (the graph is the same everywhere, so
+collectives never stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank
+0 only.
 
 * `TrainingLogHook`: per optimizer update, throughput (global batch / time of the update), losses,
   the average loss over the update's micro-steps, the learning rate and (fp16) the loss scale, every
