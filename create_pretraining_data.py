@@ -7,16 +7,16 @@ Input: text files with one sentence per line and a blank line between documents.
       --vocab_file=vocab.txt --max_seq_length=128 --max_predictions_per_seq=20 --dupe_factor=5
 
 How it differs from the original (docs/DECISIONS.md, "Data"):
-  * one task per input file, each in its own process, `--num_workers` at a time: memory is bounded
-    by one file, not the corpus. The random "next sentence" comes from another document of the
-    same file.
+  * one task per input file, each in its own process, `--num_workers` at a time
+    (`utils/runtime/worker_pool.py`): memory is bounded by one file, not the corpus. The random
+    "next sentence" comes from another document of the same file.
   * `--output_file` lists one file per input file (input i -> output i), or fewer files, which then
     receive the input files round-robin, each input file's records contiguous.
   * the output depends only on the input, the flags and `--random_seed` (each file has its own
     random stream), not on `--num_workers`.
   * tokenisation runs in Rust (`tokenization.py`), sampling in Python on token offsets, masking,
-    serialisation and TFRecord framing (CRC32C included) vectorised in numpy. TensorFlow is not
-    imported (except for "scheme://" paths).
+    serialisation and TFRecord framing (CRC32C included) vectorised in numpy
+    (`utils/data/record_encoder.py`). TensorFlow is not imported (except for "scheme://" paths).
 
 The sampling semantics are the original's: a target length of max_seq_length - 3, shorter (uniform
 in [2, max]) with probability `short_seq_prob`; segment A is the first 1..n-1 sentences of a chunk,
@@ -30,29 +30,32 @@ pieces are masked together.
 
 import bisect
 import collections
-import ctypes
 import functools
 import glob
-import multiprocessing
-import multiprocessing.connection
 import os
 import random
 import shutil
-import signal
-import sys
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
 
 import tokenization
-from utils.runtime import output_lock
+from utils.core import errors
 from utils.core import paths
+from utils.data import record_encoder
+from utils.runtime import output_lock
+from utils.runtime import worker_pool
 
-# prctl(2) option: the signal a process gets when its parent dies.
-_PR_SET_PDEATHSIG = 1
+# The record encoder and the worker pool, importable from here as before they had modules of
+# their own.
+Crc32c = record_encoder.Crc32c
+frame_records = record_encoder.frame_records
+encode_varints = record_encoder.encode_varints
+concat_rows = record_encoder.concat_rows
+default_num_workers = worker_pool.default_num_workers
+
 # Instances assembled, masked and serialised per numpy batch.
 _BATCH_SIZE = 1024
 # Feature order of the written tf.train.Example (as the original writes them).
@@ -423,239 +426,21 @@ def apply_masks(input_ids, positions, vocab_size, mask_id, rng):
   return (np.where(real, positions, 0), np.where(real, labels, 0), real.astype(np.float32))
 
 
-# ---------------------------------------------------------------------------------------------
-# tf.train.Example serialisation and TFRecord framing, vectorised over a batch of records.
-#
-# Example{features=1: Features{feature=1 (map entry: key=1, value=2): Feature{bytes_list=1 |
-# float_list=2 | int64_list=3: {value=1, packed}}}}. All fields are length-delimited (wire type 2).
-# TFRecord: uint64 length, uint32 masked CRC32C of the length, data, uint32 masked CRC32C of data.
-# ---------------------------------------------------------------------------------------------
-
-
-def _varint(value):
-  """Protobuf base-128 varint of a non-negative int, as bytes."""
-  out = bytearray()
-  while True:
-    byte = value & 0x7F
-    value >>= 7
-    if value:
-      out.append(byte | 0x80)
-    else:
-      out.append(byte)
-      return bytes(out)
-
-
-def encode_varints(values):
-  """Varints of a 2-D array of non-negative ints, row by row.
-
-  Args:
-    values: int [n, m], 0 <= value < 2**63.
-
-  Returns:
-    (flat uint8 [total bytes], row_lengths int64 [n]).
-  """
-  values = np.asarray(values)
-  n, m = values.shape
-  if values.size == 0 or values.max() < 128:
-    return values.astype(np.uint8).ravel(), np.full(n, m, np.int64)
-  largest = int(values.max())
-  max_bytes = (largest.bit_length() + 6) // 7
-  dtype = np.uint32 if largest < 2 ** 32 else np.uint64
-  values = values.astype(dtype)
-  groups = np.empty((n, m, max_bytes), np.uint8)
-  num_bytes = np.ones((n, m), np.int8)
-  for k in range(max_bytes):
-    shifted = values >> dtype(7 * k)
-    groups[..., k] = shifted & dtype(0x7F)
-    if k + 1 < max_bytes:
-      more = shifted >= 128  # another group follows: set the continuation bit
-      groups[..., k] |= more.view(np.uint8) << 7
-      num_bytes += more
-  valid = np.arange(max_bytes, dtype=np.int8) < num_bytes[..., None]
-  return groups[valid], num_bytes.sum(axis=1, dtype=np.int64)
-
-
-def _constant_width(row_lengths):
-  """The common length of all rows, or None when they differ."""
-  if len(row_lengths) and row_lengths.min() == row_lengths.max():
-    return int(row_lengths[0])
-  return None
-
-
-def concat_rows(pieces):
-  """Concatenates ragged byte rows piece by piece: row r = piece_0[r] + piece_1[r] + ...
-
-  Adjacent pieces whose rows all have one length are joined as 2-D blocks first.
-
-  Args:
-    pieces: list of (flat uint8 array, row_lengths int64 [n]); a piece's rows lie back to back.
-
-  Returns:
-    (flat uint8, row_lengths int64 [n]).
-  """
-  merged = []  # (flat, row_lengths, width or None)
-  for flat, row_lengths in pieces:
-    width = _constant_width(row_lengths)
-    if width is not None and merged and merged[-1][2] is not None:
-      previous, previous_lengths, previous_width = merged[-1]
-      block = np.hstack([previous.reshape(-1, previous_width), flat.reshape(-1, width)])
-      merged[-1] = (block.ravel(), previous_lengths + row_lengths, previous_width + width)
-    else:
-      merged.append((flat, row_lengths, width))
-  lengths = np.stack([row_lengths for _, row_lengths, _ in merged], axis=1)
-  total = lengths.sum(axis=1)
-  piece_start = (np.cumsum(total) - total)[:, None] + np.cumsum(lengths, axis=1) - lengths
-  out = np.empty(int(total.sum()), np.uint8)
-  for k, (flat, row_lengths, width) in enumerate(merged):
-    if width is not None:
-      out[piece_start[:, k:k + 1] + np.arange(width)] = flat.reshape(-1, width)
-    else:
-      source_start = np.cumsum(row_lengths) - row_lengths
-      shift = np.repeat(piece_start[:, k] - source_start, row_lengths)
-      out[np.arange(len(flat)) + shift] = flat
-  return out, total
-
-
-def _fixed_rows(array):
-  """A 2-D uint8 array as a piece of `concat_rows` (every row the same length)."""
-  array = np.ascontiguousarray(array, dtype=np.uint8)
-  return array.ravel(), np.full(len(array), array.shape[1], np.int64)
-
-
-def _gather_rows(make_row, keys):
-  """Rows make_row(key) for each key, as a `concat_rows` piece (one call per distinct key)."""
-  unique, inverse = np.unique(keys, return_inverse=True)
-  chunks = [make_row(int(key)) for key in unique]
-  flat = np.frombuffer(b"".join(chunks[i] for i in inverse), np.uint8)
-  lengths = np.array([len(chunk) for chunk in chunks], np.int64)[inverse]
-  return flat, lengths
-
-
-def _feature_header(name, kind, payload_length):
-  """Bytes of a Features map entry up to its packed values (see the layout above)."""
-  key = name.encode("utf-8")
-  values_field = b"\x0a" + _varint(payload_length)
-  list_length = len(values_field) + payload_length
-  feature = (b"\x1a" if kind == "int64" else b"\x12") + _varint(list_length)
-  feature_length = len(feature) + list_length
-  entry = b"\x0a" + _varint(len(key)) + key + b"\x12" + _varint(feature_length)
-  entry_length = len(entry) + feature_length
-  return b"\x0a" + _varint(entry_length) + entry + feature + values_field
-
-
 def serialize_examples(features):
-  """Serialises a batch of pretraining features as `tf.train.Example` protos.
+  """Serialises a batch of pretraining features as `tf.train.Example` protos (FEATURE_NAMES order).
 
   Args:
-    features: dict name -> array with one row per example: the int features as non-negative
-      int64 [n, width], "masked_lm_weights" as float32 [n, width].
+    features: dict name -> array with one row per example: the int features as int64
+      [n, width], "masked_lm_weights" as float32 [n, width].
 
   Returns:
-    (flat uint8, row_lengths int64 [n]): the serialised examples back to back.
+    (flat uint8, row_lengths int64 [n]): the serialised examples back to back
+    (`utils/data/record_encoder.py`).
   """
-  pieces = []
-  for name in FEATURE_NAMES:
-    values = features[name]
-    if name == "masked_lm_weights":
-      payload = _fixed_rows(values.astype("<f4").view(np.uint8))
-      kind = "float"
-    else:
-      payload = encode_varints(values)
-      kind = "int64"
-    header = _gather_rows(lambda length, name=name, kind=kind: _feature_header(name, kind, length),
-                          payload[1])
-    pieces += [header, payload]
-  body_lengths = sum(row_lengths for _, row_lengths in pieces)
-  prefix = _gather_rows(lambda length: b"\x0a" + _varint(length), body_lengths)
-  return concat_rows([prefix] + pieces)
-
-
-class Crc32c(object):
-  """CRC-32C (Castagnoli) of many byte strings at once, by per-position tables.
-
-  The CRC register update is linear over GF(2), so the CRC of a message is the XOR of one table
-  value per byte (indexed by the byte and its distance from the end) and a term that depends only
-  on the length: numpy computes it for a whole batch with one gather and one XOR-reduce.
-  """
-
-  _POLYNOMIAL = 0x82F63B78  # reflected Castagnoli polynomial
-
-  def __init__(self):
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-      table = np.where(table & 1, (table >> 1) ^ np.uint32(self._POLYNOMIAL), table >> 1)
-    self._byte_table = table.astype(np.uint32)
-    self._by_distance = table[None, :].copy()  # [distance from the end, byte]
-    self._init_term = np.array([0xFFFFFFFF], np.uint32)  # register after n zero bytes
-
-  def _shift(self, register):
-    """The register after one zero byte."""
-    return self._byte_table[register & 0xFF] ^ (register >> 8)
-
-  def grow(self, length):
-    """Extends the tables to messages of `length` bytes."""
-    have = len(self._by_distance)
-    if have < length:
-      rows = [self._by_distance]
-      last = self._by_distance[-1]
-      for _ in range(length - have):
-        last = self._shift(last)
-        rows.append(last[None, :])
-      self._by_distance = np.concatenate(rows)
-    have = len(self._init_term)
-    if have <= length:
-      terms = [self._init_term]
-      last = self._init_term[-1:]
-      for _ in range(length + 1 - have):
-        last = self._shift(last)
-        terms.append(last)
-      self._init_term = np.concatenate(terms)
-
-  def checksums(self, flat, row_lengths):
-    """CRC-32C of each row.
-
-    Args:
-      flat: uint8 [total], rows back to back.
-      row_lengths: int64 [n], every length >= 1.
-
-    Returns:
-      uint32 [n].
-    """
-    self.grow(int(row_lengths.max()))
-    row_end = np.cumsum(row_lengths)
-    # Index of (distance from the end of its row, byte) in the flattened table.
-    index = np.repeat(((row_end - 1) * 256).astype(np.int32), row_lengths)
-    index -= np.arange(0, 256 * len(flat), 256, dtype=np.int32)
-    index += flat
-    contributions = self._by_distance.ravel()[index]
-    raw = np.bitwise_xor.reduceat(contributions, row_end - row_lengths)
-    return raw ^ self._init_term[row_lengths] ^ np.uint32(0xFFFFFFFF)
-
-  def masked(self, flat, row_lengths):
-    """TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8, as uint32 [n]."""
-    crc = self.checksums(flat, row_lengths).astype(np.uint64)
-    rotated = ((crc >> np.uint64(15)) | (crc << np.uint64(17))) & np.uint64(0xFFFFFFFF)
-    return ((rotated + np.uint64(0xA282EAD8)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-
-
-def frame_records(crc, flat, row_lengths):
-  """TFRecord framing of serialised records.
-
-  Args:
-    crc: `Crc32c`.
-    flat, row_lengths: the records back to back, as from `serialize_examples`.
-
-  Returns:
-    uint8 array: the bytes of a TFRecord file holding the records in order.
-  """
-  length_bytes = row_lengths.astype("<u8").view(np.uint8).reshape(-1, 8)
-  length_crc = crc.masked(length_bytes.ravel(), np.full(len(row_lengths), 8, np.int64))
-  data_crc = crc.masked(flat, row_lengths)
-  framed, _ = concat_rows([_fixed_rows(length_bytes),
-                           _fixed_rows(length_crc.astype("<u4").view(np.uint8).reshape(-1, 4)),
-                           (flat, row_lengths),
-                           _fixed_rows(data_crc.astype("<u4").view(np.uint8).reshape(-1, 4))])
-  return framed
+  return record_encoder.serialize_examples([
+      record_encoder.Column(name, "float" if name == "masked_lm_weights" else "int64",
+                            features[name])
+      for name in FEATURE_NAMES])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -735,8 +520,8 @@ def _cached_tokenizer(vocab_file, do_lower_case, stamp):
 def _warm_up(tokenizer, options):
   """Builds this process's tokenizer pipeline and CRC tables, which forked workers then inherit."""
   tokenizer.tokenize_lines_to_ids([])  # builds its pipeline
-  id_bytes = len(_varint(max(len(tokenizer.inv_vocab) - 1, 0)))
-  position_bytes = len(_varint(options.max_seq_length - 1))
+  id_bytes = len(record_encoder.varint(max(len(tokenizer.inv_vocab) - 1, 0)))
+  position_bytes = len(record_encoder.varint(options.max_seq_length - 1))
   longest_record = (options.max_seq_length * (id_bytes + 2)
                     + options.max_predictions_per_seq * (position_bytes + id_bytes + 4) + 256)
   _crc32c().grow(longest_record)
@@ -777,14 +562,6 @@ def process_file(task):
 
 
 
-
-
-def default_num_workers():
-  """The number of cores this process may run on."""
-  try:
-    return len(os.sched_getaffinity(0))
-  except AttributeError:
-    return os.cpu_count() or 1
 
 
 def create_pretraining_data(input_files, output_files, vocab_file, options, do_lower_case=True,
@@ -889,83 +666,25 @@ def _start_clean(output_files):
     logging.warning("removed the leftovers of an interrupted run: %s", ", ".join(leftovers))
 
 
-def _die_with_parent(parent_pid):
-  """Makes the kernel kill this (forked) process when its parent dies, even by kill -9.
-
-  Otherwise the workers of a killed generator run on and publish some outputs and never the rest.
-  Linux only (prctl); elsewhere the workers outlive a parent killed outright.
-  """
-  try:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-  except (OSError, AttributeError):  # not Linux
-    return
-  if os.getppid() != parent_pid:  # the parent died before prctl took effect
-    os._exit(1)
-
-
-def _run_in_child(task, connection, threads, parent_pid):
-  """Body of a worker process: runs `process_file(task)` and sends its result or error."""
-  _die_with_parent(parent_pid)
-  os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizer's share of the cores
-  try:
-    connection.send(("ok", process_file(task)))
-  except ValueError as e:  # bad input: the message names the file
-    connection.send(("error", True, str(e)))
-  except Exception as e:  # reported to the parent, which stops the run
-    connection.send(("error", False, "input file %s: %s: %s" % (task[1], type(e).__name__, e)))
-  finally:
-    connection.close()
-
-
 def _run_tasks(tasks, num_workers):
   """Yields the results of `process_file` over `tasks`, in completion order.
 
   With several workers, each task runs in its own forked process (at most `num_workers` at a
-  time), so a process that dies is known by its task, and each file starts with fresh memory.
+  time, `utils/runtime/worker_pool.py`), so a process that dies is known by its task, and each
+  file starts with fresh memory; the tokenizer of each gets its share of the cores.
 
   Raises:
     ValueError: a task's ValueError (bad input), re-raised with the input file named.
     RuntimeError: naming the input file, when its worker fails otherwise or dies (killed, out of
       memory).
   """
-  if num_workers == 1:
-    for task in tasks:
-      yield process_file(task)
-    return
-  context = multiprocessing.get_context("fork")
   threads = max(1, default_num_workers() // num_workers)
-  pending = list(reversed(tasks))
-  running = {}  # process sentinel -> (process, receiving connection, task)
-  try:
-    while pending or running:
-      while pending and len(running) < num_workers:
-        task = pending.pop()
-        receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(target=_run_in_child,
-                                  args=(task, sender, threads, os.getpid()), daemon=True)
-        process.start()
-        sender.close()
-        running[process.sentinel] = (process, receiver, task)
-      for sentinel in multiprocessing.connection.wait(list(running)):
-        process, receiver, task = running.pop(sentinel)
-        try:
-          message = receiver.recv() if receiver.poll() else None
-        except EOFError:  # the process ended without sending anything
-          message = None
-        receiver.close()
-        process.join()
-        if message is None:
-          raise RuntimeError("the worker process of input file %s died (exit code %s; killed? "
-                             "out of memory?)" % (task[1], process.exitcode))
-        if message[0] == "error":
-          raise (ValueError if message[1] else RuntimeError)(message[2])
-        yield message[1]
-  finally:
-    for process, receiver, _ in running.values():
-      process.terminate()
-      process.join()
-      receiver.close()
+  results = worker_pool.run_tasks(process_file, tasks, num_workers,
+                                  describe=lambda task: "input file %s" % task[1],
+                                  passed_errors=(ValueError,),
+                                  environ={"RAYON_NUM_THREADS": str(threads)})
+  for _, result in results:
+    yield result
 
 
 def _concatenate(parts, output):
@@ -1026,7 +745,7 @@ def main(_):
                                      num_workers=flag_values.num_workers)
   except ValueError as e:
     # Bad flags or input: one line naming the problem, exit status 2.
-    raise app.UsageError(str(e))
+    raise errors.UsageError(str(e))
   except RuntimeError as e:
     # A dead worker: one line naming its file, exit status 1.
     raise SystemExit("create_pretraining_data: error: %s" % e)
@@ -1036,6 +755,7 @@ def main(_):
 
 
 if __name__ == "__main__":
-  from utils.runtime import cli  # pylint: disable=g-import-not-at-top (scripts only: it defines --verbose)
+  # Imported by the script only: it defines --verbose. pylint: disable=g-import-not-at-top
+  from utils.runtime import cli
   define_flags()
   cli.run_main(main)

@@ -297,7 +297,8 @@ def test_truncation_counts_match_token_by_token_truncation():
         assert cpd.truncation_counts(length_a, length_b, max_tokens) == tuple(removed)
 
 
-def test_serialized_examples_parse_and_framing_equals_tensorflow_writer(tmp_path):
+def test_serialize_examples_writes_the_pretraining_features():
+  # The encoder itself (every feature kind, framing, CRC) is tested in test_data_record_encoder.py.
   rng = np.random.RandomState(3)
   n = 37
   features = {
@@ -315,25 +316,12 @@ def test_serialized_examples_parse_and_framing_equals_tensorflow_writer(tmp_path
   for i, record in enumerate(records):
     parsed = tf.train.Example.FromString(record.tobytes()).features.feature
     assert sorted(parsed) == sorted(features)
+    key_offsets = [record.tobytes().find(name.encode()) for name in cpd.FEATURE_NAMES]
+    assert 0 < key_offsets[0] and key_offsets == sorted(key_offsets)  # the original's order
     for name, values in features.items():
       got = (parsed[name].float_list.value if name == "masked_lm_weights"
              else parsed[name].int64_list.value)
       assert list(got) == values[i].tolist(), name
-  ours = tmp_path / "ours.tfrecord"
-  ours.write_bytes(cpd.frame_records(cpd.Crc32c(), flat, lengths).tobytes())
-  theirs = tmp_path / "tf.tfrecord"
-  with tf.io.TFRecordWriter(str(theirs)) as writer:
-    for record in records:
-      writer.write(record.tobytes())
-  assert ours.read_bytes() == theirs.read_bytes()
-
-
-def test_crc32c_check_value():
-  crc = cpd.Crc32c()
-  data = np.frombuffer(b"123456789" + b"a" + b"\x00" * 32, np.uint8)
-  values = crc.checksums(data, np.array([9, 1, 32]))
-  # The CRC-32C check value, crc32c("a"), crc32c(32 zero bytes) (RFC 3720 B.4).
-  assert values.tolist() == [0xE3069283, 0xC1D04330, 0x8A9136AA]
 
 
 def test_errors_name_the_problem(corpus, tmp_path):

@@ -7,6 +7,7 @@ runs and corrupt records are drilled in tests/test_fault_drills.py.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -168,6 +169,10 @@ def test_fp16_overflow_shows_in_loss_scale_and_skipped_updates(data, tmp_path):
   output = proc.stdout + proc.stderr
   skipped_at = [output.count("update skipped at step %d (" % step) for step in (0, 1)]
   assert skipped_at[0] >= 1 and sum(skipped_at) == skipped, (skipped_at, skipped)
+  # Each skip line gives the scale after its skip: 2^32 halved once per skip so far.
+  reported = re.findall(r"update skipped at step \d+ \(non-finite gradients\); loss scale now "
+                        r"(\S+)", output)
+  assert reported == ["%g" % (2.0 ** 32 / 2 ** k) for k in range(1, skipped + 1)], reported
   counts = [line["data"]["skipped_updates"] for line in steps]
   assert counts == list(np.cumsum(skipped_at)), (counts, skipped_at)
   assert 1 <= counts[0] <= counts[1] == skipped, (counts, skipped)

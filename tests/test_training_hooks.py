@@ -316,6 +316,38 @@ def test_training_hook_logs_skipped_updates_apart_from_the_steps(graph, tmp_path
   assert records[-1]["data"]["update_steps"] == 7
 
 
+def test_training_hook_skip_lines_give_the_loss_scale_after_the_skip(graph, tmp_path, caplog):
+  # The `loss_scale` tensor is the scale the step's loss used; a skip halves it (dynamic loss
+  # scaling), and the line reports the halved scale, the one the next update uses.
+  for name in FED_TENSORS:
+    dtype = tf.int64 if name == "skipped_updates" else tf.float32
+    tf.identity(_tf1.placeholder(dtype, [], name=name + "_value"), name=name)
+  apply = _tf1.placeholder(tf.bool, [], name="apply")
+  global_step = _tf1.train.get_or_create_global_step()
+  new_step = global_step.assign_add(tf.cast(apply, tf.int64))
+  tf.identity(new_step, name="step_update")
+  scales = [2.0 ** 32, 2.0 ** 31, 2.0 ** 30, 2.0 ** 30]
+  applied_pattern = [False, False, True, False]
+  logger = dllogger_setup.RunLogger(str(tmp_path / "log.json"), backend="builtin", stdout=False)
+  hook = hooks.TrainingLogHook(logger, global_batch_size=8, clock=clock_for([0.1] * 4))
+  graph_tensor = lambda name: graph.get_tensor_by_name(name + "_value:0")  # noqa: E731
+  with caplog.at_level(logging.INFO):
+    with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+      for k, (scale, applies) in enumerate(zip(scales, applied_pattern)):
+        feed = {graph_tensor(name): 1.0 for name in FED_TENSORS}
+        feed[graph_tensor("loss_scale")] = scale
+        feed[graph_tensor("skipped_updates")] = k + 1 - sum(applied_pattern[:k + 1])
+        feed[apply] = applies
+        session.run(new_step, feed_dict=feed)
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("update skipped")]
+  # 2^31 = 2147483648, 2^30 = 1073741824, 2^29 = 536870912 in %g's six significant digits.
+  assert lines == ["update skipped at step 0 (non-finite gradients); loss scale now 2.14748e+09",
+                   "update skipped at step 0 (non-finite gradients); loss scale now 1.07374e+09",
+                   "update skipped at step 1 (non-finite gradients); loss scale now 5.36871e+08"]
+  records = read_records(str(tmp_path / "log.json"))
+  assert records[0]["step"] == 1 and records[0]["data"]["loss_scaler"] == 2.0 ** 30
+
+
 def test_training_hook_on_rank1_writes_nothing(graph, tmp_path, capsys):
   rng = np.random.RandomState(5)
   feeds = random_feeds(rng, 3)

@@ -7,7 +7,8 @@ collectives never stall); logging goes through a `dllogger_setup.RunLogger`, whi
 
 * `TrainingLogHook`: per optimizer update, throughput (global batch / time of the update), losses,
   the average loss over the update's micro-steps, the learning rate and (fp16) the loss scale, every
-  `display_loss_steps` updates; at the end a summary with the throughput average.
+  `display_loss_steps` updates; at the end a summary with the throughput average. What to log is
+  computed by the TensorFlow-free `utils/runlog/meter.py`; the hook fetches and writes.
 * `EvalTimingHook`: per-batch evaluation times and the evaluation throughput.
 * `WeightSyncHook`: averages the trainable variables over all workers every
   `num_accumulation_steps` iterations, before the train op (docs/DESIGN.md section 7).
@@ -20,10 +21,12 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import optimization
 from utils.core import checks
-from utils.runlog import dllogger_setup
 from utils.core import env_flags
 from utils.core import graph_names
+from utils.runlog import dllogger_setup
+from utils.runlog import meter as meter_lib
 from utils.runtime import hvd_utils
 
 _tf1 = tf.compat.v1
@@ -33,7 +36,7 @@ _tf1 = tf.compat.v1
 REQUIRED_TRAIN_TENSORS = (graph_names.TOTAL_LOSS, graph_names.LEARNING_RATE,
                           graph_names.STEP_UPDATE)
 # The pretraining losses logged beside total_loss (fine-tuning has total_loss only).
-PRETRAINING_LOSSES = (graph_names.MLM_LOSS, graph_names.NSP_LOSS)
+PRETRAINING_LOSSES = meter_lib.PRETRAINING_LOSSES
 # Graph tensors that exist only when the optimizer scales the loss (fp16).
 LOSS_SCALING_TENSORS = (graph_names.LOSS_SCALE, graph_names.SKIPPED_UPDATES)
 # TensorBoard tag of each per-update log key written as a scalar; the loss scale keeps its graph
@@ -43,9 +46,8 @@ SUMMARY_TAGS = collections.OrderedDict([
     ("nsp_loss", "nsp_loss"), ("throughput_train", "throughput_train"),
     ("global_norm", "global_norm"), ("loss_scaler", "loss_scale"),
     ("skipped_updates", "skipped_updates")])
-# Update steps left out of the throughput average at the start of a run (start-up, first-run graph
-# optimisation, XLA compilation), as NVIDIA's script does.
-DEFAULT_WARMUP_STEPS = 6
+# Update steps left out of the throughput average at the start of a run (utils/runlog/meter.py).
+DEFAULT_WARMUP_STEPS = meter_lib.DEFAULT_WARMUP_STEPS
 # Evaluation batches left out of the evaluation throughput.
 DEFAULT_EVAL_WARMUP_BATCHES = 2
 # Environment variable that turns weight sync on (docs/DESIGN.md section 7).
@@ -60,34 +62,9 @@ def _graph_tensor(graph, name):
     return None
 
 
-def format_duration(seconds):
-  """`seconds` as H:MM:SS, whole seconds truncated (hours may exceed 24)."""
-  minutes, secs = divmod(int(seconds), 60)
-  hours, minutes = divmod(minutes, 60)
-  return "%d:%02d:%02d" % (hours, minutes, secs)
-
-
-def progress_message(step, num_train_steps, elapsed, seconds_per_update):
-  """The readable progress of a run.
-
-  Args:
-    step: global step after the latest update.
-    num_train_steps: global step the run ends at, or None when unknown.
-    elapsed: seconds since the run's first update started.
-    seconds_per_update: recent seconds per update, or None before there is a measure.
-
-  Returns:
-    e.g. "update 20 of 600 (3.3%), elapsed 0:01:02, ETA 0:30:58"; without `num_train_steps`
-    "update 20, elapsed 0:01:02"; "ETA unknown" without `seconds_per_update`.
-  """
-  if num_train_steps is None:
-    return "update %d, elapsed %s" % (step, format_duration(elapsed))
-  if seconds_per_update is None:
-    eta = "unknown"
-  else:
-    eta = format_duration(max(num_train_steps - step, 0) * seconds_per_update)
-  return "update %d of %d (%.1f%%), elapsed %s, ETA %s" % (
-      step, num_train_steps, 100.0 * step / num_train_steps, format_duration(elapsed), eta)
+# The readable durations and progress of the training log (re-exported).
+format_duration = meter_lib.format_duration
+progress_message = meter_lib.progress_message
 
 
 def _check_logger(logger):
@@ -100,31 +77,23 @@ def _check_logger(logger):
 class TrainingLogHook(tf.estimator.SessionRunHook):
   """Training log per optimizer update (NVIDIA's `_LogSessionRunHook`).
 
-  A session run is one micro-step; with gradient accumulation an update spans
-  `num_accumulation_steps` micro-steps and ends on the run where the graph's `update_step` is True.
-  For each update the hook computes:
-
-    throughput_train = global_batch_size / (summed run time of the update's micro-steps)
-    avg_loss_step    = mean of total_loss over the update's micro-steps
-    total_loss, learning_rate and the `loss_names` losses (pretraining: mlm_loss, nsp_loss):
-                       values of the last micro-step
-    global_norm      = the update's gradient norm (unscaled, before clipping)
-    loss_scaler, skipped_updates (fp16): the loss scale of the last micro-step and the number of
-                       updates skipped so far as non-finite (the checkpointed count)
-
-  and logs them with `step` = the global step after the update, for the first applied update of the
-  run and whenever that step is a multiple of `display_loss_steps`. An update the optimizer skipped
-  (non-finite gradients: the global step did not advance, the fp16 loss scale was lowered) gets no
-  step line, which would repeat the step of the last applied update: it is logged as a skipped
-  update (absl log, rank 0) and counted in the summary's `skipped_updates` (skips of this run). At
-  the logged updates it also writes the values as TensorBoard scalars (tags in SUMMARY_TAGS) to
-  `summary_dir`, under the same step, from the values already fetched (no summary op enters the
-  graph), and logs the run's progress (update k of N, elapsed, ETA from the time per update since
-  the first). At `end()` it logs a summary line
-  (step []) whose `throughput_train` is the throughput average: global batch x updates / time over
-  the updates after the first `warmup_steps` (and without the updates that wrote a checkpoint, when
-  `save_checkpoints_steps` is given). It is None (JSON null) when no update qualifies, e.g. a run
-  shorter than the warm-up.
+  The hook fetches the named tensors of each session run (one micro-step) and passes their values
+  to a `meter.TrainingMeter` (utils/runlog/meter.py), which times the runs and says what to log
+  for each optimizer update: throughput_train (global batch / summed time of the update's
+  micro-steps), avg_loss_step (mean total_loss over them), the last micro-step's losses and
+  learning rate, global_norm, and with loss scaling loss_scaler and skipped_updates. The hook
+  writes them: a dllogger line with `step` = the global step after the update, for the first
+  applied update of the run and whenever that step is a multiple of `display_loss_steps`, the same
+  values as TensorBoard scalars (tags in SUMMARY_TAGS) to `summary_dir` from the values already
+  fetched (no summary op enters the graph), and the progress line (update k of N, elapsed, ETA). An
+  update the optimizer skipped (non-finite gradients: the global step did not advance, the fp16
+  loss scale was lowered) gets no step line, which would repeat the step of the last applied
+  update: it is logged as a skipped update with the loss scale now in effect (absl log, rank 0) and
+  counted in the summary's `skipped_updates` (skips of this run). At `end()` it logs a summary
+  line (step []) whose `throughput_train` is the throughput average: global batch x updates / time
+  over the updates after the first `warmup_steps` (and without the updates that wrote a
+  checkpoint, when `save_checkpoints_steps` is given). It is None (JSON null) when no update
+  qualifies, e.g. a run shorter than the warm-up.
   """
 
   def __init__(self, logger, global_batch_size, num_accumulation_steps=1, display_loss_steps=1,
@@ -157,46 +126,23 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       ValueError: for a bad argument, naming it.
     """
     _check_logger(logger)
-    checks.check_integer("global_batch_size", global_batch_size, 1)
-    checks.check_integer("num_accumulation_steps", num_accumulation_steps, 1)
-    checks.check_integer("display_loss_steps", display_loss_steps, 1)
-    checks.check_integer("warmup_steps", warmup_steps, 0)
-    if save_checkpoints_steps is not None:
-      checks.check_integer("save_checkpoints_steps", save_checkpoints_steps, 1)
-    if num_train_steps is not None:
-      checks.check_integer("num_train_steps", num_train_steps, 1)
+    self._meter = meter_lib.TrainingMeter(
+        global_batch_size, num_accumulation_steps=num_accumulation_steps,
+        display_loss_steps=display_loss_steps, warmup_steps=warmup_steps,
+        save_checkpoints_steps=save_checkpoints_steps, num_train_steps=num_train_steps,
+        loss_names=loss_names, loss_scale_multiplier=optimization.LOSS_SCALE_MULTIPLIER,
+        clock=clock)
     self._logger = logger
-    self._global_batch_size = global_batch_size
-    self._num_accumulation_steps = num_accumulation_steps
-    self._display_loss_steps = display_loss_steps
     self._log_loss_scale = log_loss_scale
-    self._warmup_steps = warmup_steps
-    self._save_checkpoints_steps = save_checkpoints_steps
-    self._num_train_steps = num_train_steps
     self._summary_dir = summary_dir
-    self._loss_names = tuple(loss_names)
     self._summary_writer = None
-    self._clock = clock
     self._fetches = None
     self._global_step_tensor = None
-    self._reset()
 
-  def _reset(self):
-    """Clears the per-run measurements."""
-    self._initial_step = 0
-    self._last_step = None  # global step after the previous update (None: not known)
-    self._applied_updates = 0
-    self._skipped_updates = 0
-    self._first_run_start = None
-    self._first_update_end = None
-    self._run_start = None
-    self._micro_steps = 0
-    self._micro_time = 0.0
-    self._micro_losses = []
-    # Seconds of every update of this run, in order (warm-up included).
-    self.update_times = []
-    self._steady_time = 0.0
-    self._steady_updates = 0
+  @property
+  def update_times(self):
+    """Seconds of every update of this run, in order (warm-up included)."""
+    return self._meter.update_times
 
   def begin(self):
     """Looks the named tensors up in the graph being built.
@@ -207,7 +153,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     graph = _tf1.get_default_graph()
     fetches = {}
     missing = []
-    required = self._loss_names + REQUIRED_TRAIN_TENSORS
+    required = self._meter.loss_names + REQUIRED_TRAIN_TENSORS
     for name in required:
       tensor = _graph_tensor(graph, name)
       if tensor is None:
@@ -217,10 +163,10 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     if missing:
       raise ValueError("training log hook: the graph has no tensor named %s (the training "
                        "graph names: %s)" % (", ".join(missing), ", ".join(required)))
-    if self._num_accumulation_steps > 1:
+    if self._meter.num_accumulation_steps > 1:
       self._add_optional_fetch(
           graph, fetches, graph_names.UPDATE_STEP,
-          "counting every %d-th run as an update" % self._num_accumulation_steps)
+          "counting every %d-th run as an update" % self._meter.num_accumulation_steps)
     self._add_optional_fetch(graph, fetches, graph_names.GLOBAL_NORM,
                              "the gradient norm is not logged")
     for name in LOSS_SCALING_TENSORS:
@@ -230,12 +176,12 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
         fetches[name] = _graph_tensor(graph, name)
     self._fetches = fetches
     self._global_step_tensor = _tf1.train.get_global_step()
-    self._reset()
+    self._meter.start(None)
     self._close_summary_writer()
     if self._summary_dir and self._logger.enabled:
       self._summary_writer = _tf1.summary.FileWriter(self._summary_dir)
       logging.info("training scalars for TensorBoard every %d updates in %s",
-                   self._display_loss_steps, self._summary_dir)
+                   self._meter.display_loss_steps, self._summary_dir)
 
   def _add_optional_fetch(self, graph, fetches, name, consequence):
     """Adds tensor `name` to `fetches` when the graph has it; warns (rank 0) when it does not."""
@@ -249,67 +195,22 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     """Reads the global step the run starts from (checkpoint saves count from it)."""
     del coord  # unused
     if self._global_step_tensor is not None:
-      self._initial_step = int(session.run(self._global_step_tensor))
-      self._last_step = self._initial_step
+      self._meter.start(int(session.run(self._global_step_tensor)))
 
   def before_run(self, run_context):
-    self._run_start = self._clock()
-    if self._first_run_start is None:
-      self._first_run_start = self._run_start
+    self._meter.run_started()
     return tf.estimator.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
-    now = self._clock()
-    results = run_values.results
-    self._micro_steps += 1
-    self._micro_time += now - self._run_start
-    self._micro_losses.append(float(results[graph_names.TOTAL_LOSS]))
-    if self._ended_update(results):
-      self._finish_update(results, now)
-
-  def _ended_update(self, results):
-    """True when this run applied the optimizer (the last micro-step of an update)."""
-    if graph_names.UPDATE_STEP in results:
-      return bool(results[graph_names.UPDATE_STEP])
-    return self._micro_steps % self._num_accumulation_steps == 0
-
-  def _finish_update(self, results, now):
-    """Books the update's time (it ended at `now`), logs it when due, starts the next update."""
-    update_time = self._micro_time
-    avg_loss_step = float(np.mean(self._micro_losses))
-    self._micro_time = 0.0
-    self._micro_losses = []
-    self.update_times.append(update_time)
-    step = int(results[graph_names.STEP_UPDATE])
-    if self._counts_for_average(len(self.update_times), step):
-      self._steady_time += update_time
-      self._steady_updates += 1
-    applied = step != self._last_step
-    self._last_step = step
-    if not applied:
-      self._skipped_updates += 1
-      if self._logger.enabled:
-        logging.info("update skipped at step %d (non-finite gradients)%s", step,
-                     "; loss scale now %g" % results["loss_scale"] if "loss_scale" in results
-                     else "")
+    update = self._meter.run_ended(run_values.results)
+    if update is None:
       return
-    self._applied_updates += 1
-    if self._first_update_end is None:
-      self._first_update_end = now
-    if self._applied_updates == 1 or step % self._display_loss_steps == 0:
-      data = self._update_data(results, update_time, avg_loss_step)
-      self._logger.log(step=step, data=data)
-      self._write_summary(step, data)
-      if self._logger.enabled:
-        logging.info("%s", self._progress(step, now))
-
-  def _progress(self, step, now):
-    """The progress line; the ETA uses the time per update since the first update ended."""
-    later_updates = len(self.update_times) - 1
-    seconds_per_update = ((now - self._first_update_end) / later_updates if later_updates
-                          else None)
-    return progress_message(step, self._num_train_steps, now - self._first_run_start,
-                            seconds_per_update)
+    if update.data is not None:
+      self._logger.log(step=update.step, data=update.data)
+      self._write_summary(update.step, update.data)
+    if self._logger.enabled:
+      for line in update.lines:
+        logging.info("%s", line)
 
   def _write_summary(self, step, data):
     """Writes the scalars of SUMMARY_TAGS found in `data` (None values left out) at `step`."""
@@ -326,69 +227,19 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       self._summary_writer.close()
       self._summary_writer = None
 
-  def _counts_for_average(self, update_index, step):
-    """Whether update number `update_index` of the run (1-based) enters the throughput average."""
-    if update_index <= self._warmup_steps:
-      return False
-    if self._save_checkpoints_steps is not None and step > self._initial_step:
-      return (step - self._initial_step) % self._save_checkpoints_steps != 0
-    return True
-
-  def _update_data(self, results, update_time, avg_loss_step):
-    """The data of a per-update log line (NVIDIA's keys)."""
-    data = collections.OrderedDict()
-    data["throughput_train"] = (self._global_batch_size / update_time if update_time > 0
-                                else None)
-    for name in self._loss_names:
-      data[name] = float(results[name])
-    data["total_loss"] = float(results[graph_names.TOTAL_LOSS])
-    data["avg_loss_step"] = avg_loss_step
-    data["learning_rate"] = float(results[graph_names.LEARNING_RATE])
-    if graph_names.LOSS_SCALE in results:
-      data["loss_scaler"] = float(results[graph_names.LOSS_SCALE])
-    if graph_names.GLOBAL_NORM in results:
-      data["global_norm"] = float(results[graph_names.GLOBAL_NORM])
-    if graph_names.SKIPPED_UPDATES in results:
-      data["skipped_updates"] = int(results[graph_names.SKIPPED_UPDATES])
-    return data
-
   def summary(self):
-    """Throughput summary of the run so far.
-
-    Returns:
-      OrderedDict: throughput_train (the throughput average, sequences/s, or None when no update
-      qualifies), total_time (seconds of all updates), update_steps, steady_update_steps (updates
-      in the average), steady_time (their seconds), skipped_updates (updates the optimizer
-      skipped, included in update_steps).
-    """
-    if self._steady_updates > 0 and self._steady_time > 0:
-      throughput = self._global_batch_size * self._steady_updates / self._steady_time
-    else:
-      throughput = None
-    return collections.OrderedDict([
-        ("throughput_train", throughput),
-        ("total_time", float(sum(self.update_times))),
-        ("update_steps", len(self.update_times)),
-        ("steady_update_steps", self._steady_updates),
-        ("steady_time", self._steady_time),
-        ("skipped_updates", self._skipped_updates),
-    ])
+    """Throughput summary of the run so far: `meter.TrainingMeter.summary`."""
+    return self._meter.summary()
 
   def end(self, session):
     """Logs the summary line (step []) and closes the TensorBoard events file."""
     del session  # unused
     self._close_summary_writer()
-    summary = self.summary()
+    summary = self._meter.summary()
     self._logger.log(step=dllogger_setup.SUMMARY_STEP, data=summary)
     if self._logger.enabled:
-      if summary["throughput_train"] is None:
-        logging.info("Throughput Average: not measured (%d update steps, the first %d are "
-                     "warm-up)", summary["update_steps"], self._warmup_steps)
-      else:
-        logging.info("Throughput Average (sequences/s) = %.2f (%d of %d update steps "
-                     "measured, %.2f s)", summary["throughput_train"],
-                     summary["steady_update_steps"], summary["update_steps"],
-                     summary["steady_time"])
+      for line in self._meter.summary_lines(summary):
+        logging.info("%s", line)
 
 
 class EvalTimingHook(tf.estimator.SessionRunHook):

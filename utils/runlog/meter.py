@@ -1,0 +1,298 @@
+"""The training meter: what the training log says about each optimizer update. No TensorFlow.
+
+The training log hook (`utils/training/hooks.py`) fetches the step's named tensors and hands
+their values to a `TrainingMeter`; the meter times the runs with its clock and tells the hook what
+to write:
+
+  meter = TrainingMeter(global_batch_size=256, num_accumulation_steps=4, clock=clock)
+  meter.start(initial_step)                   # the global step the run starts from
+  meter.run_started()                         # before each session run (one micro-step)
+  update = meter.run_ended(values)            # after it: values = {graph name: number}
+  if update is not None:                      # the run ended an optimizer update
+    update.data                               # the dllogger line's data, when due (else None)
+    update.lines                              # readable lines for the absl log (rank 0)
+  meter.summary(), meter.summary_lines()      # at the end of the run
+
+What it computes for an update (a session run is one micro-step; with gradient accumulation an
+update spans `num_accumulation_steps` micro-steps and ends on the run whose `update_step` is True,
+or on every num_accumulation_steps-th run when the graph has no `update_step`):
+
+  throughput_train = global_batch_size / (summed run time of the update's micro-steps); the time
+                     between runs (input, hooks, checkpoints outside the run) is not counted
+  avg_loss_step    = mean of total_loss over the update's micro-steps
+  total_loss, learning_rate and the `loss_names` losses: values of the last micro-step
+  global_norm, loss_scaler (from `loss_scale`), skipped_updates: when the values have them
+
+The update is logged (`data`) with step = the global step after it, for the first applied update
+of the run and whenever that step is a multiple of `display_loss_steps`, together with a progress
+line (update k of N, elapsed since the first run started, ETA from the time per update since the
+first applied update ended). An update the optimizer skipped (non-finite gradients: the global
+step did not advance) gets no data, which would repeat the step of the last applied update, but a
+line "update skipped at step N (non-finite gradients); loss scale now S", S being the scale in
+effect after the skip: dynamic loss scaling divides the scale this update used by
+`loss_scale_multiplier`, never below 1 (`optimization.LossScaling`).
+
+The summary's throughput average leaves out the first `warmup_steps` updates (start-up, graph
+optimisation, XLA compilation) and, when `save_checkpoints_steps` is given, the updates on which a
+checkpoint is saved (every that many global steps from the start of the run).
+"""
+
+import collections
+import time
+
+import numpy as np
+
+from utils.core import checks
+from utils.core import graph_names
+
+# Update steps left out of the throughput average at the start of a run (start-up, first-run graph
+# optimisation, XLA compilation), as NVIDIA's script does.
+DEFAULT_WARMUP_STEPS = 6
+# The pretraining losses logged beside total_loss (fine-tuning has total_loss only).
+PRETRAINING_LOSSES = (graph_names.MLM_LOSS, graph_names.NSP_LOSS)
+# Dynamic loss scaling divides the scale by this after a non-finite update (and multiplies it after
+# a run of finite ones); optimization.LOSS_SCALE_MULTIPLIER.
+DEFAULT_LOSS_SCALE_MULTIPLIER = 2.0
+# The smallest scale dynamic loss scaling lowers to.
+MIN_LOSS_SCALE = 1.0
+
+Update = collections.namedtuple("Update", ["step", "applied", "data", "lines"])
+Update.__doc__ = """What the log says about one optimizer update.
+
+Fields: step, the global step after the update; applied, False when the optimizer skipped it;
+data, the OrderedDict of the dllogger line (NVIDIA's keys; also the TensorBoard scalars), or None
+when the update is not logged; lines, tuple of readable lines for the absl log."""
+
+
+def format_duration(seconds):
+  """`seconds` as H:MM:SS, whole seconds truncated (hours may exceed 24)."""
+  minutes, secs = divmod(int(seconds), 60)
+  hours, minutes = divmod(minutes, 60)
+  return "%d:%02d:%02d" % (hours, minutes, secs)
+
+
+def progress_message(step, num_train_steps, elapsed, seconds_per_update):
+  """The readable progress of a run.
+
+  Args:
+    step: global step after the latest update.
+    num_train_steps: global step the run ends at, or None when unknown.
+    elapsed: seconds since the run's first update started.
+    seconds_per_update: recent seconds per update, or None before there is a measure.
+
+  Returns:
+    e.g. "update 20 of 600 (3.3%), elapsed 0:01:02, ETA 0:30:58"; without `num_train_steps`
+    "update 20, elapsed 0:01:02"; "ETA unknown" without `seconds_per_update`.
+  """
+  if num_train_steps is None:
+    return "update %d, elapsed %s" % (step, format_duration(elapsed))
+  if seconds_per_update is None:
+    eta = "unknown"
+  else:
+    eta = format_duration(max(num_train_steps - step, 0) * seconds_per_update)
+  return "update %d of %d (%.1f%%), elapsed %s, ETA %s" % (
+      step, num_train_steps, 100.0 * step / num_train_steps, format_duration(elapsed), eta)
+
+
+def loss_scale_after_skip(loss_scale, multiplier=DEFAULT_LOSS_SCALE_MULTIPLIER):
+  """The dynamic loss scale after a skipped update that used `loss_scale`: divided, floored at 1."""
+  return max(loss_scale / multiplier, MIN_LOSS_SCALE)
+
+
+class TrainingMeter(object):
+  """Times the runs of a training job and says what to log for each optimizer update.
+
+  See the module docstring for what is computed. All state is per run: `start` clears it.
+  """
+
+  def __init__(self, global_batch_size, num_accumulation_steps=1, display_loss_steps=1,
+               warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
+               num_train_steps=None, loss_names=PRETRAINING_LOSSES,
+               loss_scale_multiplier=DEFAULT_LOSS_SCALE_MULTIPLIER, clock=time.perf_counter):
+    """Configures the meter.
+
+    Args:
+      global_batch_size: sequences per update over all workers: per-worker batch x
+        num_accumulation_steps x workers.
+      num_accumulation_steps: micro-steps per update.
+      display_loss_steps: log every this many global steps.
+      warmup_steps: update steps left out of the throughput average at the start of the run.
+      save_checkpoints_steps: when given, the updates on which a checkpoint is saved (every this
+        many global steps from the start of the run) are left out of the average.
+      num_train_steps: global step the run ends at, for the progress line's "of N" and ETA.
+      loss_names: values logged beside total_loss (pretraining: mlm_loss, nsp_loss).
+      loss_scale_multiplier: the factor dynamic loss scaling divides the scale by after a skip.
+      clock: function returning seconds; `time.perf_counter` by default.
+
+    Raises:
+      ValueError: for a bad argument, naming it.
+    """
+    checks.check_integer("global_batch_size", global_batch_size, 1)
+    checks.check_integer("num_accumulation_steps", num_accumulation_steps, 1)
+    checks.check_integer("display_loss_steps", display_loss_steps, 1)
+    checks.check_integer("warmup_steps", warmup_steps, 0)
+    if save_checkpoints_steps is not None:
+      checks.check_integer("save_checkpoints_steps", save_checkpoints_steps, 1)
+    if num_train_steps is not None:
+      checks.check_integer("num_train_steps", num_train_steps, 1)
+    if not loss_scale_multiplier > 1.0:
+      raise ValueError("loss_scale_multiplier must be > 1, got %r" % (loss_scale_multiplier,))
+    self.global_batch_size = global_batch_size
+    self.num_accumulation_steps = num_accumulation_steps
+    self.display_loss_steps = display_loss_steps
+    self.warmup_steps = warmup_steps
+    self.save_checkpoints_steps = save_checkpoints_steps
+    self.num_train_steps = num_train_steps
+    self.loss_names = tuple(loss_names)
+    self.loss_scale_multiplier = loss_scale_multiplier
+    self._clock = clock
+    self.start(None)
+
+  def start(self, initial_step):
+    """Clears the measurements for a new run.
+
+    Args:
+      initial_step: the global step the run starts from (checkpoint saves count from it; the
+        first update that leaves it unchanged is a skip), or None when unknown (then 0 for the
+        checkpoint count, and the first update counts as applied).
+    """
+    self._initial_step = 0 if initial_step is None else int(initial_step)
+    self._last_step = None if initial_step is None else int(initial_step)
+    self._applied_updates = 0
+    self._skipped_updates = 0
+    self._first_run_start = None
+    self._first_update_end = None
+    self._run_start = None
+    self._micro_steps = 0
+    self._micro_time = 0.0
+    self._micro_losses = []
+    # Seconds of every update of this run, in order (warm-up and skipped updates included).
+    self.update_times = []
+    self._steady_time = 0.0
+    self._steady_updates = 0
+
+  def run_started(self):
+    """Notes the start of a session run (one micro-step)."""
+    self._run_start = self._clock()
+    if self._first_run_start is None:
+      self._first_run_start = self._run_start
+
+  def run_ended(self, values):
+    """Books a session run that has just ended.
+
+    Args:
+      values: dict graph name -> number (a numpy scalar or a Python number): total_loss,
+        learning_rate, step_update and the `loss_names` losses; optionally update_step,
+        global_norm, loss_scale, skipped_updates.
+
+    Returns:
+      `Update` when the run ended an optimizer update, else None.
+    """
+    now = self._clock()
+    self._micro_steps += 1
+    self._micro_time += now - self._run_start
+    self._micro_losses.append(float(values[graph_names.TOTAL_LOSS]))
+    if not self._ended_update(values):
+      return None
+    return self._finish_update(values, now)
+
+  def _ended_update(self, values):
+    """True when this run applied the optimizer (the last micro-step of an update)."""
+    if graph_names.UPDATE_STEP in values:
+      return bool(values[graph_names.UPDATE_STEP])
+    return self._micro_steps % self.num_accumulation_steps == 0
+
+  def _finish_update(self, values, now):
+    """Books the update's time (it ended at `now`); returns its `Update`."""
+    update_time = self._micro_time
+    avg_loss_step = float(np.mean(self._micro_losses))
+    self._micro_time = 0.0
+    self._micro_losses = []
+    self.update_times.append(update_time)
+    step = int(values[graph_names.STEP_UPDATE])
+    if self._counts_for_average(len(self.update_times), step):
+      self._steady_time += update_time
+      self._steady_updates += 1
+    applied = step != self._last_step
+    self._last_step = step
+    if not applied:
+      self._skipped_updates += 1
+      scale = ""
+      if graph_names.LOSS_SCALE in values:
+        scale = "; loss scale now %g" % loss_scale_after_skip(
+            float(values[graph_names.LOSS_SCALE]), self.loss_scale_multiplier)
+      return Update(step, False, None,
+                    ("update skipped at step %d (non-finite gradients)%s" % (step, scale),))
+    self._applied_updates += 1
+    if self._first_update_end is None:
+      self._first_update_end = now
+    if not (self._applied_updates == 1 or step % self.display_loss_steps == 0):
+      return Update(step, True, None, ())
+    data = self._update_data(values, update_time, avg_loss_step)
+    return Update(step, True, data, (self._progress(step, now),))
+
+  def _progress(self, step, now):
+    """The progress line; the ETA uses the time per update since the first update ended."""
+    later_updates = len(self.update_times) - 1
+    seconds_per_update = ((now - self._first_update_end) / later_updates if later_updates
+                          else None)
+    return progress_message(step, self.num_train_steps, now - self._first_run_start,
+                            seconds_per_update)
+
+  def _counts_for_average(self, update_index, step):
+    """Whether update number `update_index` of the run (1-based) enters the throughput average."""
+    if update_index <= self.warmup_steps:
+      return False
+    if self.save_checkpoints_steps is not None and step > self._initial_step:
+      return (step - self._initial_step) % self.save_checkpoints_steps != 0
+    return True
+
+  def _update_data(self, values, update_time, avg_loss_step):
+    """The data of a per-update log line (NVIDIA's keys)."""
+    data = collections.OrderedDict()
+    data["throughput_train"] = (self.global_batch_size / update_time if update_time > 0
+                                else None)
+    for name in self.loss_names:
+      data[name] = float(values[name])
+    data["total_loss"] = float(values[graph_names.TOTAL_LOSS])
+    data["avg_loss_step"] = avg_loss_step
+    data["learning_rate"] = float(values[graph_names.LEARNING_RATE])
+    if graph_names.LOSS_SCALE in values:
+      data["loss_scaler"] = float(values[graph_names.LOSS_SCALE])
+    if graph_names.GLOBAL_NORM in values:
+      data["global_norm"] = float(values[graph_names.GLOBAL_NORM])
+    if graph_names.SKIPPED_UPDATES in values:
+      data["skipped_updates"] = int(values[graph_names.SKIPPED_UPDATES])
+    return data
+
+  def summary(self):
+    """Throughput summary of the run so far.
+
+    Returns:
+      OrderedDict: throughput_train (the throughput average, sequences/s, or None when no update
+      qualifies), total_time (seconds of all updates), update_steps, steady_update_steps (updates
+      in the average), steady_time (their seconds), skipped_updates (updates the optimizer
+      skipped in this run, included in update_steps).
+    """
+    if self._steady_updates > 0 and self._steady_time > 0:
+      throughput = self.global_batch_size * self._steady_updates / self._steady_time
+    else:
+      throughput = None
+    return collections.OrderedDict([
+        ("throughput_train", throughput),
+        ("total_time", float(sum(self.update_times))),
+        ("update_steps", len(self.update_times)),
+        ("steady_update_steps", self._steady_updates),
+        ("steady_time", self._steady_time),
+        ("skipped_updates", self._skipped_updates),
+    ])
+
+  def summary_lines(self, summary=None):
+    """The readable lines of the run's summary (`summary()` unless given)."""
+    summary = self.summary() if summary is None else summary
+    if summary["throughput_train"] is None:
+      return ("Throughput Average: not measured (%d update steps, the first %d are warm-up)"
+              % (summary["update_steps"], self.warmup_steps),)
+    return ("Throughput Average (sequences/s) = %.2f (%d of %d update steps measured, %.2f s)"
+            % (summary["throughput_train"], summary["steady_update_steps"],
+               summary["update_steps"], summary["steady_time"]),)

@@ -1,0 +1,142 @@
+"""A pool of forked worker processes, one process per task, that die with their parent.
+
+  for index, result in worker_pool.run_tasks(function, tasks, num_workers,
+                                             describe=lambda task: "input file %s" % task[1]):
+    ...
+
+Each task runs `function(task)` in a process of its own (forked, at most `num_workers` at a time),
+so a process that dies is known by its task and every task starts with the parent's memory, not
+with what earlier tasks left behind. Results come back in the order the tasks finish, each with
+its task's index. A worker asks the kernel to kill it when the parent dies (Linux `prctl`), so a
+parent killed outright (kill -9) leaves no worker running on. With one worker the tasks run in
+this process, one after the other, and their errors propagate unchanged.
+
+Errors, with several workers (the pool stops at the first and ends the other workers):
+  * an exception of `passed_errors` (bad input; its message names the input) is raised again in
+    the parent with the same message, as the first of those classes it is an instance of;
+  * any other exception becomes a RuntimeError "<task>: <type>: <message>";
+  * a worker that ends without a result (killed, out of memory, os._exit) becomes a RuntimeError
+    naming its task and exit code.
+
+The function and the tasks reach the workers by fork, not by pickling: a function defined at run
+time (a test's stand-in) runs in the workers as it is. Results go back through a pipe and must
+pickle. Linux only: "fork" and `prctl` (elsewhere workers outlive a parent killed outright).
+"""
+
+import ctypes
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+
+# prctl(2) option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def default_num_workers():
+  """The number of cores this process may run on."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:
+    return os.cpu_count() or 1
+
+
+def die_with_parent(parent_pid):
+  """Makes the kernel kill this (forked) process when its parent dies, even by kill -9.
+
+  Args:
+    parent_pid: the pid of the parent, read before the fork; when the parent has already died
+      (this process was re-parented), this process exits at once with status 1.
+
+  Returns:
+    True when the death signal is set, False where prctl is missing (not Linux).
+  """
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  except (OSError, AttributeError):  # not Linux
+    return False
+  if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    os._exit(1)
+  return True
+
+
+def _run_in_child(function, task, describe, passed_errors, connection, environ, parent_pid):
+  """Body of a worker process: runs `function(task)` and sends its result or error."""
+  die_with_parent(parent_pid)
+  os.environ.update(environ)
+  try:
+    connection.send(("ok", function(task)))
+  except passed_errors as e:  # bad input: raised again in the parent
+    kind = next(k for k, error_class in enumerate(passed_errors) if isinstance(e, error_class))
+    connection.send(("passed", kind, str(e)))
+  except Exception as e:  # reported to the parent, which stops the run
+    connection.send(("error", None, "%s: %s: %s" % (describe(task), type(e).__name__, e)))
+  finally:
+    connection.close()
+
+
+def run_tasks(function, tasks, num_workers, describe=str, passed_errors=(ValueError,),
+              environ=None):
+  """Yields (task index, function(task)) for every task, in the order the tasks finish.
+
+  Args:
+    function: called with one task; returns a picklable result. Looked up by the caller, so the
+      workers run whatever it is when `run_tasks` is called.
+    tasks: sequence of tasks.
+    num_workers: processes at a time (>= 1); 1 runs the tasks here, in order.
+    describe: task -> its name in error messages (e.g. "input file a.txt").
+    passed_errors: exception classes a worker's error is raised again as, with its message: as
+      the first of them it is an instance of (each must take one message argument).
+    environ: dict of environment variables set in each worker process (e.g. its share of the
+      threads); not applied with one worker.
+
+  Raises:
+    an exception of `passed_errors`, re-raised from a worker.
+    RuntimeError: naming the task, when its worker fails otherwise or dies.
+    ValueError: for num_workers < 1.
+  """
+  if num_workers < 1:
+    raise ValueError("num_workers must be >= 1, got %r" % (num_workers,))
+  if num_workers == 1:
+    for index, task in enumerate(tasks):
+      yield index, function(task)
+    return
+  context = multiprocessing.get_context("fork")
+  passed_errors = tuple(passed_errors)
+  environ = dict(environ or {})
+  pending = list(reversed(list(enumerate(tasks))))
+  running = {}  # process sentinel -> (process, receiving connection, index, task)
+  try:
+    while pending or running:
+      while pending and len(running) < num_workers:
+        index, task = pending.pop()
+        receiver, sender = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_run_in_child,
+            args=(function, task, describe, passed_errors, sender, environ, os.getpid()),
+            daemon=True)
+        process.start()
+        sender.close()
+        running[process.sentinel] = (process, receiver, index, task)
+      for sentinel in multiprocessing.connection.wait(list(running)):
+        process, receiver, index, task = running.pop(sentinel)
+        try:
+          message = receiver.recv() if receiver.poll() else None
+        except EOFError:  # the process ended without sending anything
+          message = None
+        receiver.close()
+        process.join()
+        if message is None:
+          raise RuntimeError("the worker process of %s died (exit code %s; killed? out of "
+                             "memory?)" % (describe(task), process.exitcode))
+        if message[0] == "passed":
+          raise passed_errors[message[1]](message[2])
+        if message[0] == "error":
+          raise RuntimeError(message[2])
+        yield index, message[1]
+  finally:
+    for process, receiver, _, _ in running.values():
+      process.terminate()
+      process.join()
+      receiver.close()
