@@ -129,22 +129,32 @@ def _check_token_ids(features, paths, indices, vocab_size):
     vocab_size: int.
 
   Returns:
-    the assert op: raises InvalidArgumentError "... [bad input record: <file>: record <k>:
-    token id <id> in <feature> is outside [0, vocab_size=<n>) ...]" when a batch holds one.
+    a bool scalar to depend on: computing it raises InvalidArgumentError "... [bad input record:
+    <file>: record <k>: token id <id> in <feature> is outside [0, vocab_size=<n>) ...]" when the
+    batch holds such an id (input_ids checked first).
   """
-  checks = []
-  for name in TOKEN_ID_FEATURES:
-    ids = features[name]
-    outside = tf.logical_or(ids < 0, ids >= vocab_size)
-    bad_rows = tf.reduce_any(outside, axis=1)
-    row = tf.argmax(tf.cast(bad_rows, tf.int32))
-    bad_id = tf.gather(ids[row], tf.argmax(tf.cast(outside[row], tf.int32)))
-    message = tf.strings.join([
-        BAD_RECORD_PREFIX, paths[row], ": record ", tf.strings.as_string(indices[row]),
-        ": token id ", tf.strings.as_string(bad_id), " in %s is outside [0, vocab_size=%d) "
-        "(records made with another vocabulary?)" % (name, vocab_size)])
-    checks.append(tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad_rows)), [message]))
-  return tf.group(checks)
+  outside = {name: tf.logical_or(features[name] < 0, features[name] >= vocab_size)
+             for name in TOKEN_ID_FEATURES}
+
+  def fail():
+    """Builds the message of the first bad record (only run for a bad batch)."""
+    messages = []
+    for name in TOKEN_ID_FEATURES:
+      bad_rows = tf.reduce_any(outside[name], axis=1)
+      row = tf.argmax(tf.cast(bad_rows, tf.int32))
+      bad_id = tf.gather(features[name][row], tf.argmax(tf.cast(outside[name][row], tf.int32)))
+      messages.append((tf.reduce_any(bad_rows), tf.strings.join([
+          BAD_RECORD_PREFIX, paths[row], ": record ", tf.strings.as_string(indices[row]),
+          ": token id ", tf.strings.as_string(bad_id), " in %s is outside [0, vocab_size=%d) "
+          "(records made with another vocabulary?)" % (name, vocab_size)])))
+    (first_bad, first), (_, second) = messages
+    with tf.control_dependencies([tf.debugging.Assert(
+        False, [tf.where(first_bad, first, second)])]):
+      return tf.constant(False)
+
+  any_outside = tf.reduce_any([tf.reduce_any(outside[name]) for name in TOKEN_ID_FEATURES])
+  # The message is built only for a bad batch: a good one costs the comparisons and a reduction.
+  return tf.cond(any_outside, fail, lambda: tf.constant(True))
 
 
 def _decode_batch(records, name_to_features, paths=None, indices=None, vocab_size=None):
