@@ -53,7 +53,8 @@ class BertConfig(object):
                attention_probs_dropout_prob=0.1, max_position_embeddings=512,
                type_vocab_size=16, initializer_range=0.02):
     """Builds a configuration; each value is checked on its own here, the configuration as a
-    whole (`validate`) when a model is built from it, as in the original release.
+    whole (`validate`) when a model is built from it, as in the original release; `from_dict`
+    and `from_json_file` validate it as a whole when they read it.
 
     Args:
       vocab_size: size of the WordPiece vocabulary (rows of `word_embeddings`).
@@ -129,10 +130,11 @@ class BertConfig(object):
       source: where the dict came from (a file name), used in messages.
 
     Returns:
-      A validated `BertConfig`.
+      A validated `BertConfig` (`validate`: each value, and the values together).
 
     Raises:
-      ValueError: naming `source` and the key, when a size key is missing or a value is invalid.
+      ValueError: naming `source` and the key, when a size key is missing, a value is invalid or
+        the values do not fit together (hidden_size not a multiple of num_attention_heads).
     """
     if not isinstance(json_object, dict):
       raise ValueError("%s: a BERT config must be a JSON object, got %s"
@@ -152,9 +154,13 @@ class BertConfig(object):
                    source, ", ".join("%s=%r" % (key, cls._DEFAULTS[key]) for key in defaulted))
     kwargs = {key: json_object[key] for key in known if key in json_object}
     try:
-      return cls(**kwargs)
+      config = cls(**kwargs)
+      # As a whole too (heads divide the hidden size), so a script refuses a bad file when it
+      # reads it, before any graph is built.
+      config.validate()
     except ValueError as e:
       raise ValueError("%s: %s" % (source, e))
+    return config
 
   @classmethod
   def from_json_file(cls, json_file):

@@ -142,15 +142,40 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
 
 
 def _examples(f, processor, getter, batch_size):
-  """A split's examples, padded to whole batches on TPU; (examples, number of real ones)."""
+  """A split's examples, padded to whole batches on TPU; (examples, number of real ones).
+
+  Raises:
+    errors.UsageError: naming the file and line of a row the task cannot read (too few columns,
+      an unknown label).
+  """
   try:
     examples = getter(f.data_dir)
-  except (ValueError, IndexError) as e:
+  except ValueError as e:
     raise errors.UsageError("--data_dir=%s, task %s: %s" % (f.data_dir, f.task_name, e))
   real = len(examples)
   if f.use_tpu:
     examples += [PaddingInputExample()] * (-real % batch_size)
   return examples, real
+
+
+def read_splits(f, processor):
+  """Every split the run uses, read and checked up front, before any graph is built.
+
+  A bad row of dev.tsv or test.tsv is reported before training starts, not after it.
+
+  Returns:
+    dict "train" / "eval" / "predict" -> (examples, number of real ones), the splits the action
+    flags ask for.
+  """
+  splits = {}
+  if f.do_train:
+    splits["train"] = _examples(f, processor, processor.get_train_examples, 1)
+  if f.do_eval:
+    splits["eval"] = _examples(f, processor, processor.get_dev_examples, f.eval_batch_size)
+  if f.do_predict:
+    splits["predict"] = _examples(f, processor, processor.get_test_examples,
+                                  f.predict_batch_size)
+  return splits
 
 
 def _write_test_results(path, probabilities):
@@ -180,9 +205,10 @@ def run(f):
   bert_config = lifecycle.load_bert_config(f)
   tokenizer = finetuning.load_tokenizer(f)
   workers = lifecycle.start_workers(f)
+  splits = read_splits(f, processor)
   train_examples, num_train_steps, num_warmup_steps = [], 0, 0
   if f.do_train:
-    train_examples = _examples(f, processor, processor.get_train_examples, 1)[0]
+    train_examples = splits["train"][0]
     num_train_steps, num_warmup_steps = finetuning.training_steps(
         f, len(train_examples), lifecycle.global_batch_size(f, workers))
   if f.init_checkpoint:
@@ -207,7 +233,7 @@ def run(f):
                     num_train_steps, loss_names=())
 
   if f.do_eval and job.is_chief:
-    eval_examples, real = _examples(f, processor, processor.get_dev_examples, f.eval_batch_size)
+    eval_examples, real = splits["eval"]
     eval_file = os.path.join(job.output_dir, "eval.tf_record")
     file_based_convert_examples_to_features(eval_examples, label_list, f.max_seq_length,
                                             tokenizer, eval_file)
@@ -218,8 +244,7 @@ def run(f):
                      None, job.run_logger, f.eval_batch_size, job.output_dir)
 
   if f.do_predict and job.is_chief:
-    test_examples, real = _examples(f, processor, processor.get_test_examples,
-                                    f.predict_batch_size)
+    test_examples, real = splits["predict"]
     predict_file = os.path.join(job.output_dir, "predict.tf_record")
     file_based_convert_examples_to_features(test_examples, label_list, f.max_seq_length,
                                             tokenizer, predict_file)

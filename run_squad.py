@@ -143,10 +143,18 @@ def check_flags(f):
 
 
 def _read_examples(path, flag, is_training, version_2_with_negative):
+  """The examples of a SQuAD file, every question checked (`squad_data.check_squad`).
+
+  Raises:
+    errors.UsageError: naming the flag, the file and the question.
+  """
   try:
     return squad_data.read_squad_examples(path, is_training, version_2_with_negative)
   except (ValueError, KeyError, OSError, tf.errors.OpError) as e:
-    raise errors.UsageError("--%s=%s: %s" % (flag, path, e))
+    message = getattr(e, "message", None) or str(e)
+    if path in message:  # the message names the file (and the question) already
+      raise errors.UsageError("--%s: %s" % (flag, message))
+    raise errors.UsageError("--%s=%s: %s" % (flag, path, message))
 
 
 def _write_features(examples, tokenizer, f, is_training, path, keep=None):
@@ -202,6 +210,10 @@ def run(f):
         f, len(train_examples), lifecycle.global_batch_size(f, workers))
   # The release shuffles once, before writing the records, with a fixed seed.
   random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
+  # --predict_file is read and checked before training too: a bad question there is reported
+  # now, not after the training run.
+  predict_examples = (_read_examples(f.predict_file, "predict_file", False,
+                                     f.version_2_with_negative) if f.do_predict else [])
   if f.init_checkpoint:
     job_lib.check_init_checkpoint(f.init_checkpoint)
   job = lifecycle.open_job(f, workers)
@@ -221,7 +233,7 @@ def run(f):
                     loss_names=())
 
   if f.do_predict and job.is_chief:
-    examples = _read_examples(f.predict_file, "predict_file", False, f.version_2_with_negative)
+    examples = predict_examples
     features = []
     eval_file = os.path.join(job.output_dir, "eval.tf_record")
     _write_features(examples, tokenizer, f, False, eval_file, keep=features)

@@ -18,6 +18,7 @@ import create_pretraining_data as cpd
 import run_pretraining
 import tokenization
 from tests import test_create_pretraining_data as data_tests
+from utils.core import errors
 
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -291,8 +292,8 @@ def test_corrupt_record_is_named(tmp_path):
   # TF names the byte offset only; name_bad_input finds the file and the record.
   assert files[1] not in raised.value.message
   named = run_pretraining.name_bad_input(raised.value, files)
-  assert isinstance(named, tf.errors.DataLossError)
-  assert "%s: record 2" % files[1] in named.message and "corrupted record" in named.message
+  assert isinstance(named, errors.UsageError) and named.__cause__ is raised.value
+  assert "%s: record 2" % files[1] in str(named) and "corrupted record" in str(named)
   assert run_pretraining.find_bad_record([files[0], files[2]]) is None
   # A truncated file is found too.
   truncated = tmp_path / "truncated.tfrecord"

@@ -302,13 +302,26 @@ def test_invalid_config_value_names_the_key(key, value):
 
 
 def test_heads_not_dividing_hidden_names_both_keys(graph):
-  # As in the original release, a configuration is checked as a whole when a model is built.
-  config = modeling.BertConfig.from_dict(dict(SIZES, hidden_size=30, num_attention_heads=4))
+  # As in the original release, a configuration built directly is checked as a whole when a
+  # model is built.
+  config = modeling.BertConfig(**dict(SIZES, hidden_size=30, num_attention_heads=4))
   with pytest.raises(ValueError, match="hidden_size.*num_attention_heads"):
     config.validate()
   with pytest.raises(ValueError, match="hidden_size.*num_attention_heads"):
     modeling.BertModel(config, is_training=False, input_ids=tf.zeros([2, 8], tf.int32))
   assert not _tf1.global_variables()  # refused before building anything
+
+
+def test_config_read_from_a_dict_or_file_is_validated_as_a_whole(tmp_path):
+  # 128 is not a multiple of 3: refused when read, naming the source and both keys.
+  values = dict(SIZES, hidden_size=128, num_attention_heads=3)
+  with pytest.raises(ValueError, match=r"heads\.json.*'hidden_size' \(128\).*'num_attention_heads' "
+                     r"\(3\)"):
+    modeling.BertConfig.from_dict(values, source="heads.json")
+  path = tmp_path / "bert_config.json"
+  path.write_text(json.dumps(values))
+  with pytest.raises(ValueError, match=r"bert_config\.json.*hidden_size.*num_attention_heads"):
+    modeling.BertConfig.from_json_file(str(path))
 
 
 def test_missing_vocab_size_and_bad_file(tmp_path):

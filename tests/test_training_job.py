@@ -123,6 +123,42 @@ def test_run_reporting_errors_turns_usage_errors_into_exit_code_2(capsys):
   assert capsys.readouterr().err == "script.py: error: --flag must be > 1, got 0\n"
 
 
+def test_verbose_adds_the_traceback_and_a_stopped_worker_prints_nothing(capsys):
+  def failing():
+    try:
+      raise KeyError("inner")
+    except KeyError as e:
+      raise errors.UsageError("bad input record: f: record 3: x") from e
+
+  assert errors.run_reporting_errors("script.py", failing, verbose=True) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("Traceback") and "KeyError: 'inner'" in err
+  assert err.endswith("\nscript.py: error: bad input record: f: record 3: x\n")
+
+  def stopped():
+    raise errors.StoppedByAnotherWorker("stopped: another worker ended the job")
+
+  assert errors.run_reporting_errors("script.py", stopped) == 1
+  assert capsys.readouterr().err == ""
+
+
+def test_horovod_shutdown_stops_training_quietly(tmp_path):
+  # The error a rank's collective raises once another rank has ended (Horovod's own text).
+  shutdown = tf.errors.UnknownError(
+      None, None, "Horovod has been shut down. This was caused by an exception on one of the "
+      "ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks "
+      "finished execution.")
+
+  class Estimator(object):
+    def train(self, **unused_kwargs):
+      raise shutdown
+
+  with pytest.raises(errors.StoppedByAnotherWorker) as raised:
+    job.train(Estimator(), None, 2, str(tmp_path), [],
+              explain_input_error=lambda e: AssertionError("not an input error"))
+  assert raised.value.__cause__ is shutdown
+
+
 def test_init_checkpoint_that_cannot_be_read(tmp_path):
   missing = str(tmp_path / "none")
   message = "--init_checkpoint=%s cannot be read" % missing

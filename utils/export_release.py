@@ -15,6 +15,9 @@ loads with --init_checkpoint in run_pretraining.py and in the original release's
 import argparse
 import sys
 
+# Before TensorFlow loads: its native start-up INFO lines are left out unless --verbose is given
+# or TF_CPP_MIN_LOG_LEVEL is set (`utils/runtime/cli.py`).
+from utils.runtime import cli  # noqa: F401  pylint: disable=g-bad-import-order,unused-import
 from utils.checkpoints import contents as ckpt
 from utils.checkpoints import release
 from utils.core import errors
@@ -41,6 +44,8 @@ def main(argv=None):
   parser.add_argument("--bert_config_file", required=True, help="the model's bert_config.json")
   parser.add_argument("--output_dir", required=True, help="directory of the bundle")
   parser.add_argument("--vocab_file", default=None, help="vocabulary copied as vocab.txt")
+  parser.add_argument("--verbose", action="store_true",
+                      help="keep TensorFlow's start-up log lines")
   args = parser.parse_args(argv)
   return errors.run_reporting_errors("export_release", _export, args)
 

@@ -70,10 +70,63 @@ def checkpoint_size(checkpoint):
   return sum(tf.io.gfile.stat(path).length for path in checkpoint_files(checkpoint))
 
 
-def read_tensors(checkpoint, names):
-  """dict name -> numpy value of `names` in a checkpoint, values exactly as stored."""
+def data_files(checkpoint):
+  """The data shards of a V2 checkpoint prefix (`<prefix>.data-0000i-of-0000n`), sorted."""
+  return sorted(tf.io.gfile.glob(checkpoint + ".data-*"))
+
+
+def check_data_files(checkpoint):
+  """Checks, without reading the values, that a checkpoint's data files can hold its tensors.
+
+  A V2 checkpoint's data shards hold every tensor's bytes back to back; the index lists each
+  tensor's dtype and shape. Shards that together hold fewer bytes than the index's fixed-size
+  tensors need were cut short (a copy or an upload that did not finish).
+
+  Args:
+    checkpoint: a checkpoint prefix.
+
+  Returns:
+    the bytes the index's fixed-size tensors need.
+
+  Raises:
+    ValueError: naming the data file(s), the bytes they hold and the bytes needed, or a missing
+      shard.
+  """
   reader = tf.train.load_checkpoint(checkpoint)
-  return {name: reader.get_tensor(name) for name in names}
+  shapes = reader.get_variable_to_shape_map()
+  dtypes = reader.get_variable_to_dtype_map()
+  needed = sum(int(np.prod(shapes[name], dtype=np.int64)) * dtypes[name].size
+               for name in shapes if dtypes[name] != tf.string)
+  files = data_files(checkpoint)
+  if not files:
+    raise ValueError("%s: no data file (%s.data-*) beside the index" % (checkpoint, checkpoint))
+  expected_count = int(files[0].rsplit("-of-", 1)[1])
+  if len(files) != expected_count:
+    raise ValueError("%s: %d of its %d data files are present (%s)"
+                     % (checkpoint, len(files), expected_count, ", ".join(files)))
+  held = sum(tf.io.gfile.stat(path).length for path in files)
+  if held < needed:
+    raise ValueError("%s has %d bytes, its index lists %d bytes of tensors: the data file is "
+                     "truncated" % (" + ".join(files), held, needed))
+  return needed
+
+
+def read_tensors(checkpoint, names):
+  """dict name -> numpy value of `names` in a checkpoint, values exactly as stored.
+
+  Raises:
+    ValueError: naming the data file(s) and the tensor, when a value cannot be read (a corrupt
+      or truncated data file).
+  """
+  reader = tf.train.load_checkpoint(checkpoint)
+  values = {}
+  for name in names:
+    try:
+      values[name] = reader.get_tensor(name)
+    except (IndexError, tf.errors.OpError) as e:
+      raise ValueError("%s: cannot read %r: %s" % (" + ".join(data_files(checkpoint)), name,
+                                                   getattr(e, "message", str(e)).strip()))
+  return values
 
 
 def write_checkpoint(prefix, tensors):

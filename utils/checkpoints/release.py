@@ -53,7 +53,8 @@ def export(checkpoint, bert_config_file, output_dir, vocab_file=None):
     (number of weights), "size_before" and "size_after" (bytes of the checkpoints).
 
   Raises:
-    errors.UsageError: naming the argument or the variables that do not match.
+    errors.UsageError: naming the argument, the variables that do not match, or the data file
+      that is truncated or cannot be read; nothing is written then.
   """
   try:
     checkpoint = ckpt.resolve_checkpoint(checkpoint)
@@ -70,6 +71,10 @@ def export(checkpoint, bert_config_file, output_dir, vocab_file=None):
   if tf.io.gfile.exists(bundle + ".index"):
     raise errors.UsageError("%s already exists: choose an empty --output_dir" % bundle)
 
+  try:
+    ckpt.check_data_files(checkpoint)
+  except (ValueError, tf.errors.OpError) as e:
+    raise errors.UsageError(getattr(e, "message", str(e)))
   stored = ckpt.checkpoint_shapes(checkpoint)
   wanted = model_weight_shapes(bert_config)
   mismatches = checkpoint_compat.weight_mismatches(stored, wanted)
@@ -79,7 +84,10 @@ def export(checkpoint, bert_config_file, output_dir, vocab_file=None):
                             % (checkpoint, bert_config_file, len(mismatches),
                                checkpoint_compat.list_some(mismatches)))
 
-  weights = ckpt.read_tensors(checkpoint, wanted)
+  try:
+    weights = ckpt.read_tensors(checkpoint, wanted)
+  except ValueError as e:
+    raise errors.UsageError(str(e))
   # Master weights are fp32 already; a checkpoint with fp16 weights is widened (exactly).
   weights = {name: value.astype(np.float32) for name, value in weights.items()}
   tf.io.gfile.makedirs(output_dir)

@@ -96,11 +96,83 @@ def shard_input_files(input_files, num_workers, worker_index):
   return list(input_files), True
 
 
-def _decode_batch(records, name_to_features):
-  """Parses a batch of serialised examples; int64 features are cast to int32."""
+# How an in-pipeline check's message starts (`records.name_bad_input` finds it in the error).
+BAD_RECORD_PREFIX = "bad input record: "
+# The features holding token ids (checked against the vocabulary).
+TOKEN_ID_FEATURES = ("input_ids", "masked_lm_ids")
+
+
+def _indexed_records(path):
+  """The records of one TFRecord file, each with its origin.
+
+  Args:
+    path: scalar tf.string, the file.
+
+  Returns:
+    tf.data.Dataset of (record, path, index): scalar tf.string, tf.string and int64 (0-based
+    position of the record in its file).
+  """
+  return tf.data.TFRecordDataset(path).enumerate().map(
+      lambda index, record: (record, path, index))
+
+
+def _check_token_ids(features, paths, indices, vocab_size):
+  """An op that fails naming the file and record of the first out-of-vocabulary token id.
+
+  On a GPU an embedding lookup of an id >= vocab_size returns zeros instead of failing: without
+  this check such a batch would train silently on garbage.
+
+  Args:
+    features: the parsed batch, int64 TOKEN_ID_FEATURES of shape [batch, length].
+    paths: [batch] tf.string, the file of each record.
+    indices: [batch] int64, each record's position in its file.
+    vocab_size: int.
+
+  Returns:
+    a bool scalar to depend on: computing it raises InvalidArgumentError "... [bad input record:
+    <file>: record <k>: token id <id> in <feature> is outside [0, vocab_size=<n>) ...]" when the
+    batch holds such an id (input_ids checked first).
+  """
+  outside = {name: tf.logical_or(features[name] < 0, features[name] >= vocab_size)
+             for name in TOKEN_ID_FEATURES}
+
+  def fail():
+    """Builds the message of the first bad record (only run for a bad batch)."""
+    messages = []
+    for name in TOKEN_ID_FEATURES:
+      bad_rows = tf.reduce_any(outside[name], axis=1)
+      row = tf.argmax(tf.cast(bad_rows, tf.int32))
+      bad_id = tf.gather(features[name][row], tf.argmax(tf.cast(outside[name][row], tf.int32)))
+      messages.append((tf.reduce_any(bad_rows), tf.strings.join([
+          BAD_RECORD_PREFIX, paths[row], ": record ", tf.strings.as_string(indices[row]),
+          ": token id ", tf.strings.as_string(bad_id), " in %s is outside [0, vocab_size=%d) "
+          "(records made with another vocabulary?)" % (name, vocab_size)])))
+    (first_bad, first), (_, second) = messages
+    with tf.control_dependencies([tf.debugging.Assert(
+        False, [tf.where(first_bad, first, second)])]):
+      return tf.constant(False)
+
+  any_outside = tf.reduce_any([tf.reduce_any(outside[name]) for name in TOKEN_ID_FEATURES])
+  # The message is built only for a bad batch: a good one costs the comparisons and a reduction.
+  return tf.cond(any_outside, fail, lambda: tf.constant(True))
+
+
+def _decode_batch(records, name_to_features, paths=None, indices=None, vocab_size=None):
+  """Parses a batch of serialised examples; int64 features are cast to int32.
+
+  Args:
+    records: [batch] tf.string.
+    name_to_features: `pretraining_feature_spec`.
+    paths, indices: [batch], each record's file and position (`_indexed_records`).
+    vocab_size: when given, every token id must be in [0, vocab_size) (`_check_token_ids`).
+  """
   features = tf.io.parse_example(records, name_to_features)
-  return {name: (tf.cast(value, tf.int32) if value.dtype == tf.int64 else value)
-          for name, value in features.items()}
+  dependencies = []
+  if vocab_size is not None:
+    dependencies.append(_check_token_ids(features, paths, indices, vocab_size))
+  with tf.control_dependencies(dependencies):
+    return {name: (tf.cast(value, tf.int32) if value.dtype == tf.int64 else tf.identity(value))
+            for name, value in features.items()}
 
 
 def _epoch_seeds(seed, epoch):
@@ -112,6 +184,11 @@ def _epoch_seeds(seed, epoch):
   epoch = tf.cast(epoch, tf.int64)
   seed = tf.constant(seed, tf.int64)
   return tf.stack([seed, epoch]), seed * 1000003 + epoch
+
+
+def _records_in_order(files):
+  """The records of `files`, file after file, each with its origin (`_indexed_records`)."""
+  return tf.data.Dataset.from_tensor_slices(tf.constant(files)).flat_map(_indexed_records)
 
 
 def _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic, seed,
@@ -126,20 +203,20 @@ def _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, det
     epoch: int64 scalar Tensor, the epoch's index.
 
   Returns:
-    finite tf.data.Dataset of scalar tf.string.
+    finite tf.data.Dataset of (record, file, index in the file) (`_indexed_records`).
   """
   file_seed, record_seed = _epoch_seeds(seed, epoch)
   if by_record:
     # Every worker must see the files in the same order for the shards to partition the records.
-    d = tf.data.TFRecordDataset(files).shard(num_workers, worker_index)
+    d = _records_in_order(files).shard(num_workers, worker_index)
   else:
     order = tf.random.experimental.stateless_shuffle(tf.constant(files), seed=file_seed)
     d = tf.data.Dataset.from_tensor_slices(order)
     cycle_length = max(1, min(num_cpu_threads, len(files)))
     if deterministic:  # sequential interleave: a fixed order by construction
-      d = d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length)
+      d = d.interleave(_indexed_records, cycle_length=cycle_length)
     else:
-      d = d.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
+      d = d.interleave(_indexed_records, cycle_length=cycle_length,
                        num_parallel_calls=cycle_length, deterministic=False)
   return d.shuffle(buffer_size=shuffle_buffer_size, seed=record_seed)
 
@@ -164,10 +241,10 @@ def _serialized_records(files, by_record, num_workers, worker_index, is_training
     shuffle_buffer_size: records in the shuffle buffer (training).
 
   Returns:
-    tf.data.Dataset of scalar tf.string.
+    tf.data.Dataset of (record, file, index in the file) (`_indexed_records`).
   """
   if not is_training:
-    d = tf.data.TFRecordDataset(files)
+    d = _records_in_order(files)
     return d.shard(num_workers, worker_index) if by_record else d
 
   def epoch_records(epoch):
@@ -180,7 +257,8 @@ def _serialized_records(files, by_record, num_workers, worker_index, is_training
 
 def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
                      is_training, num_cpu_threads=4, num_workers=1, worker_index=0,
-                     deterministic=False, seed=None, shuffle_buffer_size=100, skip_records=0):
+                     deterministic=False, seed=None, shuffle_buffer_size=100, skip_records=0,
+                     vocab_size=None):
   """Builds the `input_fn` of the Estimator / TPUEstimator.
 
   Training: this worker's shard (see `shard_input_files`) epoch after epoch, each epoch every record
@@ -206,6 +284,9 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
       (a resumed run), dropped after the record shuffle, before batching, so the batches
       continue exactly where the checkpoint left them. They are still read to reproduce the
       shuffle, but neither parsed nor trained on.
+    vocab_size: when given, every batch is checked: a token id outside [0, vocab_size) fails the
+      input with an InvalidArgumentError naming the file and record ("bad input record: <file>:
+      record <k>: ..."; `records.name_bad_input` turns it into a usage error).
 
   Returns:
     input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32
@@ -234,8 +315,8 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     if skip_records:
       d = d.skip(skip_records)
     d = d.batch(size, drop_remainder=is_training)
-    def decode(records):
-      return _decode_batch(records, name_to_features)
+    def decode(records, paths, indices):
+      return _decode_batch(records, name_to_features, paths, indices, vocab_size)
 
     if deterministic:  # sequential map: one thread, fixed order
       d = d.map(decode)

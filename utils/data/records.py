@@ -4,6 +4,8 @@ files through TensorFlow's native record reader (CRC-checked, any file system TF
 each record with the same check.
 """
 
+import re
+
 import numpy as np
 import tensorflow as tf
 # TF's random-access record reader: the C++ reader behind tf.data's TFRecordDataset, without a
@@ -12,6 +14,8 @@ import tensorflow as tf
 # (measured side by side: 8 ms per file through tf.data, 0.18 ms this way; docs/DECISIONS.md).
 from tensorflow.python.lib.io import tf_record  # pylint: disable=g-direct-tensorflow-import
 
+from utils.core import errors
+from utils.data.input_pipeline import BAD_RECORD_PREFIX
 from utils.data.input_pipeline import pretraining_feature_spec
 
 
@@ -180,9 +184,23 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
   return None
 
 
+def pipeline_problem(error):
+  """The problem an in-pipeline check named in `error` ("<file>: record <k>: ..."), or None.
+
+  The check (`input_pipeline._check_token_ids`) fails with an InvalidArgumentError whose text
+  holds "assertion failed: [bad input record: <file>: record <k>: ...]".
+  """
+  match = re.search(r"\[%s([^\n]*)\]" % re.escape(BAD_RECORD_PREFIX), _error_text(error))
+  return match.group(1) if match else None
+
+
 def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_seq=None,
                    vocab_size=None):
   """The error to stop a job with after reading its input failed, with the bad file named.
+
+  A problem the in-pipeline check named (an out-of-vocabulary token id) is taken from the error;
+  any other (a corrupt or truncated record: TF names only its byte offset) is found by scanning
+  `input_files` in order (`find_bad_record`).
 
   Args:
     error: the exception the input pipeline raised (typically `tf.errors.DataLossError`).
@@ -190,13 +208,15 @@ def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_
     max_seq_length, max_predictions_per_seq, vocab_size: see `find_bad_record`.
 
   Returns:
-    an exception of the same type as `error` (for OpErrors, with its node and op) whose message
-    names the file and record; `error` itself when no bad record is found.
+    an `errors.UsageError` "bad input record: <file>: record <k> (0-based): <problem>", caused by
+    `error` (the one-line message of a usage error, exit status 2; the chained traceback with
+    --verbose); `error` itself when no bad record is found.
   """
-  problem = find_bad_record(input_files, max_seq_length, max_predictions_per_seq, vocab_size)
+  problem = pipeline_problem(error)
+  if problem is None:
+    problem = find_bad_record(input_files, max_seq_length, max_predictions_per_seq, vocab_size)
   if problem is None:
     return error
-  message = "bad input record: %s\n(original error: %s)" % (problem, _error_text(error))
-  if isinstance(error, tf.errors.OpError):
-    return type(error)(error.node_def, error.op, message)
-  return type(error)(message)
+  named = errors.UsageError(BAD_RECORD_PREFIX + problem)
+  named.__cause__ = error
+  return named

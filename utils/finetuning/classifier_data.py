@@ -79,15 +79,15 @@ class DataProcessor(object):
 
   def get_train_examples(self, data_dir):
     """The training examples of `data_dir`."""
-    return self._create_examples(self._read(data_dir, self.train_file), "train")
+    return self._read_examples(data_dir, self.train_file, "train")
 
   def get_dev_examples(self, data_dir):
     """The development examples of `data_dir`."""
-    return self._create_examples(self._read(data_dir, self.dev_file), "dev")
+    return self._read_examples(data_dir, self.dev_file, "dev")
 
   def get_test_examples(self, data_dir):
     """The unlabelled test examples of `data_dir` (label: the first label)."""
-    return self._create_examples(self._read(data_dir, self.test_file), "test")
+    return self._read_examples(data_dir, self.test_file, "test")
 
   def get_labels(self):
     """The label strings, in label-id order."""
@@ -101,18 +101,55 @@ class DataProcessor(object):
   def _read(self, data_dir, name):
     return read_tsv(os.path.join(data_dir, name))
 
+  def _read_examples(self, data_dir, name, set_type):
+    path = os.path.join(data_dir, name)
+    return self._create_examples(read_tsv(path), set_type, source=path)
+
   def _skips_first_row(self, set_type):  # pylint: disable=unused-argument
     return self.has_header
 
-  def _create_examples(self, rows, set_type):
+  def _create_examples(self, rows, set_type, source="data"):
+    """The examples of a file's rows, each row checked.
+
+    Args:
+      rows: the rows of the file (`read_tsv`), header included.
+      set_type: "train", "dev" (or "dev_matched") or "test".
+      source: the file, for messages.
+
+    Returns:
+      list of InputExample.
+
+    Raises:
+      ValueError: "<source>: line <n>: ..." for a row with fewer columns than the task reads
+        (expected and found), or, outside the test set, a label not among the task's labels.
+    """
     examples = []
+    labels = None if set_type == "test" else self.get_labels()
     for index, row in enumerate(rows):
       if index == 0 and self._skips_first_row(set_type):
         continue
+      wanted = self._min_columns(set_type)
+      if len(row) < wanted:
+        raise ValueError("%s: line %d: %d tab-separated column(s), the %s task's %s rows have "
+                         "at least %d" % (source, index + 1, len(row), self.task_name(),
+                                          set_type, wanted))
       example = self._example(row, index, set_type)
-      if example is not None:
-        examples.append(example)
+      if example is None:
+        continue
+      if labels is not None and example.label not in labels:
+        raise ValueError("%s: line %d: label %r is not one of the task's labels: %s"
+                         % (source, index + 1, example.label, ", ".join(labels)))
+      examples.append(example)
     return examples
+
+  def task_name(self):
+    """The task's name in PROCESSORS (for messages)."""
+    return next((name for name, kind in PROCESSORS.items() if kind is type(self)),
+                type(self).__name__)
+
+  def _min_columns(self, set_type):
+    """Columns a row of `set_type` needs (the last column `_example` reads, plus one)."""
+    raise NotImplementedError()
 
   def _example(self, row, index, set_type):
     raise NotImplementedError()
@@ -126,6 +163,9 @@ class MrpcProcessor(DataProcessor):
   """Microsoft Research Paraphrase Corpus (GLUE): is sentence b a paraphrase of a?"""
 
   labels = ("0", "1")
+
+  def _min_columns(self, set_type):
+    return 5
 
   def _example(self, row, index, set_type):
     return InputExample("%s-%s" % (set_type, index), tokenization.convert_to_unicode(row[3]),
@@ -141,6 +181,9 @@ class ColaProcessor(DataProcessor):
   def _skips_first_row(self, set_type):
     return set_type == "test"
 
+  def _min_columns(self, set_type):
+    return 2 if set_type == "test" else 4
+
   def _example(self, row, index, set_type):
     text = row[1] if set_type == "test" else row[3]
     return InputExample("%s-%s" % (set_type, index), tokenization.convert_to_unicode(text),
@@ -155,7 +198,11 @@ class MnliProcessor(DataProcessor):
   labels = ("contradiction", "entailment", "neutral")
 
   def get_dev_examples(self, data_dir):
-    return self._create_examples(self._read(data_dir, self.dev_file), "dev_matched")
+    return self._read_examples(data_dir, self.dev_file, "dev_matched")
+
+  def _min_columns(self, set_type):
+    # The label is the last column: a test row (no label) has the 10 text columns only.
+    return 10 if set_type == "test" else 11
 
   def _example(self, row, index, set_type):
     return InputExample("%s-%s" % (set_type, tokenization.convert_to_unicode(row[0])),
@@ -175,6 +222,9 @@ class XnliProcessor(DataProcessor):
 
   def get_test_examples(self, data_dir):
     raise ValueError("the xnli task has no test set (the original defines none)")
+
+  def _min_columns(self, set_type):
+    return 3 if set_type == "train" else 8
 
   def _example(self, row, index, set_type):
     if set_type == "train":
@@ -212,6 +262,9 @@ class StdlibProcessor(DataProcessor):
       raise ValueError("the stdlib task reads its labels from %s in --data_dir"
                        % self.labels_file)
     return list(self._labels)
+
+  def _min_columns(self, set_type):
+    return 2
 
   def _example(self, row, index, set_type):
     return InputExample("%s-%d" % (set_type, index), tokenization.convert_to_unicode(row[1]),

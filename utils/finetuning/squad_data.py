@@ -124,9 +124,77 @@ def split_paragraph(text):
 
 
 def load_squad(input_file):
-  """The "data" list of a SQuAD json file."""
+  """The "data" list of a SQuAD json file.
+
+  Raises:
+    ValueError: naming the file when it is not JSON or has no "data" list.
+  """
   with tf.io.gfile.GFile(input_file, "r") as reader:
-    return json.load(reader)["data"]
+    try:
+      dataset = json.load(reader)
+    except ValueError as e:
+      raise ValueError("%s: not valid JSON: %s" % (input_file, e))
+  if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+    raise ValueError("%s: a SQuAD file is a JSON object with a \"data\" list" % input_file)
+  return dataset["data"]
+
+
+def _require_key(item, key, kind, path, where, where_kind=None):
+  """item[key], checked to be a `kind`; ValueError "<path>: <where>: ..." otherwise."""
+  if not isinstance(item, dict) or key not in item:
+    raise ValueError("%s: %s: no key %r" % (path, where, key))
+  value = item[key]
+  if not isinstance(value, kind) or isinstance(value, bool):
+    raise ValueError("%s: %s: %r is a %s, expected %s"
+                     % (path, where, key, type(value).__name__, where_kind or kind.__name__))
+  return value
+
+
+def check_squad(articles, path, is_training, version_2_with_negative=False):
+  """Checks the structure of a SQuAD file's "data" list: every key the reader uses, and (training)
+  every answer inside its context.
+
+  Args:
+    articles: the "data" list (`load_squad`).
+    path: the file, for messages.
+    is_training: the answers are training targets: each answerable question has exactly one,
+      with "text" and an integer "answer_start" such that the answer lies inside the context.
+    version_2_with_negative: SQuAD 2.0 ("is_impossible" questions need no answer).
+
+  Returns:
+    the number of questions.
+
+  Raises:
+    ValueError: "<path>: question <id>: ..." naming the key or the answer, or, for a question
+      without an id, its position "article a, paragraph p, question q" (0-based).
+  """
+  questions = 0
+  for a, article in enumerate(articles):
+    paragraphs = _require_key(article, "paragraphs", list, path, "article %d" % a)
+    for p, paragraph in enumerate(paragraphs):
+      where = "article %d, paragraph %d" % (a, p)
+      context = _require_key(paragraph, "context", str, path, where)
+      qas = _require_key(paragraph, "qas", list, path, where)
+      for q, qa in enumerate(qas):
+        position = "%s, question %d" % (where, q)
+        qas_id = _require_key(qa, "id", (str, int), path, position, "a string")
+        where_qa = "question %s" % qas_id
+        _require_key(qa, "question", str, path, where_qa)
+        questions += 1
+        if not is_training or (version_2_with_negative and qa.get("is_impossible", False)):
+          continue
+        answers = _require_key(qa, "answers", list, path, where_qa)
+        if len(answers) != 1:
+          raise ValueError("%s: %s: training questions need exactly 1 answer, got %d"
+                           % (path, where_qa, len(answers)))
+        text = _require_key(answers[0], "text", str, path, where_qa + ", answer 0")
+        start = _require_key(answers[0], "answer_start", int, path, where_qa + ", answer 0",
+                             "an integer")
+        if not text or start < 0 or start + len(text) > len(context):
+          raise ValueError("%s: %s: the answer (answer_start %d, %d characters) is outside its "
+                           "context of %d characters" % (path, where_qa, start, len(text),
+                                                         len(context)))
+  return questions
 
 
 def _training_answer(qa, words, char_to_word, version_2_with_negative):
@@ -160,10 +228,13 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False):
     list of SquadExample in file order (training answers not found in their paragraph left out).
 
   Raises:
-    ValueError: for a training question without exactly one answer.
+    ValueError: naming the file and the question (`check_squad`) for a missing key, a training
+      question without exactly one answer, or an answer outside its context.
   """
   examples = []
-  for article in load_squad(input_file):
+  articles = load_squad(input_file)
+  check_squad(articles, input_file, is_training, version_2_with_negative)
+  for article in articles:
     for paragraph in article["paragraphs"]:
       words, char_to_word = split_paragraph(paragraph["context"])
       for qa in paragraph["qas"]:

@@ -94,6 +94,23 @@ def comm_local_size():
   return module.local_size() if module is not None else 1
 
 
+# What Horovod's collectives say on the ranks that are still running after another rank ended
+# (its own error is reported by that rank).
+SHUTDOWN_MESSAGE = "Horovod has been shut down"
+
+
+def stopped_by_another_rank(error):
+  """Whether `error` (from a session run) is Horovod's: another rank ended, this one cannot go on.
+
+  Args:
+    error: an exception.
+
+  Returns:
+    bool.
+  """
+  return SHUTDOWN_MESSAGE in getattr(error, "message", str(error))
+
+
 def broadcast_global_variables_hook(root_rank=0):
   """Hook that copies every global variable from `root_rank` to all workers after initialisation.
 

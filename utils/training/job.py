@@ -157,6 +157,11 @@ def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_err
       pipeline raised a DataLossError or InvalidArgumentError.
     explain_nan_loss: optional function checkpoint_step -> `hooks.TrainingDivergedError`, saying
       what to change after the Estimator's NaN-loss check stopped the run.
+
+  Raises:
+    errors.StoppedByAnotherWorker: Horovod shut down because another rank ended (that rank
+      reports why); the error `explain_input_error` or `explain_nan_loss` gives; any other error
+      of the run as it is.
   """
   done_steps = checkpoint_step(progress_dir)
   if done_steps >= max_steps:
@@ -166,8 +171,13 @@ def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_err
   logging.info("***** Running training from step %d to %d *****", done_steps, max_steps)
   try:
     estimator.train(input_fn=input_fn, hooks=hooks, max_steps=max_steps)
-  except INPUT_ERRORS as e:
-    raise _explained(e, explain_input_error)
+  except tf.errors.OpError as e:
+    if hvd_utils.stopped_by_another_rank(e):
+      # The rank that failed prints the job's one line; the others end without a traceback.
+      raise errors.StoppedByAnotherWorker("stopped: another worker ended the job") from e
+    if isinstance(e, INPUT_ERRORS):
+      raise _explained(e, explain_input_error)
+    raise
   except _tf1.train.NanLossDuringTrainingError as e:
     if explain_nan_loss is None:
       raise

@@ -53,7 +53,8 @@ def script_main(script_name, run, defaults=None):
 
   Returns:
     main(argv) -> exit status: no positional arguments, the script's defaults for the flags not
-    given, INFO logging, and `run`'s errors reported as one line with their exit status.
+    given, INFO logging, and `run`'s errors reported as one line with their exit status (after
+    their traceback with --verbose).
   """
 
   def main(argv):
@@ -62,7 +63,8 @@ def script_main(script_name, run, defaults=None):
       return errors.USAGE_EXIT_CODE
     job_flags.apply_script_defaults(flags.FLAGS, defaults)
     logging.set_verbosity(logging.INFO)
-    return errors.run_reporting_errors(script_name, run, flags.FLAGS)
+    return errors.run_reporting_errors(script_name, run, flags.FLAGS,
+                                       verbose=getattr(flags.FLAGS, "verbose", False))
 
   return main
 

@@ -1,0 +1,223 @@
+"""Bad pretraining records met during a run: named by file and record, one line, exit status 2.
+
+- Token ids: the pre-flight check reads the first record of each file; the input pipeline checks
+  every batch, so an out-of-vocabulary id in the LAST record of a file is caught too (on a GPU the
+  embedding lookup would return zeros for it and train on garbage).
+- A corrupt record (bytes overwritten mid-file): the scan after the failure names it.
+- Under Horovod, the rank that met it prints the line; no rank prints a traceback.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import helpers
+from utils.core import errors
+from utils.data import input_pipeline
+from utils.data import records
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")
+BIN_DIR = os.path.dirname(sys.executable)
+SEQ, PRED, VOCAB = 16, 3, 100
+CONFIG = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+              intermediate_size=32, max_position_embeddings=SEQ, type_vocab_size=2,
+              hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+              initializer_range=0.02)
+# The largest id of the data, only in the last record of the last file.
+LARGEST_ID = VOCAB + 17
+
+
+def _batch(seed, rows):
+  return helpers.random_batch(np.random.RandomState(seed), rows, SEQ, VOCAB, PRED)
+
+
+def _write_data(directory, rows=(12, 10)):
+  """Files part-<i>.tfrecord with ids < VOCAB, except input_ids[1] of the last record of the
+  last file: LARGEST_ID. Returns the paths."""
+  directory.mkdir(parents=True, exist_ok=True)
+  paths = []
+  for index, count in enumerate(rows):
+    batch = _batch(index, count)
+    if index == len(rows) - 1:
+      batch["input_ids"][-1, 1] = LARGEST_ID
+    path = str(directory / ("part-%d.tfrecord" % index))
+    helpers.write_batch_records(path, batch)
+    paths.append(path)
+  return paths
+
+
+def _drain(input_fn):
+  """Reads every batch of an evaluation input_fn's dataset (graph mode, like the Estimator)."""
+  with tf.Graph().as_default():
+    batch = tf.compat.v1.data.make_one_shot_iterator(input_fn({})).get_next()
+    with tf.compat.v1.Session() as session:
+      count = 0
+      while True:
+        try:
+          session.run(batch)
+        except tf.errors.OutOfRangeError:
+          return count
+        count += 1
+
+
+def _record_spans(path):
+  """[(first byte, end byte)] of each record of a TFRecord file, read from its framing (8-byte
+  length, 4-byte length CRC, data, 4-byte data CRC), independently of TensorFlow."""
+  data = open(path, "rb").read()
+  spans, offset = [], 0
+  while offset < len(data):
+    (length,) = struct.unpack("<Q", data[offset:offset + 8])
+    end = offset + 12 + length + 4
+    spans.append((offset, end))
+    offset = end
+  return spans
+
+
+def test_out_of_vocabulary_id_in_the_last_record_is_named_by_the_pipeline(tmp_path):
+  paths = _write_data(tmp_path)
+  last = len(_record_spans(paths[1])) - 1
+  assert last == 9
+  # vocab_size just below the largest id: the pre-flight check of first records passes ...
+  records.check_input_files(paths, SEQ, PRED, vocab_size=LARGEST_ID)
+  # ... the pipeline's check of every batch fails on the last record, naming it.
+  for is_training in (False, True):
+    input_fn = input_pipeline.input_fn_builder(paths, 4, SEQ, PRED, is_training=is_training,
+                                               vocab_size=LARGEST_ID)
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+      if is_training:
+        with tf.Graph().as_default():
+          batch = tf.compat.v1.data.make_one_shot_iterator(input_fn({})).get_next()
+          with tf.compat.v1.Session() as session:
+            for _ in range(20):  # 22 records: the last is met in the first epoch's 6 batches
+              session.run(batch)
+      else:
+        _drain(input_fn)
+    expected = ("%s: record %d: token id %d in input_ids is outside [0, vocab_size=%d)"
+                % (paths[1], last, LARGEST_ID, LARGEST_ID))
+    assert records.pipeline_problem(raised.value).startswith(expected)
+    named = records.name_bad_input(raised.value, paths)
+    assert isinstance(named, errors.UsageError)
+    assert str(named).startswith("bad input record: " + expected)
+  # One id more in the vocabulary: every record passes.
+  assert _drain(input_pipeline.input_fn_builder(paths, 4, SEQ, PRED, is_training=False,
+                                                vocab_size=LARGEST_ID + 1)) == 6
+
+
+def test_masked_lm_id_outside_the_vocabulary_is_named(tmp_path):
+  batch = _batch(3, 5)
+  batch["masked_lm_ids"][2, 0] = VOCAB
+  path = str(tmp_path / "masked.tfrecord")
+  helpers.write_batch_records(path, batch)
+  with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+    _drain(input_pipeline.input_fn_builder([path], 2, SEQ, PRED, is_training=False,
+                                           vocab_size=VOCAB))
+  assert records.pipeline_problem(raised.value).startswith(
+      "%s: record 2: token id %d in masked_lm_ids is outside" % (path, VOCAB))
+
+
+def test_pipeline_without_vocab_size_yields_the_same_batches(tmp_path):
+  # The records carry their origin through the pipeline: the batches are unchanged.
+  paths = _write_data(tmp_path, rows=(5, 6))
+  expected = [_batch(0, 5), _batch(1, 6)]
+  expected[1]["input_ids"][-1, 1] = LARGEST_ID
+  with tf.Graph().as_default():
+    input_fn = input_pipeline.input_fn_builder(paths, 11, SEQ, PRED, is_training=False)
+    batch = tf.compat.v1.data.make_one_shot_iterator(input_fn({})).get_next()
+    with tf.compat.v1.Session() as session:
+      got = session.run(batch)
+  for name in ("input_ids", "masked_lm_ids", "masked_lm_weights"):
+    np.testing.assert_array_equal(got[name], np.concatenate([e[name] for e in expected]))
+
+
+def _flags(config, input_dir, out, **extra):
+  values = dict(bert_config_file=config, input_files_dir=input_dir, output_dir=out,
+                max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=4,
+                learning_rate=1e-3, num_warmup_steps=1, num_train_steps=40,
+                save_checkpoints_steps=1000, display_loss_steps=10, do_train=True)
+  values.update(extra)
+  return ["--%s=%s" % (k, v) for k, v in values.items()]
+
+
+def _config(tmp_path, **changes):
+  path = tmp_path / "bert_config.json"
+  path.write_text(json.dumps(dict(CONFIG, **changes)))
+  return str(path)
+
+
+def _run(args, launcher=(), timeout=240):
+  return subprocess.run(list(launcher) + [sys.executable, SCRIPT] + list(args),
+                        capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+
+
+@pytest.mark.e2e
+def test_run_stops_at_the_last_records_out_of_vocabulary_id_in_one_line(tmp_path):
+  paths = _write_data(tmp_path / "data")
+  config = _config(tmp_path, vocab_size=LARGEST_ID)
+  proc = _run(_flags(config, tmp_path / "data", tmp_path / "out"))
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  expected = ("run_pretraining.py: error: bad input record: %s: record 9: token id %d in "
+              "input_ids is outside [0, vocab_size=%d)" % (paths[1], LARGEST_ID, LARGEST_ID))
+  assert expected in proc.stderr, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr
+
+
+def _corrupt_middle(source, target):
+  """Copies `source` with 100 bytes in its middle overwritten; returns the index of the first
+  record those bytes fall in (from the file's framing)."""
+  data = bytearray(open(source, "rb").read())
+  middle = len(data) // 2
+  data[middle:middle + 100] = bytes(range(100))
+  open(target, "wb").write(bytes(data))
+  return next(i for i, (start, end) in enumerate(_record_spans(source)) if start <= middle < end)
+
+
+@pytest.mark.e2e
+def test_corrupt_record_mid_training_is_one_line_and_the_traceback_only_with_verbose(tmp_path):
+  good = _write_data(tmp_path / "good", rows=(40,))[0]
+  (tmp_path / "bad").mkdir()
+  broken = str(tmp_path / "bad" / "broken.tfrecord")
+  index = _corrupt_middle(good, broken)
+  assert index > 0  # the pre-flight check (first record) passes
+  config = _config(tmp_path, vocab_size=LARGEST_ID + 1)
+  quiet, verbose = [_run(_flags(config, tmp_path / "bad", tmp_path / name, **extra))
+                    for name, extra in (("quiet", {}), ("verbose", {"verbose": True}))]
+  expected = "run_pretraining.py: error: bad input record: %s: record %d: " % (broken, index)
+  for proc in (quiet, verbose):
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert expected in proc.stderr, proc.stderr[-3000:]
+  assert "Traceback" not in quiet.stderr
+  error_lines = [line for line in quiet.stderr.splitlines() if "error" in line.lower()]
+  assert len(error_lines) == 1 and error_lines[0].startswith(expected), error_lines
+  assert "Traceback" in verbose.stderr and "DataLossError" in verbose.stderr
+
+
+@pytest.mark.e2e
+def test_corrupt_record_under_horovod_is_one_line_from_the_rank_that_met_it(tmp_path):
+  good = [_write_data(tmp_path / ("good%d" % i), rows=(40,))[0] for i in range(2)]
+  (tmp_path / "bad").mkdir()
+  os.link(good[0], str(tmp_path / "bad" / "a-good.tfrecord"))
+  broken = str(tmp_path / "bad" / "b-broken.tfrecord")
+  index = _corrupt_middle(good[1], broken)
+  config = _config(tmp_path, vocab_size=LARGEST_ID + 1)
+  launcher = [os.path.join(BIN_DIR, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo"]
+  proc = subprocess.run(["timeout", "240"] + launcher + [sys.executable, SCRIPT] + _flags(
+      config, tmp_path / "bad", tmp_path / "out", horovod=True, num_train_steps=100000),
+                        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+  output = proc.stdout + proc.stderr
+  assert proc.returncode not in (0, 124), output[-4000:]
+  expected = "run_pretraining.py: error: bad input record: %s: record %d: " % (broken, index)
+  assert output.count(expected) == 1, output[-4000:]
+  # No rank prints a traceback (horovodrun prefixes each rank's lines with "[<rank>]<stderr>:";
+  # the launcher's own report of the failed process is Horovod's).
+  rank_lines = [line for line in output.splitlines() if line.startswith(("[0]", "[1]"))]
+  assert any(expected in line for line in rank_lines)
+  assert not [line for line in rank_lines if "Traceback" in line], output[-6000:]
+  assert not [line for line in rank_lines if "error" in line.lower() and expected not in line], (
+      output[-6000:])

@@ -1,0 +1,40 @@
+"""The script lifecycle's config reading (`lifecycle.load_bert_config`): every Estimator script
+refuses a config whose values do not fit together when it reads it, before any graph."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.e2e
+def test_every_script_refuses_heads_that_do_not_divide_the_hidden_size(tmp_path):
+  config = tmp_path / "heads.json"
+  config.write_text(json.dumps(dict(
+      vocab_size=100, hidden_size=128, num_hidden_layers=2, num_attention_heads=3,
+      intermediate_size=256, max_position_embeddings=64, type_vocab_size=2)))
+  common = ["--bert_config_file=%s" % config, "--max_seq_length=64", "--do_train"]
+  # The data flags name files that are never read: the config is refused first.
+  scripts = {
+      "run_pretraining.py": ["--input_file=%s" % (tmp_path / "none.tfrecord"),
+                             "--max_predictions_per_seq=5"],
+      "run_classifier.py": ["--task_name=mrpc", "--data_dir=%s" % tmp_path,
+                            "--vocab_file=%s" % (tmp_path / "vocab.txt")],
+      "run_squad.py": ["--train_file=%s" % (tmp_path / "train.json"), "--max_query_length=12",
+                       "--vocab_file=%s" % (tmp_path / "vocab.txt")],
+  }
+  procs = {script: subprocess.Popen(
+      [sys.executable, script, "--output_dir=%s" % (tmp_path / script)] + common + extra,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+           for script, extra in scripts.items()}
+  for script, proc in procs.items():
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 2, (script, stderr[-3000:])
+    assert ("%s: error: --bert_config_file: %s: bert config: 'hidden_size' (128) must be a "
+            "multiple of 'num_attention_heads' (3)" % (script, config)) in stderr, stderr[-3000:]
+    assert "Traceback" not in stderr and "Running training" not in stderr
+    assert not (tmp_path / script).exists()
