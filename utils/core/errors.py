@@ -3,6 +3,9 @@
   UsageError             a bad flag, file or input the user gave: exit 2 (argparse's and absl's
                          convention for usage errors), found before any graph is built when it can
   TrainingDivergedError  the training loss became NaN; the message says what to change: exit 1
+  DiskFullError          a checkpoint or log write found no space left on the device; the message
+                         names the directory, the bytes needed and free: exit 2 (like a usage
+                         error, the user has to act before a rerun can succeed; docs/LONG_RUNS.md)
 
 Scripts and tools end through `run_reporting_errors`, which prints one line,
 "<program>: error: <message>", instead of a traceback.
@@ -24,6 +27,11 @@ class TrainingDivergedError(RuntimeError):
   """The training loss became NaN; the message says what to change (exit status 1)."""
 
 
+class DiskFullError(RuntimeError):
+  """No space left for a checkpoint or the run log; the message names the directory, the bytes
+  needed and free (exit status 2)."""
+
+
 def require(condition, message, *args):
   """Raises UsageError(message % args) unless `condition`."""
   if not condition:
@@ -31,7 +39,8 @@ def require(condition, message, *args):
 
 
 # The errors that end a run with one line, and their exit status.
-_EXIT_CODES = ((UsageError, USAGE_EXIT_CODE), (TrainingDivergedError, FAILURE_EXIT_CODE))
+_EXIT_CODES = ((UsageError, USAGE_EXIT_CODE), (TrainingDivergedError, FAILURE_EXIT_CODE),
+               (DiskFullError, USAGE_EXIT_CODE))
 
 
 def report(program, message, stream=None):

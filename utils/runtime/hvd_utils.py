@@ -137,6 +137,33 @@ def average_variables_op(variables, name="weight_sync"):
     return tf.group(*assigns, name="average_variables")
 
 
+# What Horovod's collectives raise on the other ranks once one rank has failed or exited.
+SHUTDOWN_MESSAGE = "Horovod has been shut down"
+
+
+def is_shutdown_error(error):
+  """Whether `error` (or an error it was raised from) is Horovod's "has been shut down": a
+  collective of this rank failed because another rank had failed or exited first."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if SHUTDOWN_MESSAGE in (getattr(error, "message", None) or str(error)):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def broadcast_value(value, root_rank=0):
+  """`value` (a picklable object) of rank `root_rank` on every rank; also a barrier.
+
+  Without Horovod (or before `hvd_init()`), returns `value`.
+  """
+  module = _initialised_horovod()
+  if module is None or module.size() == 1:
+    return value
+  return module.broadcast_object(value, root_rank=root_rank, name="broadcast_value")
+
+
 def worker_output_dir(output_dir, rank, local_rank, node_local_output_dir):
   """The directory this worker writes to (docs/DESIGN.md section 7).
 
