@@ -140,6 +140,15 @@ def test_prepare_resume_steps_back_from_an_unreadable_newest_checkpoint(tmp_path
   assert recovery.prepare_resume(str(tmp_path)) == (4, None)
 
 
+def test_prepare_resume_steps_back_when_the_index_names_missing_files(tmp_path):
+  prefixes = _write_checkpoints(tmp_path, [2, 4])
+  for path in recovery.prefix_files(prefixes[-1]):
+    os.remove(path)
+  step, note = recovery.prepare_resume(str(tmp_path))
+  assert step == 2 and "names model.ckpt-4, whose files are missing" in note
+  assert tf.train.latest_checkpoint(str(tmp_path)) == prefixes[0]
+
+
 def test_prepare_resume_refuses_when_no_checkpoint_is_readable(tmp_path):
   for prefix in _write_checkpoints(tmp_path, [2]):
     with open(prefix + ".data-00000-of-00001", "r+b") as f:

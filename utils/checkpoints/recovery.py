@@ -200,13 +200,9 @@ def rewrite_index(directory, prefixes):
 
 
 def _all_checkpoints(directory):
-  """Every checkpoint of `directory`: those with an index file, plus those the index names."""
-  by_step = dict(listed_checkpoints(directory))
-  for prefix in indexed_checkpoints(directory):
-    step = step_of(prefix)
-    if step is not None:
-      by_step.setdefault(step, prefix)
-  return sorted(by_step.items())
+  """Every checkpoint of `directory` with an index file (also one the index does not name yet),
+  oldest first: list of (step, prefix)."""
+  return listed_checkpoints(directory)
 
 
 def prepare_resume(directory, resume_from_step=None):
@@ -247,11 +243,14 @@ def prepare_resume(directory, resume_from_step=None):
   else:
     step, prefix = None, None
   if not unreadable:
-    if step != newest_indexed:
-      rewrite_index(directory, [p for s, p in checkpoints])
+    if step == newest_indexed:
+      return step, None
+    rewrite_index(directory, [p for s, p in checkpoints])
+    if newest_indexed is None or step > newest_indexed:
       return step, ("resuming from %s, complete but not yet in the checkpoint index (the save "
                     "was interrupted before the index was updated)" % prefix)
-    return step, None
+    return step, ("the checkpoint index names model.ckpt-%d, whose files are missing; resuming "
+                  "from %s, the newest complete checkpoint" % (newest_indexed, prefix))
   moved_to = move_checkpoints([p for _, p, _ in unreadable], os.path.join(directory, UNREADABLE_DIR))
   bad = "; ".join(problem for _, _, problem in unreadable)
   if prefix is None:
@@ -317,9 +316,14 @@ def write_health(directory, records):
   """Writes the records (a new file, then renamed over the old: never half-written)."""
   tf.io.gfile.makedirs(directory)
   path = os.path.join(directory, HEALTH_FILE)
-  with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-    json.dump({"checkpoints": records}, f, indent=1)
-    f.write("\n")
+  try:
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+      json.dump({"checkpoints": records}, f, indent=1)
+      f.write("\n")
+  except Exception:
+    if tf.io.gfile.exists(path + ".tmp"):
+      tf.io.gfile.remove(path + ".tmp")
+    raise
   tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
 
