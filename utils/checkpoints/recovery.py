@@ -251,7 +251,8 @@ def prepare_resume(directory, resume_from_step=None):
                     "was interrupted before the index was updated)" % prefix)
     return step, ("the checkpoint index names model.ckpt-%d, whose files are missing; resuming "
                   "from %s, the newest complete checkpoint" % (newest_indexed, prefix))
-  moved_to = move_checkpoints([p for _, p, _ in unreadable], os.path.join(directory, UNREADABLE_DIR))
+  moved_to = move_checkpoints([p for _, p, _ in unreadable],
+                              os.path.join(directory, UNREADABLE_DIR))
   bad = "; ".join(problem for _, _, problem in unreadable)
   if prefix is None:
     raise errors.UsageError(
@@ -384,9 +385,9 @@ class CheckpointHealthHook(tf.estimator.SessionRunHook):
   it. After `SKIP_LIMIT_FP32` (fp32) or `SKIP_LIMIT_LOSS_SCALED` consecutive skipped updates it
   raises `UpdatesSkippedError`.
 
-  Through `listener`, the saver's CheckpointSaverListener (the saving worker only), it appends {step, loss,
-  global_norm, finite, time} of the update that produced each checkpoint to `directory`'s
-  checkpoint_health.json. Put it before the saver in the hook list, so the values of the saving
+  Through `listener`, the saver's CheckpointSaverListener (the saving worker only), it appends
+  {step, loss, global_norm, finite, time} of the update that produced each checkpoint to
+  `directory`'s checkpoint_health.json. Put it before the saver in the hook list, so the values of the saving
   update are in when the saver runs.
   """
 
