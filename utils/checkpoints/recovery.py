@@ -387,8 +387,8 @@ class CheckpointHealthHook(tf.estimator.SessionRunHook):
 
   Through `listener`, the saver's CheckpointSaverListener (the saving worker only), it appends
   {step, loss, global_norm, finite, time} of the update that produced each checkpoint to
-  `directory`'s checkpoint_health.json. Put it before the saver in the hook list, so the values of the saving
-  update are in when the saver runs.
+  `directory`'s checkpoint_health.json. Put it before the saver in the hook list, so the values
+  of the saving update are in when the saver runs.
   """
 
   def __init__(self, directory=None, num_accumulation_steps=1, keep_checkpoint_max=None):
