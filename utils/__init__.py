@@ -4,11 +4,12 @@
   (top level)   the release's modules: modeling, optimization, tokenization, fused_layer_norm,
                 gpu_environment
   runtime/      the process: command-line entry, Horovod, session config, output-dir lock, workers,
-                the data generator's worker pool
+                the data generator's worker pool, free disk space
   runlog/       the run's log: dllogger lines, the training meter, plots, golden losses
   data/         pretraining records: the input pipeline, record checks, the record encoder
   model/        what is built on `modeling.BertModel`: the pretraining heads
-  checkpoints/  what a checkpoint holds, resume compatibility, the release bundle
+  checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
+                checkpoint to resume from, partial saves, checkpoint health)
   training/     the Estimator job: the script lifecycle, shared flags, model_fn, hooks,
                 determinism
   finetuning/   the fine-tuning application: SQuAD and classification data, scoring, records

@@ -3,6 +3,9 @@
   UsageError             a bad flag, file or input the user gave: exit 2 (argparse's and absl's
                          convention for usage errors), found before any graph is built when it can
   TrainingDivergedError  the training loss became NaN; the message says what to change: exit 1
+  DiskFullError          a checkpoint or log write found no space left on the device; the message
+                         names the directory, the bytes needed and free: exit 2 (like a usage
+                         error, the user has to act before a rerun can succeed; docs/LONG_RUNS.md)
   StoppedByAnotherWorker another worker ended the job and printed why: exit 1 without a line
 
 Scripts and tools end through `run_reporting_errors`, which prints one line,
@@ -26,6 +29,11 @@ class TrainingDivergedError(RuntimeError):
   """The training loss became NaN; the message says what to change (exit status 1)."""
 
 
+class DiskFullError(RuntimeError):
+  """No space left for a checkpoint or the run log; the message names the directory, the bytes
+  needed and free (exit status 2)."""
+
+
 class StoppedByAnotherWorker(RuntimeError):
   """Another worker of the job ended it and reported why; this worker ends quietly (exit status
   1, no line: the job's message is the other worker's)."""
@@ -39,7 +47,7 @@ def require(condition, message, *args):
 
 # The errors that end a run with one line (StoppedByAnotherWorker: none), and their exit status.
 _EXIT_CODES = ((UsageError, USAGE_EXIT_CODE), (TrainingDivergedError, FAILURE_EXIT_CODE),
-               (StoppedByAnotherWorker, FAILURE_EXIT_CODE))
+               (DiskFullError, USAGE_EXIT_CODE), (StoppedByAnotherWorker, FAILURE_EXIT_CODE))
 
 
 def report(program, message, stream=None):

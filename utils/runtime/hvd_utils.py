@@ -94,23 +94,6 @@ def comm_local_size():
   return module.local_size() if module is not None else 1
 
 
-# What Horovod's collectives say on the ranks that are still running after another rank ended
-# (its own error is reported by that rank).
-SHUTDOWN_MESSAGE = "Horovod has been shut down"
-
-
-def stopped_by_another_rank(error):
-  """Whether `error` (from a session run) is Horovod's: another rank ended, this one cannot go on.
-
-  Args:
-    error: an exception.
-
-  Returns:
-    bool.
-  """
-  return SHUTDOWN_MESSAGE in getattr(error, "message", str(error))
-
-
 def broadcast_global_variables_hook(root_rank=0):
   """Hook that copies every global variable from `root_rank` to all workers after initialisation.
 
@@ -152,6 +135,33 @@ def average_variables_op(variables, name="weight_sync"):
     assigns = [var.assign(module.allreduce(var.read_value(), op=module.Average))
                for var in variables]
     return tf.group(*assigns, name="average_variables")
+
+
+# What Horovod's collectives raise on the other ranks once one rank has failed or exited.
+SHUTDOWN_MESSAGE = "Horovod has been shut down"
+
+
+def is_shutdown_error(error):
+  """Whether `error` (or an error it was raised from) is Horovod's "has been shut down": a
+  collective of this rank failed because another rank had failed or exited first."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if SHUTDOWN_MESSAGE in (getattr(error, "message", None) or str(error)):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def broadcast_value(value, root_rank=0):
+  """`value` (a picklable object) of rank `root_rank` on every rank; also a barrier.
+
+  Without Horovod (or before `hvd_init()`), returns `value`.
+  """
+  module = _initialised_horovod()
+  if module is None or module.size() == 1:
+    return value
+  return module.broadcast_object(value, root_rank=root_rank, name="broadcast_value")
 
 
 def worker_output_dir(output_dir, rank, local_rank, node_local_output_dir):

@@ -32,6 +32,10 @@ flags.DEFINE_integer("max_seq_length", 128,
                      "longer input is truncated or windowed, shorter padded).")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save a checkpoint every this many updates.")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
+flags.DEFINE_integer("resume_from_step", None,
+                     "Resume from the checkpoint of this step in --output_dir instead of the "
+                     "newest (e.g. the one before a divergence); the newer checkpoints are moved "
+                     "to <output_dir>/set_aside_after_step_N. 0: start from the initial weights.")
 flags.DEFINE_bool("save_graph_def", False,
                   "Write the graph (graph.pbtxt, the TensorBoard graph, a .meta file per "
                   "checkpoint); not needed to resume or to initialise from a checkpoint.")

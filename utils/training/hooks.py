@@ -402,10 +402,11 @@ class PeriodicCheckpointSaverHook(_tf1.train.CheckpointSaverHook):
   one already has that checkpoint. The Estimator uses this hook instead of adding its own.
   """
 
-  def __init__(self, checkpoint_dir, save_steps, save_graph_def=False):
-    """Args: the directory, the step interval, and whether to write the graph (graph.pbtxt, the
-    TensorBoard graph and a .meta file per checkpoint)."""
-    super().__init__(checkpoint_dir, save_steps=save_steps, save_graph_def=save_graph_def)
+  def __init__(self, checkpoint_dir, save_steps, save_graph_def=False, listeners=None):
+    """Args: the directory, the step interval, whether to write the graph (graph.pbtxt, the
+    TensorBoard graph and a .meta file per checkpoint), and CheckpointSaverListeners."""
+    super().__init__(checkpoint_dir, save_steps=save_steps, save_graph_def=save_graph_def,
+                     listeners=listeners)
 
   def after_create_session(self, session, coord):
     global_step = session.run(self._global_step_tensor)

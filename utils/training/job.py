@@ -89,7 +89,8 @@ def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
 
 
 def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_def=False,
-                   log_hook=None, force_weight_sync=False, num_accumulation_steps=1):
+                   log_hook=None, force_weight_sync=False, num_accumulation_steps=1,
+                   health_hook=None):
   """The hooks of a training run, in the order they run.
 
   Args:
@@ -101,15 +102,18 @@ def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_d
     force_weight_sync: --force_weight_sync (FORCE_WEIGHT_SYNC in the environment also turns it
       on): average the weights every `num_accumulation_steps` iterations.
     num_accumulation_steps: micro-steps per update.
+    health_hook: a `recovery.CheckpointHealthHook`, or None: it runs before the saver (and
+      listens to its saves).
 
   Returns:
-    list of SessionRunHooks: checkpoint saver, log, weight sync, Horovod broadcast (each when
-    wanted).
+    list of SessionRunHooks: checkpoint health, checkpoint saver, log, weight sync, Horovod
+    broadcast (each when wanted).
   """
-  hooks = []
+  hooks = [] if health_hook is None else [health_hook]
   if checkpoint_dir is not None:
     hooks.append(hooks_lib.PeriodicCheckpointSaverHook(
-        checkpoint_dir, save_steps=save_checkpoints_steps, save_graph_def=save_graph_def))
+        checkpoint_dir, save_steps=save_checkpoints_steps, save_graph_def=save_graph_def,
+        listeners=[health_hook.listener] if health_hook is not None else None))
   if log_hook is not None:
     hooks.append(log_hook)
   if hooks_lib.weight_sync_enabled(force_weight_sync):
@@ -172,7 +176,7 @@ def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_err
   try:
     estimator.train(input_fn=input_fn, hooks=hooks, max_steps=max_steps)
   except tf.errors.OpError as e:
-    if hvd_utils.stopped_by_another_rank(e):
+    if hvd_utils.is_shutdown_error(e):
       # The rank that failed prints the job's one line; the others end without a traceback.
       raise errors.StoppedByAnotherWorker("stopped: another worker ended the job") from e
     if isinstance(e, INPUT_ERRORS):

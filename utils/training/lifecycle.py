@@ -34,8 +34,12 @@ import tensorflow as tf
 
 import modeling
 import optimization
+from utils.checkpoints import contents as checkpoints_lib
+from utils.checkpoints import recovery
 from utils.core import errors
 from utils.runlog import dllogger_setup
+from utils.runtime import disk_space
+from utils.runtime import hvd_utils
 from utils.runtime import workers as workers_lib
 from utils.training import flags as job_flags
 from utils.training import hooks as hooks_lib
@@ -63,10 +67,94 @@ def script_main(script_name, run, defaults=None):
       return errors.USAGE_EXIT_CODE
     job_flags.apply_script_defaults(flags.FLAGS, defaults)
     logging.set_verbosity(logging.INFO)
-    return errors.run_reporting_errors(script_name, run, flags.FLAGS,
-                                       verbose=getattr(flags.FLAGS, "verbose", False))
+    return errors.run_reporting_errors(
+        script_name, _quiet_after_another_rank(_explaining_full_disks(run)), flags.FLAGS,
+        verbose=getattr(flags.FLAGS, "verbose", False))
 
   return main
+
+
+def _quiet_after_another_rank(run):
+  """`run` where a worker whose collective failed because another worker had stopped first (that
+  worker reports the cause) ends quietly with exit status 1 (`errors.StoppedByAnotherWorker`), not
+  a traceback."""
+
+  def checked_run(f):
+    try:
+      return run(f)
+    except errors.StoppedByAnotherWorker:
+      raise
+    except Exception as e:  # pylint: disable=broad-except  (re-raised unless Horovod shut down)
+      if not hvd_utils.is_shutdown_error(e):
+        raise
+      raise errors.StoppedByAnotherWorker(
+          "rank %d stopped: another rank stopped first (Horovod has been shut down)"
+          % hvd_utils.hvd_rank()) from e
+
+  return checked_run
+
+
+def _explaining_full_disks(run):
+  """`run` with a write that found no space (anywhere: a checkpoint, the log, a result file)
+  reported as `errors.DiskFullError` naming the directory, instead of a traceback."""
+
+  def checked_run(f):
+    try:
+      return run(f)
+    except (errors.UsageError, errors.DiskFullError, errors.TrainingDivergedError):
+      raise
+    except Exception as e:  # pylint: disable=broad-except  (re-raised unless the disk is full)
+      if not disk_space.is_disk_full(e):
+        raise
+      raise disk_full_error(e, f.output_dir) from None
+
+  return checked_run
+
+
+def disk_full_error(error, output_dir, checkpoint_dir=None, checkpoint_bytes=None):
+  """The error to stop a job with after a write found no space; cleans up a partial checkpoint.
+
+  Args:
+    error: the error of the write (`disk_space.is_disk_full(error)`).
+    output_dir: the job's --output_dir.
+    checkpoint_dir: where this worker saves checkpoints (None: it saves none): the files of a
+      failed save there (`model.ckpt-N_temp/`, an unfinished `model.ckpt-N.*`) are removed.
+    checkpoint_bytes: bytes of one checkpoint, when known; else the newest checkpoint's size.
+
+  Returns:
+    `errors.DiskFullError`: the directory, what was written, the bytes a checkpoint needs and
+    the bytes free (after the clean-up), the newest complete checkpoint and what to do.
+  """
+  path = disk_space.failed_path(error)
+  removed = recovery.remove_partial_save(checkpoint_dir) if checkpoint_dir else []
+  partial = [os.path.basename(p) for p in removed]
+  temp = [name for name in partial if recovery.TEMP_SUFFIX in name]
+  if path:
+    directory, what = os.path.dirname(os.path.abspath(path)), "writing %s" % path
+  elif temp:
+    directory = checkpoint_dir
+    what = "writing checkpoint %s" % temp[0].split(recovery.TEMP_SUFFIX)[0]
+  else:
+    directory, what = checkpoint_dir or output_dir, "writing to it"
+  newest = checkpoints_lib.latest_checkpoint(checkpoint_dir or output_dir)
+  if checkpoint_bytes is None and newest:
+    checkpoint_bytes = recovery.checkpoint_bytes(newest)
+  free = disk_space.free_bytes(directory)
+  sizes = []
+  if checkpoint_bytes:
+    sizes.append("a checkpoint needs about %s" % disk_space.format_bytes(checkpoint_bytes))
+  if free is not None:
+    sizes.append("%s free" % disk_space.format_bytes(free))
+  message = "no space left on the device of %s (%s)" % (directory, what)
+  if sizes:
+    message += ": " + ", ".join(sizes)
+  if partial:
+    message += "; removed the partial %s" % ", ".join(partial)
+  if newest:
+    message += "; the newest complete checkpoint is %s" % os.path.basename(newest)
+  return errors.DiskFullError(
+      message + ". Free some space (or use another --output_dir), then run the same command "
+      "again to resume")
 
 
 def check_flags(f, actions):
@@ -87,6 +175,8 @@ def check_flags(f, actions):
   for name in job_flags.POSITIVE:
     value = getattr(f, name)
     require(value >= 1, "--%s must be >= 1, got %d", name, value)
+  require(f.resume_from_step is None or f.resume_from_step >= 0,
+          "--resume_from_step must be >= 0, got %s", f.resume_from_step)
   require(f.intra_op_threads >= 0 and f.inter_op_threads >= 0,
           "--intra_op_threads and --inter_op_threads must be >= 0")
   try:
@@ -182,10 +272,42 @@ def open_job(f, workers):
   """
   output_dir, saves = workers_lib.worker_output_dir(
       workers, f.output_dir, f.node_local_output_dir, f.checkpoint_all_workers)
+  prepare_checkpoints(f, workers, output_dir, saves)
   log_path = f.dllog_path or os.path.join(f.output_dir, "bert_dllog.json")
-  run_logger = dllogger_setup.open_run_log(log_path, workers.rank,
-                                           job_lib.checkpoint_step(f.output_dir))
+  try:
+    run_logger = dllogger_setup.open_run_log(log_path, workers.rank,
+                                             job_lib.checkpoint_step(f.output_dir))
+  except OSError as e:
+    if not disk_space.is_disk_full(e):
+      raise
+    raise disk_full_error(e, f.output_dir) from None
   return Job(workers, output_dir, saves, run_logger, log_path)
+
+
+def prepare_checkpoints(f, workers, output_dir, saves_checkpoints):
+  """Chooses the checkpoint the job resumes from before anything reads the index; checks that
+  a training job's next checkpoint fits on the disk.
+
+  The worker that saves checkpoints into `output_dir` removes the leftovers of interrupted
+  saves, steps back from an unreadable newest checkpoint and applies --resume_from_step
+  (`recovery.prepare_resume`, one log line when it changes the checkpoint); every worker then
+  waits for rank 0, so all read the same index.
+
+  Raises:
+    errors.UsageError: from `recovery.prepare_resume` (naming --resume_from_step).
+    errors.DiskFullError: a training job whose newest checkpoint no longer fits on the disk.
+  """
+  if saves_checkpoints:
+    step, note = recovery.prepare_resume(output_dir, f.resume_from_step)
+    if note:
+      logging.warning("%s", note)
+    existing = recovery.listed_checkpoints(output_dir)
+    if f.do_train and existing:
+      error, _ = recovery.space_problem(output_dir, recovery.checkpoint_bytes(existing[-1][1]),
+                                        f.keep_checkpoint_max, len(existing))
+      if error:
+        raise errors.DiskFullError(error)
+  hvd_utils.broadcast_value(0)
 
 
 def training_settings(f, workers, num_train_steps, num_warmup_steps):
@@ -286,8 +408,9 @@ def build_estimator(f, job, model_fn, settings, batch_sizes):
 
 
 def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False,
-                   init_loss_scale=None):
-  """The error to stop a job with when the Estimator's NaN-loss check fired.
+                   init_loss_scale=None, bad_step=None, skipped_updates=False):
+  """The error to stop a job with when the Estimator's NaN-loss check fired (or the
+  `recovery.CheckpointHealthHook` saw too many updates skipped as non-finite).
 
   Args:
     checkpoint_step: global step of the newest checkpoint (0: none).
@@ -295,6 +418,9 @@ def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False
     learning_rate: --learning_rate (per worker).
     manual_fp16: the encoder ran in fp16.
     init_loss_scale: --init_loss_scale (fp16).
+    bad_step: global step of the weights whose loss or gradient norm was first non-finite, when
+      known: the message then names the newest checkpoint saved before it.
+    skipped_updates: the run stopped for consecutive skipped updates, not a NaN loss.
 
   Returns:
     an `errors.TrainingDivergedError` naming the flags to change and where a rerun resumes.
@@ -307,9 +433,35 @@ def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False
   resume = ("running the same command again resumes from the newest checkpoint (step %d in %s)"
             % (checkpoint_step, output_dir) if checkpoint_step else
             "no checkpoint was saved: a rerun starts from step 0")
+  if checkpoint_step and bad_step is not None:
+    resume = _resume_advice(output_dir, checkpoint_step, bad_step)
+  what = ("the training loss became NaN" if not skipped_updates else
+          "the gradient norm stayed non-finite (updates skipped one after another)")
+  if bad_step is not None:
+    what += " from the weights of step %d on" % bad_step
   return errors.TrainingDivergedError(
-      "the training loss became NaN. What to try: %s. After a change, %s."
-      % ("; ".join(advice), resume))
+      "%s. What to try: %s. After a change, %s." % (what, "; ".join(advice), resume))
+
+
+def _resume_advice(output_dir, checkpoint_step, bad_step):
+  """Where a rerun should resume after a divergence first seen at the weights of `bad_step`."""
+  good = recovery.newest_good_checkpoint(output_dir, bad_step)
+  if good is None:
+    return ("no checkpoint was saved before that: add --resume_from_step=0 to start again from "
+            "the initial weights in %s (the diverged checkpoints are set aside)" % output_dir)
+  step, prefix, record = good
+  if step == checkpoint_step:
+    return ("running the same command again resumes from the newest checkpoint (step %d in %s), "
+            "saved before the values went bad" % (step, output_dir))
+  values = ""
+  if record is not None and record.get("loss") is not None:
+    values = " (loss %.4g" % record["loss"]
+    if record.get("global_norm") is not None:
+      values += ", gradient norm %.4g" % record["global_norm"]
+    values += ")"
+  return ("resume from %s%s, the newest checkpoint saved before the loss or gradient norm went "
+          "bad (the newer ones hold diverged weights): run the same command with "
+          "--resume_from_step=%d" % (prefix, values, step))
 
 
 def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_error=None):
@@ -334,11 +486,24 @@ def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_erro
         num_train_steps=num_train_steps,
         # TensorBoard run "train", beside the Estimator's "eval".
         summary_dir=os.path.join(job.output_dir, "train"), **kwargs)
+  checkpoint_dir = job.output_dir if job.saves_checkpoints else None
+  health_hook = recovery.CheckpointHealthHook(checkpoint_dir, f.num_accumulation_steps,
+                                              keep_checkpoint_max=f.keep_checkpoint_max)
   hooks = job_lib.training_hooks(
-      job.workers, job.output_dir if job.saves_checkpoints else None, f.save_checkpoints_steps,
+      job.workers, checkpoint_dir, f.save_checkpoints_steps,
       save_graph_def=f.save_graph_def, log_hook=log_hook, force_weight_sync=f.force_weight_sync,
-      num_accumulation_steps=f.num_accumulation_steps)
-  job_lib.train(job.estimator, input_fn, num_train_steps, f.output_dir, hooks,
-                explain_input_error=explain_input_error,
-                explain_nan_loss=lambda step: nan_loss_error(
-                    step, f.output_dir, f.learning_rate, f.manual_fp16, f.init_loss_scale))
+      num_accumulation_steps=f.num_accumulation_steps, health_hook=health_hook)
+  try:
+    job_lib.train(job.estimator, input_fn, num_train_steps, f.output_dir, hooks,
+                  explain_input_error=explain_input_error,
+                  explain_nan_loss=lambda step: nan_loss_error(
+                      step, f.output_dir, f.learning_rate, f.manual_fp16, f.init_loss_scale,
+                      bad_step=health_hook.bad_step,
+                      skipped_updates=health_hook.skipped_too_often))
+  except (errors.UsageError, errors.DiskFullError, errors.TrainingDivergedError):
+    raise
+  except Exception as e:  # pylint: disable=broad-except  (re-raised unless the disk is full)
+    if not disk_space.is_disk_full(e):
+      raise
+    raise disk_full_error(e, f.output_dir, checkpoint_dir,
+                          health_hook.checkpoint_bytes) from None

@@ -1,0 +1,263 @@
+"""Recovery in-process: recognising a full disk, choosing the checkpoint to resume from, the
+checkpoint health record and the divergence advice built from it.
+
+The same behaviour as users meet it (real processes, a small tmpfs, a diverging run) is drilled
+in tests/test_recovery_drills.py.
+"""
+
+import collections
+import errno
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from utils.checkpoints import contents
+from utils.checkpoints import recovery
+from utils.core import errors
+from utils.runtime import disk_space
+from utils.training import lifecycle
+
+_tf1 = tf.compat.v1
+RunValues = collections.namedtuple("RunValues", ["results"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Full disks
+
+def test_disk_full_is_recognised_in_every_shape():
+  assert disk_space.is_disk_full(OSError(errno.ENOSPC, "No space left on device", "/x/log"))
+  assert disk_space.is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+  tf_error = tf.errors.ResourceExhaustedError(
+      None, None, "/d/model.ckpt-4_temp/part-00000; No space left on device")
+  assert disk_space.is_disk_full(tf_error)
+  try:
+    try:
+      raise OSError(errno.ENOSPC, "No space left on device")
+    except OSError as inner:
+      raise RuntimeError("wrapped") from inner
+  except RuntimeError as outer:
+    assert disk_space.is_disk_full(outer)
+  # Out of memory, a missing file, a permission problem: not a full disk.
+  assert not disk_space.is_disk_full(tf.errors.ResourceExhaustedError(None, None, "OOM when "
+                                                                       "allocating tensor"))
+  assert not disk_space.is_disk_full(OSError(errno.ENOENT, "No such file or directory"))
+  assert not disk_space.is_disk_full(PermissionError(errno.EACCES, "Permission denied"))
+  assert disk_space.failed_path(OSError(errno.ENOSPC, "No space", "/x/log.json")) == "/x/log.json"
+
+
+def test_free_bytes_matches_statvfs_and_skips_remote_paths(tmp_path):
+  stat = os.statvfs(str(tmp_path))
+  free = disk_space.free_bytes(str(tmp_path / "not" / "yet"))
+  # Other processes write to the same disk meanwhile: within 64 MB.
+  assert abs(free - stat.f_bavail * stat.f_frsize) < 64 * 2**20
+  assert disk_space.free_bytes("gs://bucket/run") is None
+  assert disk_space.format_bytes(3426080) == "3.43 MB"
+  assert disk_space.format_bytes(512) == "512 B"
+
+
+def test_space_problem_refuses_a_checkpoint_that_cannot_fit_and_warns_for_the_kept_ones(
+    tmp_path, monkeypatch):
+  monkeypatch.setattr(disk_space, "free_bytes", lambda path: 10 * 10**6)
+  error, warning = recovery.space_problem(str(tmp_path), 11 * 10**6, 5, 0)
+  assert error and "10 MB free" in error and "about 11 MB" in error and warning is None
+  # 3 MB checkpoints, 5 kept, 2 there: 4 more (one written before the oldest goes) = 12 MB.
+  error, warning = recovery.space_problem(str(tmp_path), 3 * 10**6, 5, 2)
+  assert error is None and "12 MB" in warning and "--keep_checkpoint_max=5" in warning
+  assert recovery.space_problem(str(tmp_path), 3 * 10**6, 2, 1) == (None, None)
+
+
+def _write_checkpoints(directory, steps, seed=0):
+  """model.ckpt-<step> for each step (a weight and global_step), listed in the index."""
+  rng = np.random.RandomState(seed)
+  prefixes = []
+  for step in steps:
+    prefix = os.path.join(str(directory), "model.ckpt-%d" % step)
+    contents.write_checkpoint(prefix, {"bert/w": rng.randn(64, 32).astype(np.float32),
+                                       "global_step": np.int64(step)})
+    prefixes.append(prefix)
+  _tf1.train.update_checkpoint_state(str(directory), prefixes[-1],
+                                     all_model_checkpoint_paths=prefixes)
+  return prefixes
+
+
+def test_remove_partial_save_keeps_the_complete_checkpoints(tmp_path):
+  prefixes = _write_checkpoints(tmp_path, [2, 4])
+  temp = tmp_path / "model.ckpt-6_temp"
+  temp.mkdir()
+  (temp / "part-00000-of-00001.data-00000-of-00001.tempstate1").write_bytes(b"x" * 100)
+  # A merge that failed after moving the data shard: a data file without its index.
+  (tmp_path / "model.ckpt-6.data-00000-of-00001").write_bytes(b"y" * 100)
+  removed = recovery.remove_partial_save(str(tmp_path))
+  assert sorted(os.path.basename(p) for p in removed) == [
+      "model.ckpt-6.data-00000-of-00001", "model.ckpt-6_temp"]
+  assert not temp.exists()
+  assert tf.train.latest_checkpoint(str(tmp_path)) == prefixes[-1]
+  assert recovery.checkpoint_problem(prefixes[-1]) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The checkpoint to resume from
+
+def test_checkpoint_problem_names_a_truncated_or_corrupt_data_file(tmp_path):
+  prefix = _write_checkpoints(tmp_path, [1])[0]
+  data = prefix + ".data-00000-of-00001"
+  size = os.path.getsize(data)
+  # 64 x 32 float32 and one int64.
+  assert size == 64 * 32 * 4 + 8
+  assert recovery.checkpoint_problem(prefix) is None
+  raw = open(data, "rb").read()
+  with open(data, "wb") as f:
+    f.write(raw[:1000])
+  assert recovery.checkpoint_problem(prefix) == (
+      "%s: 1000 bytes, its index expects %d (truncated)" % (data, size))
+  flipped = bytearray(raw)
+  flipped[100] ^= 0xFF
+  with open(data, "wb") as f:
+    f.write(bytes(flipped))
+  problem = recovery.checkpoint_problem(prefix)
+  assert problem is not None and problem.startswith(data)
+  os.remove(prefix + ".index")
+  assert recovery.checkpoint_problem(prefix) == "%s.index: missing" % prefix
+
+
+def test_prepare_resume_steps_back_from_an_unreadable_newest_checkpoint(tmp_path):
+  prefixes = _write_checkpoints(tmp_path, [2, 4, 6])
+  (tmp_path / "model.ckpt-8_temp").mkdir()
+  with open(prefixes[-1] + ".data-00000-of-00001", "r+b") as f:
+    f.truncate(10)
+  step, note = recovery.prepare_resume(str(tmp_path))
+  assert step == 4
+  assert "model.ckpt-6 is unreadable" in note and "model.ckpt-6.data-00000-of-00001" in note
+  assert "resuming from %s" % prefixes[1] in note
+  assert tf.train.latest_checkpoint(str(tmp_path)) == prefixes[1]
+  assert sorted(os.listdir(tmp_path / "unreadable")) == [
+      "model.ckpt-6.data-00000-of-00001", "model.ckpt-6.index"]
+  assert not (tmp_path / "model.ckpt-8_temp").exists()
+  # Nothing more to do on the next start.
+  assert recovery.prepare_resume(str(tmp_path)) == (4, None)
+
+
+def test_prepare_resume_steps_back_when_the_index_names_missing_files(tmp_path):
+  prefixes = _write_checkpoints(tmp_path, [2, 4])
+  for path in recovery.prefix_files(prefixes[-1]):
+    os.remove(path)
+  step, note = recovery.prepare_resume(str(tmp_path))
+  assert step == 2 and "names model.ckpt-4, whose files are missing" in note
+  assert tf.train.latest_checkpoint(str(tmp_path)) == prefixes[0]
+
+
+def test_prepare_resume_refuses_when_no_checkpoint_is_readable(tmp_path):
+  for prefix in _write_checkpoints(tmp_path, [2]):
+    with open(prefix + ".data-00000-of-00001", "r+b") as f:
+      f.truncate(0)
+  with pytest.raises(errors.UsageError, match="--resume_from_step=0"):
+    recovery.prepare_resume(str(tmp_path))
+
+
+def test_resume_from_step_sets_the_newer_checkpoints_aside(tmp_path):
+  prefixes = _write_checkpoints(tmp_path, [2, 4, 6])
+  recovery.write_health(str(tmp_path), [{"step": s, "loss": 1.0, "global_norm": 1.0,
+                                         "finite": True} for s in (2, 4, 6)])
+  step, note = recovery.prepare_resume(str(tmp_path), resume_from_step=2)
+  assert step == 2 and "set_aside_after_step_2" in note
+  assert tf.train.latest_checkpoint(str(tmp_path)) == prefixes[0]
+  state = tf.train.get_checkpoint_state(str(tmp_path))
+  assert list(state.all_model_checkpoint_paths) == [prefixes[0]]
+  aside = tmp_path / "set_aside_after_step_2"
+  assert sorted(os.listdir(aside)) == sorted(
+      ["checkpoint_health.json", "model.ckpt-4.data-00000-of-00001", "model.ckpt-4.index",
+       "model.ckpt-6.data-00000-of-00001", "model.ckpt-6.index"])
+  assert [r["step"] for r in recovery.read_health(str(tmp_path))] == [2]
+  assert [r["step"] for r in recovery.read_health(str(aside))] == [4, 6]
+
+
+def test_resume_from_a_step_without_checkpoint_lists_the_steps(tmp_path):
+  _write_checkpoints(tmp_path, [2, 4])
+  with pytest.raises(errors.UsageError) as e:
+    recovery.prepare_resume(str(tmp_path), resume_from_step=3)
+  assert str(e.value) == ("--resume_from_step=3: %s has no checkpoint of step 3; its checkpoints "
+                          "are of steps 2, 4" % tmp_path)
+  # Nothing was moved.
+  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-4")
+
+
+def test_resume_from_step_zero_starts_afresh(tmp_path):
+  _write_checkpoints(tmp_path, [2])
+  assert recovery.prepare_resume(str(tmp_path), resume_from_step=0)[0] == 0
+  assert tf.train.latest_checkpoint(str(tmp_path)) is None
+  assert not (tmp_path / "checkpoint").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint health and the divergence advice
+
+def _health_hook(directory, loss_scaled=False):
+  """A CheckpointHealthHook begun on a graph with the tensors it fetches; returns it."""
+  graph = tf.Graph()
+  with graph.as_default():
+    _tf1.train.get_or_create_global_step()
+    for name, dtype in (("total_loss", tf.float32), ("step_update", tf.int64),
+                        ("global_norm", tf.float32)) + ((("loss_scale", tf.float32),)
+                                                        if loss_scaled else ()):
+      tf.identity(tf.constant(0, dtype), name=name)
+    hook = recovery.CheckpointHealthHook(directory)
+    hook.begin()
+  hook._last_step = 0  # as after_create_session reads it from a fresh run
+  return hook
+
+
+def _run(hook, loss, step, norm):
+  hook.after_run(None, RunValues({"total_loss": loss, "step_update": step, "global_norm": norm}))
+
+
+def test_health_names_the_weights_that_went_bad_and_the_checkpoint_before(tmp_path):
+  _write_checkpoints(tmp_path, [1, 2])
+  hook = _health_hook(str(tmp_path))
+  _run(hook, 9.6, 1, 2.4)
+  hook.listener.after_save(None, 1)
+  _run(hook, 9.7, 2, 2.5)
+  hook.listener.after_save(None, 2)
+  assert hook.bad_step is None
+  # The weights of step 2 give a NaN loss: the update is skipped, the step stays 2.
+  _run(hook, float("nan"), 2, float("nan"))
+  assert hook.bad_step == 2
+  records = json.loads((tmp_path / "checkpoint_health.json").read_text())["checkpoints"]
+  assert [(r["step"], r["loss"], r["finite"]) for r in records] == [
+      (1, pytest.approx(9.6), True), (2, pytest.approx(9.7), True)]
+  step, prefix, record = recovery.newest_good_checkpoint(str(tmp_path), hook.bad_step)
+  assert step == 1 and prefix.endswith("model.ckpt-1")
+  message = str(lifecycle.nan_loss_error(2, str(tmp_path), 1e6, bad_step=hook.bad_step))
+  assert "from the weights of step 2 on" in message
+  assert "resume from %s (loss 9.6, gradient norm 2.4)" % prefix in message
+  assert "--resume_from_step=1" in message
+
+
+def test_health_streak_ends_with_a_finite_applied_update(tmp_path):
+  hook = _health_hook(str(tmp_path), loss_scaled=True)
+  _run(hook, 9.6, 0, float("inf"))   # a loss-scale overflow while the scale settles
+  assert hook.bad_step == 0
+  _run(hook, 9.6, 1, 2.0)
+  assert hook.bad_step is None
+
+
+def test_fp32_run_whose_updates_keep_being_skipped_is_stopped(tmp_path):
+  hook = _health_hook(None)
+  _run(hook, 9.6, 1, 2.0)
+  _run(hook, 50.0, 2, 1e9)
+  for _ in range(recovery.SKIP_LIMIT_FP32 - 1):
+    _run(hook, 300.0, 2, float("inf"))
+  with pytest.raises(recovery.UpdatesSkippedError):
+    _run(hook, 300.0, 2, float("inf"))
+  assert hook.bad_step == 2 and hook.skipped_too_often
+
+
+def test_divergence_advice_without_an_earlier_checkpoint_says_start_again(tmp_path):
+  _write_checkpoints(tmp_path, [2])
+  message = str(lifecycle.nan_loss_error(2, str(tmp_path), 1.0, bad_step=2))
+  assert "--resume_from_step=0" in message
+  # The newest checkpoint is from before the divergence: the same command resumes from it.
+  message = str(lifecycle.nan_loss_error(2, str(tmp_path), 1.0, bad_step=3))
+  assert "running the same command again resumes from the newest checkpoint (step 2" in message
