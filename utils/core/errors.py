@@ -3,6 +3,11 @@
   UsageError             a bad flag, file or input the user gave: exit 2 (argparse's and absl's
                          convention for usage errors), found before any graph is built when it can
   TrainingDivergedError  the training loss became NaN; the message says what to change: exit 1
+  StoppedBySignal        SIGTERM, SIGINT or SIGUSR1 stopped the job at an update boundary after
+                         saving a checkpoint: exit 75 (STOP_EXIT_CODE, sysexits.h's EX_TEMPFAIL,
+                         "temporary failure, retry"): running the same command resumes; schedulers
+                         requeue on it (docs/LONG_RUNS.md). A second signal during the stop ends
+                         the process at once with 128 + the signal's number.
 
 Scripts and tools end through `run_reporting_errors`, which prints one line,
 "<program>: error: <message>", instead of a traceback.
@@ -14,6 +19,10 @@ import sys
 USAGE_EXIT_CODE = 2
 # Exit status of a job that failed for another reason the message explains.
 FAILURE_EXIT_CODE = 1
+# Exit status of a job stopped by a signal with its state saved: EX_TEMPFAIL of sysexits.h (a
+# temporary failure: run it again). Distinct from 1 and 2 (failures a rerun repeats) and from
+# 128 + n (killed by signal n, state not saved), so a scheduler's requeue rule can match it alone.
+STOP_EXIT_CODE = 75
 
 
 class UsageError(ValueError):
@@ -24,6 +33,13 @@ class TrainingDivergedError(RuntimeError):
   """The training loss became NaN; the message says what to change (exit status 1)."""
 
 
+class StoppedBySignal(RuntimeError):
+  """A signal stopped the job after it saved its state; the message says where (exit status 75).
+
+  Reported as "<program>: <message>" (not an error: the job can be resumed as it is).
+  """
+
+
 def require(condition, message, *args):
   """Raises UsageError(message % args) unless `condition`."""
   if not condition:
@@ -31,13 +47,14 @@ def require(condition, message, *args):
 
 
 # The errors that end a run with one line, and their exit status.
-_EXIT_CODES = ((UsageError, USAGE_EXIT_CODE), (TrainingDivergedError, FAILURE_EXIT_CODE))
+_EXIT_CODES = ((UsageError, USAGE_EXIT_CODE), (TrainingDivergedError, FAILURE_EXIT_CODE),
+               (StoppedBySignal, STOP_EXIT_CODE))
 
 
-def report(program, message, stream=None):
-  """Prints "<program>: error: <message>" on `stream` (stderr)."""
+def report(program, message, stream=None, kind="error"):
+  """Prints "<program>: <kind>: <message>" on `stream` (stderr); no kind: "<program>: <message>"."""
   stream = sys.stderr if stream is None else stream
-  print("%s: error: %s" % (program, message), file=stream, flush=True)
+  print("%s: %s%s" % (program, "%s: " % kind if kind else "", message), file=stream, flush=True)
 
 
 def run_reporting_errors(program, function, *args):
@@ -54,5 +71,5 @@ def run_reporting_errors(program, function, *args):
   try:
     return function(*args)
   except tuple(kind for kind, _ in _EXIT_CODES) as e:
-    report(program, e)
+    report(program, e, kind=None if isinstance(e, StoppedBySignal) else "error")
     return next(code for kind, code in _EXIT_CODES if isinstance(e, kind))
