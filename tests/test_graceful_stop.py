@@ -328,5 +328,29 @@ def test_run_config_gets_the_seconds(tmp_path):
   assert timer._every_secs == 7 and timer._every_steps is None  # pylint: disable=protected-access
 
 
+def _launcher_commands(*options):
+  """The phase-1 command the two-phase launcher prints with --dry_run, or its error."""
+  proc = subprocess.run(["bash", job.LAUNCHER, "--dry_run", "--python", sys.executable,
+                         "--launcher", "none", "--phase1_data", "/d/128", "--phases", "1"]
+                        + list(options), capture_output=True, text=True, timeout=60)
+  return proc.returncode, [line[2:].split() for line in proc.stderr.splitlines()
+                           if line.startswith("+ ")], proc.stderr
+
+
+def test_two_phase_launcher_saves_by_time_unless_given_steps():
+  code, (command_,), _ = _launcher_commands()
+  assert code == 0 and "--save_checkpoints_secs=900" in command_
+  assert not any(arg.startswith("--save_checkpoints_steps") for arg in command_)
+  code, (command_,), _ = _launcher_commands("--save_checkpoints_secs", "120")
+  assert "--save_checkpoints_secs=120" in command_
+  code, (command_,), _ = _launcher_commands("--save_checkpoints_steps", "50")
+  assert "--save_checkpoints_steps=50" in command_
+  assert not any(arg.startswith("--save_checkpoints_secs") for arg in command_)
+  code, commands, stderr = _launcher_commands("--save_checkpoints_steps", "50",
+                                              "--save_checkpoints_secs=60")
+  assert code == 2 and not commands
+  assert "--save_checkpoints_secs and --save_checkpoints_steps exclude each other" in stderr
+
+
 if __name__ == "__main__":
   sys.exit(pytest.main([__file__, "-v"]))
