@@ -172,15 +172,19 @@ def test_sigint_and_sigusr1_stop_the_same_way(data, tmp_path):
 
 
 def test_a_second_signal_exits_at_once(data, tmp_path):
+  # Updates of 50 micro-steps: the second signal lands while the first update is finishing (two
+  # signals sent back to back would merge into one pending signal).
   out = tmp_path / "out"
-  run = det.start(command(data, out), tmp_path / "out.out")
-  wait_for_update(out / "bert_dllog.json", run[2])
+  run = det.start(command(data, out, num_accumulation_steps=50), tmp_path / "out.out")
+  wait_for_update(out / "bert_dllog.json", run[2], 1)
   run[2].send_signal(signal.SIGTERM)
+  wait_for_text(tmp_path / "out.out", "SIGTERM received: stopping", run[2])
   run[2].send_signal(signal.SIGTERM)
   code, output = finish(run, timeout=60)
   assert code == 128 + signal.SIGTERM, output[-4000:]
   assert "SIGTERM received again during the stop: exiting at once (status 143)" in output
-  assert not stop_lines(output)
+  assert not stop_lines(output) and stop_records(out / "bert_dllog.json") == []
+  assert checkpoint_steps(out) == []
 
 
 def test_a_signal_before_the_first_update_saves_nothing(data, tmp_path):
