@@ -387,7 +387,7 @@ def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_
       save_graph_def=f.save_graph_def, log_hook=log_hook, force_weight_sync=f.force_weight_sync,
       num_accumulation_steps=f.num_accumulation_steps,
       save_checkpoints_secs=f.save_checkpoints_secs, stop_watcher=watcher)
-  stop_hook = hooks[-1]
+  stop_hook = next(hook for hook in hooks if isinstance(hook, hooks_lib.StopOnSignalHook))
   try:
     job_lib.train(job.estimator, input_fn, num_train_steps, f.output_dir, hooks,
                   explain_input_error=explain_input_error,
