@@ -10,8 +10,8 @@ fresh process, waits for update `--after` in the dllogger log, sends the signal 
 the next update, and times the exit. Reported as one JSON line and a table: signal-to-exit seconds,
 split (from the log's timestamps) into the rest of the update in flight and the checkpoint plus
 the stop, the exit status (75 expected), the update the run stopped at and whether its checkpoint
-is there, the median update time and the checkpoint's size. The target is below 30 s, the default grace of
-Slurm (KillWait) and Kubernetes (terminationGracePeriodSeconds).
+is there, the median update time and the checkpoint's size. The target is below 30 s, the default
+grace of Slurm (KillWait) and Kubernetes (terminationGracePeriodSeconds).
 """
 
 import argparse

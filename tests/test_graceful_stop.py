@@ -255,7 +255,8 @@ def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM):
 # horovodrun --gloo sends SIGTERM to every worker on SIGTERM or SIGINT, and SIGKILL 5 s later.
 @pytest.mark.parametrize("target", ["rank1", "launcher"])
 def test_horovodrun_stops_every_rank_at_the_same_update(data, tmp_path, target):
-  code, output = _signal_and_check(data, tmp_path, job._horovodrun(), target)  # pylint: disable=protected-access
+  launcher = job._horovodrun()  # pylint: disable=protected-access
+  _, output = _signal_and_check(data, tmp_path, launcher, target)
   assert "Exit code: 75" in output  # horovodrun exits 1, naming the workers' status
 
 
