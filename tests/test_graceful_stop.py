@@ -32,6 +32,8 @@ from utils.runlog import golden
 # Long enough that a signal sent after update FIRST_LOGGED lands well before the end.
 UPDATES = 300
 FIRST_LOGGED = 3
+# The length of the runs that are only stopped (no uninterrupted run to compare with).
+LONG = 100000
 STOP_LINE = re.compile(r"stopped by (SIG\w+) at update (\d+); checkpoint written; run the same "
                        r"command to resume")
 
@@ -105,7 +107,7 @@ def stop_records(log):
   return [r["data"] for r in records if r.get("step") == "STOP"]
 
 
-def assert_stopped(code, output, out, signal_name, signalled_after=FIRST_LOGGED):
+def assert_stopped(code, output, out, signal_name, signalled_after=FIRST_LOGGED, updates=UPDATES):
   """Exit 75, one stop message, a checkpoint of that update (the only one), a STOP log line.
 
   Returns:
@@ -116,7 +118,7 @@ def assert_stopped(code, output, out, signal_name, signalled_after=FIRST_LOGGED)
   assert lines and all(line == lines[0] for line in lines), output[-4000:]
   name, update = lines[0]
   assert name == signal_name
-  assert signalled_after <= update < UPDATES
+  assert signalled_after <= update < updates
   assert checkpoint_steps(out) == [update]
   assert job.checkpoint_values(out)["global_step"] == update
   records = stop_records(out / "bert_dllog.json")
@@ -157,14 +159,15 @@ def test_sigint_and_sigusr1_stop_the_same_way(data, tmp_path):
   runs = {}
   for signum in (signal.SIGINT, signal.SIGUSR1):
     out = tmp_path / signal.Signals(signum).name
-    runs[signum] = (out, det.start(command(data, out), tmp_path / ("%s.out" % out.name)))
+    runs[signum] = (out, det.start(command(data, out, num_train_steps=LONG),
+                                   tmp_path / ("%s.out" % out.name)))
   try:
     for signum, (out, run) in runs.items():
       wait_for_update(out / "bert_dllog.json", run[2])
       run[2].send_signal(signum)
     for signum, (out, run) in runs.items():
       code, output = finish(run)
-      assert_stopped(code, output, out, signal.Signals(signum).name)
+      assert_stopped(code, output, out, signal.Signals(signum).name, updates=LONG)
       assert "KeyboardInterrupt" not in output
   finally:
     for _, (_, run) in runs.items():
@@ -221,10 +224,10 @@ def _rank_pids(launcher_pid):
   return ranks
 
 
-def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM):
+def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM, reporting=2):
   """Starts a 2-worker run under `launcher`, sends `signum` to `target` ("rank0", "rank1" or
-  "launcher") once an update is logged; checks both workers stopped at the same update with one
-  checkpoint, rank 0's."""
+  "launcher") once an update is logged; checks the workers stopped at the same update with one
+  checkpoint, rank 0's, and that at least `reporting` of them said so."""
   out = tmp_path / "out"
   run = det.start(command(data, out, launcher, horovod=True), tmp_path / "out.out")
   try:
@@ -239,7 +242,8 @@ def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM):
   # Each worker ends with the stop line (the launcher prefixes the worker's output).
   lines = [(name, int(step)) for name, step in re.findall(
       r"run_pretraining.py: stopped by (SIG\w+) at update (\d+); checkpoint written", output)]
-  assert len(lines) == 2 and lines[0] == lines[1], "exit %d\n%s" % (code, output[-6000:])
+  assert reporting <= len(lines) <= 2 and all(line == lines[0] for line in lines), \
+      "exit %d\n%s" % (code, output[-6000:])
   name, update = lines[0]
   # The launchers forward SIGTERM and SIGINT as SIGTERM, SIGUSR1 as it is.
   assert name == ("SIGUSR1" if signum == signal.SIGUSR1 else "SIGTERM")
@@ -248,16 +252,22 @@ def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM):
   assert checkpoint_steps(out) == [update]
   assert not os.path.exists(out / "worker_1") or checkpoint_steps(out / "worker_1") == []
   assert job.checkpoint_values(out)["micro_step"] == update * det.ACCUMULATION
-  assert [r["update"] for r in stop_records(out / "bert_dllog.json")] == [update]
-  return code, output
+  stop_updates = [r["update"] for r in stop_records(out / "bert_dllog.json")]
+  assert stop_updates == [update] or (len(lines) < 2 and stop_updates == [])
+  return code, output, lines
 
 
-# horovodrun --gloo sends SIGTERM to every worker on SIGTERM or SIGINT, and SIGKILL 5 s later.
 @pytest.mark.parametrize("target", ["rank1", "launcher"])
 def test_horovodrun_stops_every_rank_at_the_same_update(data, tmp_path, target):
   launcher = job._horovodrun()  # pylint: disable=protected-access
-  _, output = _signal_and_check(data, tmp_path, launcher, target)
+  # horovodrun --gloo sends SIGTERM to every worker on SIGTERM or SIGINT, and SIGKILL 5 s later
+  # (GRACEFUL_TERMINATION_TIME_S): on a loaded machine rank 0 may still be exiting then, after its
+  # checkpoint (the workers meet after it) and before its own stop line.
+  _, output, lines = _signal_and_check(data, tmp_path, launcher, target,
+                                       reporting=1 if target == "launcher" else 2)
   assert "Exit code: 75" in output  # horovodrun exits 1, naming the workers' status
+  if len(lines) < 2:
+    assert "Process 0 exit with status code 137." in output, output[-4000:]
 
 
 # Under mpirun (Open MPI 4.1) the workers are signalled directly: mpirun itself answers SIGTERM and
@@ -267,7 +277,7 @@ def test_horovodrun_stops_every_rank_at_the_same_update(data, tmp_path, target):
 @pytest.mark.parametrize("target,signum", [("rank0", signal.SIGTERM), ("rank1", signal.SIGUSR1)])
 def test_mpirun_stops_every_rank_at_the_same_update(data, tmp_path, target, signum):
   launcher = job._mpirun()  # pylint: disable=protected-access
-  code, _ = _signal_and_check(data, tmp_path, launcher, target, signum)
+  code, _, _ = _signal_and_check(data, tmp_path, launcher, target, signum)
   assert code == errors.STOP_EXIT_CODE  # mpirun exits with the first failed worker's status
 
 
