@@ -23,13 +23,15 @@ declare -A opt=(
   [phase1_steps]=7038 [phase1_warmup]=2000
   [phase2_seq]=512 [phase2_pred]=80 [phase2_batch]=8 [phase2_accum]=512 [phase2_lr]=5e-4
   [phase2_steps]=1563 [phase2_warmup]=200
-  [save_checkpoints_steps]=100 [display_loss_steps]=1 [dry_run]=false [extra]=""
+  [save_checkpoints_secs]=900 [save_checkpoints_steps]="" [display_loss_steps]=1 [dry_run]=false
+  [extra]=""
 )
 
 # What an empty default means, for --help.
 declare -A default_note=(
   [python]="(the environment's python: scripts/env.sh)"
   [horovodrun]="(the horovodrun next to --python, else the one on PATH)"
+  [save_checkpoints_steps]="(none: checkpoints every --save_checkpoints_secs)"
 )
 
 usage() {
@@ -39,6 +41,12 @@ usage() {
     printf '  --%-24s %s\n' "$key" "${opt[$key]:-${default_note[$key]:-}}"
   done
 }
+
+# Whether --save_checkpoints_secs was given (it excludes --save_checkpoints_steps).
+secs_given=false
+for arg in "$@"; do
+  case "$arg" in --save_checkpoints_secs|--save_checkpoints_secs=*) secs_given=true ;; esac
+done
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -63,6 +71,17 @@ case "${opt[precision]}" in
 esac
 xla_flags=()
 [ "${opt[xla]}" = true ] && xla_flags=(--use_xla)
+
+# Checkpoints every --save_checkpoints_secs (a hard kill loses at most that much training), or every
+# --save_checkpoints_steps updates when that is given instead (docs/LONG_RUNS.md).
+if [ -n "${opt[save_checkpoints_steps]}" ]; then
+  [ "$secs_given" = false ] || {
+    echo "$0: --save_checkpoints_secs and --save_checkpoints_steps exclude each other: give one" >&2
+    exit 2; }
+  checkpoint_flags=(--save_checkpoints_steps="${opt[save_checkpoints_steps]}")
+else
+  checkpoint_flags=(--save_checkpoints_secs="${opt[save_checkpoints_secs]}")
+fi
 
 # The project's environment unless told otherwise (its path is the last line env.sh prints).
 if [ -z "${opt[python]}" ]; then
@@ -121,7 +140,7 @@ phase() {  # phase N [init_checkpoint]
               --learning_rate="${opt[phase${n}_lr]}"
               --num_train_steps="${opt[phase${n}_steps]}"
               --num_warmup_steps="${opt[phase${n}_warmup]}"
-              --save_checkpoints_steps="${opt[save_checkpoints_steps]}"
+              "${checkpoint_flags[@]}"
               --display_loss_steps="${opt[display_loss_steps]}")
   [ -n "$init" ] && args+=(--init_checkpoint="$init")
   [ -n "${opt[eval_data]}" ] && args+=(--do_eval --eval_files_dir="${opt[eval_data]}")

@@ -36,8 +36,9 @@ class _UnmarkedProcessStart(subprocess.Popen):
   """subprocess.Popen for a test not marked `e2e`: refuses to start the process."""
 
   def __init__(self, args, *unused_args, **unused_kwargs):  # pylint: disable=super-init-not-called
-    raise RuntimeError("this test starts a process (%s): mark it @pytest.mark.e2e (tests/conftest.py)"
-                       % (args if isinstance(args, str) else " ".join(map(str, args)))[:200])
+    command = args if isinstance(args, str) else " ".join(map(str, args))
+    raise RuntimeError("this test starts a process (%s): mark it @pytest.mark.e2e "
+                       "(tests/conftest.py)" % command[:200])
 
   def __del__(self):
     pass

@@ -7,6 +7,11 @@
                          names the directory, the bytes needed and free: exit 2 (like a usage
                          error, the user has to act before a rerun can succeed; docs/LONG_RUNS.md)
   StoppedByAnotherWorker another worker ended the job and printed why: exit 1 without a line
+  StoppedBySignal        SIGTERM, SIGINT or SIGUSR1 stopped the job at an update boundary after
+                         saving a checkpoint: exit 75 (STOP_EXIT_CODE, sysexits.h's EX_TEMPFAIL,
+                         "temporary failure, retry"): running the same command resumes; schedulers
+                         requeue on it (docs/LONG_RUNS.md). A second signal during the stop ends
+                         the process at once with 128 + the signal's number.
 
 Scripts and tools end through `run_reporting_errors`, which prints one line,
 "<program>: error: <message>", instead of a traceback (the traceback too with --verbose).
@@ -19,6 +24,10 @@ import traceback
 USAGE_EXIT_CODE = 2
 # Exit status of a job that failed for another reason the message explains.
 FAILURE_EXIT_CODE = 1
+# Exit status of a job stopped by a signal with its state saved: EX_TEMPFAIL of sysexits.h (a
+# temporary failure: run it again). Distinct from 1 and 2 (failures a rerun repeats) and from
+# 128 + n (killed by signal n, state not saved), so a scheduler's requeue rule can match it alone.
+STOP_EXIT_CODE = 75
 
 
 class UsageError(ValueError):
@@ -39,6 +48,13 @@ class StoppedByAnotherWorker(RuntimeError):
   1, no line: the job's message is the other worker's)."""
 
 
+class StoppedBySignal(RuntimeError):
+  """A signal stopped the job after it saved its state; the message says where (exit status 75).
+
+  Reported as "<program>: <message>" (not an error: the job can be resumed as it is).
+  """
+
+
 def require(condition, message, *args):
   """Raises UsageError(message % args) unless `condition`."""
   if not condition:
@@ -47,13 +63,14 @@ def require(condition, message, *args):
 
 # The errors that end a run with one line (StoppedByAnotherWorker: none), and their exit status.
 _EXIT_CODES = ((UsageError, USAGE_EXIT_CODE), (TrainingDivergedError, FAILURE_EXIT_CODE),
-               (DiskFullError, USAGE_EXIT_CODE), (StoppedByAnotherWorker, FAILURE_EXIT_CODE))
+               (DiskFullError, USAGE_EXIT_CODE), (StoppedByAnotherWorker, FAILURE_EXIT_CODE),
+               (StoppedBySignal, STOP_EXIT_CODE))
 
 
-def report(program, message, stream=None):
-  """Prints "<program>: error: <message>" on `stream` (stderr)."""
+def report(program, message, stream=None, kind="error"):
+  """Prints "<program>: <kind>: <message>" on `stream` (stderr); no kind: "<program>: <message>"."""
   stream = sys.stderr if stream is None else stream
-  print("%s: error: %s" % (program, message), file=stream, flush=True)
+  print("%s: %s%s" % (program, "%s: " % kind if kind else "", message), file=stream, flush=True)
 
 
 def run_reporting_errors(program, function, *args, verbose=False):
@@ -74,5 +91,5 @@ def run_reporting_errors(program, function, *args, verbose=False):
     if verbose:
       traceback.print_exc(file=sys.stderr)
     if not isinstance(e, StoppedByAnotherWorker) or verbose:
-      report(program, e)
+      report(program, e, kind=None if isinstance(e, StoppedBySignal) else "error")
     return next(code for kind, code in _EXIT_CODES if isinstance(e, kind))

@@ -39,6 +39,9 @@ LINE_PREFIX = "DLLL "
 # The step of the line that marks a restart in an appended log (dllogger takes string steps, as
 # its "PARAMETER" lines).
 RESTART_STEP = "RESTART"
+# The step of the line a job stopped by a signal ends with (data: signal, update,
+# checkpoint_written, message).
+STOP_STEP = "STOP"
 
 _BACKENDS = ("auto", "dllogger", "builtin")
 

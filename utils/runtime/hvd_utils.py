@@ -164,6 +164,23 @@ def broadcast_value(value, root_rank=0):
   return module.broadcast_object(value, root_rank=root_rank, name="broadcast_value")
 
 
+def max_over_workers(tensor, name):
+  """The element-wise maximum of `tensor` over all workers (a collective: every worker must run
+  it, in the same order); `tensor` itself without an initialised Horovod.
+
+  Args:
+    tensor: a numeric Tensor, the same shape on every worker.
+    name: the collective's name (unique in the graph, the same on every worker).
+
+  Returns:
+    a Tensor of `tensor`'s shape and dtype.
+  """
+  module = _initialised_horovod()
+  if module is None:
+    return tf.identity(tensor, name=name)
+  return module.allreduce(tensor, op=module.Max, name=name)
+
+
 def worker_output_dir(output_dir, rank, local_rank, node_local_output_dir):
   """The directory this worker writes to (docs/DESIGN.md section 7).
 

@@ -31,6 +31,9 @@ flags.DEFINE_integer("max_seq_length", 128,
                      "Tokens per sequence (pretraining: must match the records; fine-tuning: "
                      "longer input is truncated or windowed, shorter padded).")
 flags.DEFINE_integer("save_checkpoints_steps", 1000, "Save a checkpoint every this many updates.")
+flags.DEFINE_integer("save_checkpoints_secs", None,
+                     "Save a checkpoint every this many seconds instead (a hard kill loses at most "
+                     "that much training); excludes --save_checkpoints_steps.")
 flags.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints kept in output_dir.")
 flags.DEFINE_integer("resume_from_step", None,
                      "Resume from the checkpoint of this step in --output_dir instead of the "

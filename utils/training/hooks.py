@@ -1,4 +1,5 @@
-"""SessionRunHooks of the pretraining job: training log, eval timing, weight sync.
+"""SessionRunHooks of the pretraining job: training log, eval timing, weight sync, checkpoints,
+the stop on a signal.
 
 Each hook gets everything it needs in its constructor and reads the graph tensors named in
 `utils/core/graph_names.py`. The hooks run on every worker (the graph is the same everywhere, so
@@ -12,6 +13,9 @@ collectives never stall); logging goes through a `dllogger_setup.RunLogger`, whi
 * `EvalTimingHook`: per-batch evaluation times and the evaluation throughput.
 * `WeightSyncHook`: averages the trainable variables over all workers every
   `num_accumulation_steps` iterations, before the train op (docs/DESIGN.md section 7).
+* `PeriodicCheckpointSaverHook`: a checkpoint every N updates or every N seconds, and at the end.
+* `StopOnSignalHook`: ends training at an update boundary, the same one on every worker, once a
+  stop signal arrived (docs/LONG_RUNS.md).
 """
 
 import collections
@@ -28,6 +32,7 @@ from utils.core import graph_names
 from utils.runlog import dllogger_setup
 from utils.runlog import meter as meter_lib
 from utils.runtime import hvd_utils
+from utils.runtime import stop_signals
 
 _tf1 = tf.compat.v1
 
@@ -394,7 +399,8 @@ class WeightSyncHook(tf.estimator.SessionRunHook):
 
 
 class PeriodicCheckpointSaverHook(_tf1.train.CheckpointSaverHook):
-  """Saves a checkpoint every `save_steps` global steps and at the end, not at the start.
+  """Saves a checkpoint every `save_steps` global steps (or `save_secs` seconds) and at the end,
+  not at the start.
 
   The stock hook also writes a full checkpoint of the untrained weights when the session starts
   (1.3 GB and ~3.6 s for BERT-base with its LAMB slots) and, with `save_graph_def`, the graph as
@@ -402,11 +408,15 @@ class PeriodicCheckpointSaverHook(_tf1.train.CheckpointSaverHook):
   one already has that checkpoint. The Estimator uses this hook instead of adding its own.
   """
 
-  def __init__(self, checkpoint_dir, save_steps, save_graph_def=False, listeners=None):
-    """Args: the directory, the step interval, whether to write the graph (graph.pbtxt, the
-    TensorBoard graph and a .meta file per checkpoint), and CheckpointSaverListeners."""
-    super().__init__(checkpoint_dir, save_steps=save_steps, save_graph_def=save_graph_def,
-                     listeners=listeners)
+  def __init__(self, checkpoint_dir, save_steps=None, save_graph_def=False, save_secs=None,
+               listeners=None):
+    """Args: the directory, the step interval or (instead) the interval in seconds, counted
+    from the session's start, whether to write the graph (graph.pbtxt, the TensorBoard graph
+    and a .meta file per checkpoint), and CheckpointSaverListeners."""
+    if save_secs is not None:
+      save_steps = None
+    super().__init__(checkpoint_dir, save_steps=save_steps, save_secs=save_secs,
+                     save_graph_def=save_graph_def, listeners=listeners)
 
   def after_create_session(self, session, coord):
     global_step = session.run(self._global_step_tensor)
@@ -415,3 +425,118 @@ class PeriodicCheckpointSaverHook(_tf1.train.CheckpointSaverHook):
       tf.io.write_graph(graph.as_graph_def(add_shapes=True), self._checkpoint_dir, "graph.pbtxt")
       self._summary_writer.add_graph(graph)
     self._timer.update_last_triggered_step(global_step)
+
+
+class StoppedBeforeFirstUpdate(Exception):
+  """A stop signal arrived before the run's first update (one worker): nothing to save."""
+
+
+class StopOnSignalHook(tf.estimator.SessionRunHook):
+  """Ends training at an update boundary once a stop signal arrived (docs/LONG_RUNS.md).
+
+  `watcher` (a `utils.runtime.stop_signals.SignalWatcher`, or anything with `stop_requested` and
+  `signal_name`) is read after every session run. With several workers, every run also carries a
+  tiny collective: the maximum over the workers of their "stop requested" flags (fed as an int32
+  scalar), so all of them see the same combined flag after the same micro-step; each stops at the
+  first update boundary from there, the same update everywhere, and none is left waiting in an
+  allreduce. At `end()`, after the checkpoint saver (which comes earlier in the hook list and
+  writes the final update's checkpoint), the workers meet once more so none exits while rank 0
+  still writes (a launcher ends every worker when one exits non-zero).
+
+  One worker asked to stop before its first update raises `StoppedBeforeFirstUpdate` (nothing to
+  save); several workers always finish the update the combined flag is seen in.
+
+  Attributes:
+    stopped: True once the hook asked the session to stop.
+    stop_signal_name: the name of the signal that stopped the run (another worker's when that one
+      got it), or None.
+    stop_step: the global step the run stopped at (read at `end()`), or None.
+  """
+
+  def __init__(self, watcher, num_workers=1, num_accumulation_steps=1):
+    """Configures the hook.
+
+    Args:
+      watcher: has `stop_requested` (bool) and `signum` (int or None).
+      num_workers: workers of the job (> 1: the flag is combined over them with Horovod).
+      num_accumulation_steps: micro-steps per update (session runs).
+
+    Raises:
+      ValueError: for a bad count.
+    """
+    checks.check_integer("num_workers", num_workers, 1)
+    checks.check_integer("num_accumulation_steps", num_accumulation_steps, 1)
+    self._watcher = watcher
+    self._num_workers = num_workers
+    self._num_accumulation_steps = num_accumulation_steps
+    self._flag_in = None
+    self._combined = None
+    self._barrier = None
+    self._fetches = None
+    self._global_step_tensor = None
+    self._reset()
+
+  def _reset(self):
+    self._runs = 0
+    self._stopping_signum = None
+    self.stopped = False
+    self.stop_signal_name = None
+    self.stop_step = None
+
+  def begin(self):
+    """Builds the combined flag's collective (several workers) and finds the update flag."""
+    self._reset()
+    graph = _tf1.get_default_graph()
+    self._fetches = {}
+    if self._num_workers > 1:
+      self._flag_in = _tf1.placeholder_with_default(
+          tf.constant(0, tf.int32), shape=[], name="stop_signal_flag")
+      self._combined = hvd_utils.max_over_workers(self._flag_in, "stop_signal_combined")
+      self._barrier = hvd_utils.max_over_workers(tf.constant(0, tf.int32), "stop_signal_barrier")
+      self._fetches["combined"] = self._combined
+    if self._num_accumulation_steps > 1:
+      update_step = _graph_tensor(graph, graph_names.UPDATE_STEP)
+      if update_step is not None:
+        self._fetches[graph_names.UPDATE_STEP] = update_step
+    self._global_step_tensor = _tf1.train.get_global_step()
+
+  def _local_signum(self):
+    """This worker's signal number, 0 without one."""
+    return int(self._watcher.signum or 0) if self._watcher.stop_requested else 0
+
+  def before_run(self, run_context):
+    if self._runs == 0 and self._num_workers == 1 and self._watcher.stop_requested:
+      raise StoppedBeforeFirstUpdate(self._watcher.signum)
+    if self._num_workers > 1:
+      return tf.estimator.SessionRunArgs(
+          self._fetches, feed_dict={self._flag_in: self._local_signum()})
+    return tf.estimator.SessionRunArgs(self._fetches) if self._fetches else None
+
+  def after_run(self, run_context, run_values):
+    self._runs += 1
+    results = run_values.results or {}
+    if self._stopping_signum is None:
+      signum = int(results["combined"]) if "combined" in results else self._local_signum()
+      if signum:
+        self._stopping_signum = signum
+    if self._stopping_signum is None or not self._ended_update(results):
+      return
+    self.stopped = True
+    self.stop_signal_name = stop_signals.signal_name(self._stopping_signum)
+    run_context.request_stop()
+
+  def _ended_update(self, results):
+    """True when this run applied the optimizer (the last micro-step of an update)."""
+    if graph_names.UPDATE_STEP in results:
+      return bool(results[graph_names.UPDATE_STEP])
+    return self._runs % self._num_accumulation_steps == 0
+
+  def end(self, session):
+    """Reads the step the run ended at; with several workers, meets the others once more."""
+    if not self.stopped:
+      return
+    if self._global_step_tensor is not None:
+      self.stop_step = int(session.run(self._global_step_tensor))
+    if self._barrier is not None:
+      session.run(self._barrier)
+

@@ -39,7 +39,7 @@ TpuSettings.__doc__ = """A TPUEstimator's settings: the original release's TPU f
 
 def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
                     save_checkpoints_steps, keep_checkpoint_max, random_seed=None,
-                    reports_loss=True, tpu=None, batch_sizes=None):
+                    reports_loss=True, tpu=None, batch_sizes=None, save_checkpoints_secs=None):
   """The Estimator, or a TPUEstimator when `tpu` is given.
 
   Ranks > 0 write no summaries (their step counter included); only workers that save checkpoints
@@ -52,6 +52,8 @@ def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
     workers: `Workers`.
     saves_checkpoints: this worker saves checkpoints.
     save_checkpoints_steps: checkpoint (and summary) interval.
+    save_checkpoints_secs: when given, checkpoints every this many seconds instead (summaries stay
+      every `save_checkpoints_steps`).
     keep_checkpoint_max: checkpoints kept.
     random_seed: graph-level random seed (a deterministic run's --seed), or None.
     reports_loss: the job logs its own training lines (the Estimator's step counter is rare).
@@ -63,10 +65,12 @@ def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
     `tf.estimator.Estimator` or `TPUEstimator`.
   """
   save_steps = save_checkpoints_steps if saves_checkpoints else None
+  save_secs = save_checkpoints_secs if saves_checkpoints else None
   step_counter_steps = (STEP_COUNTER_STEPS_WITH_LOSS_REPORT if reports_loss
                         else STEP_COUNTER_STEPS)
   common = dict(model_dir=model_dir, session_config=config,
-                save_checkpoints_steps=save_steps, save_checkpoints_secs=None,
+                save_checkpoints_steps=None if save_secs else save_steps,
+                save_checkpoints_secs=save_secs,
                 save_summary_steps=save_steps if workers.rank == 0 else None,
                 keep_checkpoint_max=keep_checkpoint_max,
                 log_step_count_steps=step_counter_steps if workers.rank == 0 else None,
@@ -90,7 +94,7 @@ def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
 
 def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_def=False,
                    log_hook=None, force_weight_sync=False, num_accumulation_steps=1,
-                   health_hook=None):
+                   health_hook=None, save_checkpoints_secs=None, stop_watcher=None):
   """The hooks of a training run, in the order they run.
 
   Args:
@@ -104,22 +108,28 @@ def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_d
     num_accumulation_steps: micro-steps per update.
     health_hook: a `recovery.CheckpointHealthHook`, or None: it runs before the saver (and
       listens to its saves).
+    save_checkpoints_secs: when given, the checkpoint interval in seconds instead of steps.
+    stop_watcher: a `stop_signals.SignalWatcher` to stop on (`hooks.StopOnSignalHook`), or None.
 
   Returns:
     list of SessionRunHooks: checkpoint health, checkpoint saver, log, weight sync, Horovod
-    broadcast (each when wanted).
+    broadcast, stop on a signal (each when wanted; the stop hook last, so its `end()` follows the
+    final checkpoint).
   """
   hooks = [] if health_hook is None else [health_hook]
   if checkpoint_dir is not None:
     hooks.append(hooks_lib.PeriodicCheckpointSaverHook(
         checkpoint_dir, save_steps=save_checkpoints_steps, save_graph_def=save_graph_def,
-        listeners=[health_hook.listener] if health_hook is not None else None))
+        listeners=[health_hook.listener] if health_hook is not None else None,
+        save_secs=save_checkpoints_secs))
   if log_hook is not None:
     hooks.append(log_hook)
   if hooks_lib.weight_sync_enabled(force_weight_sync):
     hooks.append(hooks_lib.WeightSyncHook(num_accumulation_steps))
   if workers.size > 1:
     hooks.append(hvd_utils.broadcast_global_variables_hook(0))
+  if stop_watcher is not None:
+    hooks.append(hooks_lib.StopOnSignalHook(stop_watcher, workers.size, num_accumulation_steps))
   return hooks
 
 

@@ -40,6 +40,7 @@ from utils.core import errors
 from utils.runlog import dllogger_setup
 from utils.runtime import disk_space
 from utils.runtime import hvd_utils
+from utils.runtime import stop_signals
 from utils.runtime import workers as workers_lib
 from utils.training import flags as job_flags
 from utils.training import hooks as hooks_lib
@@ -179,6 +180,11 @@ def check_flags(f, actions):
           "--resume_from_step must be >= 0, got %s", f.resume_from_step)
   require(f.intra_op_threads >= 0 and f.inter_op_threads >= 0,
           "--intra_op_threads and --inter_op_threads must be >= 0")
+  if f.save_checkpoints_secs is not None:
+    require(not job_flags.given(f, "save_checkpoints_steps"),
+            "--save_checkpoints_secs and --save_checkpoints_steps exclude each other: give one")
+    require(f.save_checkpoints_secs >= 1, "--save_checkpoints_secs must be >= 1 second, got %d",
+            f.save_checkpoints_secs)
   try:
     optimization.check_optimizer_type(f.optimizer_type, as_flags=True)
     optimization.check_precision(f.manual_fp16, f.amp, f.init_loss_scale, as_flags=True)
@@ -403,7 +409,8 @@ def build_estimator(f, job, model_fn, settings, batch_sizes):
       model_fn, job.output_dir, config, job.workers, job.saves_checkpoints,
       f.save_checkpoints_steps, f.keep_checkpoint_max,
       random_seed=f.seed if f.deterministic_run else None, reports_loss=f.report_loss,
-      tpu=tpu_settings(f, settings), batch_sizes=batch_sizes)
+      tpu=tpu_settings(f, settings), batch_sizes=batch_sizes,
+      save_checkpoints_secs=f.save_checkpoints_secs)
   return job.estimator
 
 
@@ -464,9 +471,38 @@ def _resume_advice(output_dir, checkpoint_step, bad_step):
           "--resume_from_step=%d" % (prefix, values, step))
 
 
+def stop_error(job, signal_name, stop_step):
+  """Logs how a job stopped by a signal ended, and returns the error to end it with.
+
+  Args:
+    job: the `Job`.
+    signal_name: e.g. "SIGTERM".
+    stop_step: the global step the run stopped at, or None (before its first update).
+
+  Returns:
+    `errors.StoppedBySignal` with the message (exit status `errors.STOP_EXIT_CODE`).
+  """
+  written = stop_step is not None and job_lib.checkpoint_step(job.output_dir) == stop_step
+  if stop_step is not None and not job.saves_checkpoints:
+    written = True  # rank 0 wrote it; the workers met after its save
+  message = stop_signals.stop_message(signal_name, stop_step, written)
+  job.run_logger.log(step=dllogger_setup.STOP_STEP, data={
+      "signal": signal_name, "update": stop_step, "checkpoint_written": written,
+      "message": message, "exit_code": errors.STOP_EXIT_CODE})
+  job.run_logger.flush()
+  if job.is_chief:
+    logging.info("%s", message)
+  return errors.StoppedBySignal(message)
+
+
 def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_error=None):
   """Trains to `num_train_steps` updates with the job's hooks (checkpoints, the log line every
-  --display_loss_steps updates and its TensorBoard scalars, weight sync, Horovod broadcast).
+  --display_loss_steps updates and its TensorBoard scalars, weight sync, Horovod broadcast, the
+  stop on SIGTERM, SIGINT or SIGUSR1).
+
+  While it trains, the first of those signals (to any worker) ends training at an update boundary
+  that every worker agrees on, after a checkpoint of it; a second one exits at once
+  (`utils/runtime/stop_signals.py`, docs/LONG_RUNS.md).
 
   Args:
     f: the parsed flags.
@@ -475,14 +511,28 @@ def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_erro
     num_train_steps: optimizer updates to train to.
     loss_names: the losses of the log line besides total_loss; None: the pretraining losses.
     explain_input_error: optional function error -> error naming the bad input.
+
+  Raises:
+    errors.StoppedBySignal: a signal stopped the run (after its checkpoint).
   """
+  watcher = stop_signals.watch_signals()
+  try:
+    _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_error, watcher)
+  finally:
+    watcher.close()
+
+
+def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_error, watcher):
+  """`train` with the signal watcher installed."""
   log_hook = None
   if f.report_loss:
     kwargs = {} if loss_names is None else {"loss_names": loss_names}
     log_hook = hooks_lib.TrainingLogHook(
         job.run_logger, global_batch_size(f, job.workers),
         num_accumulation_steps=f.num_accumulation_steps, display_loss_steps=f.display_loss_steps,
-        save_checkpoints_steps=f.save_checkpoints_steps if job.saves_checkpoints else None,
+        save_checkpoints_steps=(f.save_checkpoints_steps
+                                if job.saves_checkpoints and not f.save_checkpoints_secs
+                                else None),
         num_train_steps=num_train_steps,
         # TensorBoard run "train", beside the Estimator's "eval".
         summary_dir=os.path.join(job.output_dir, "train"), **kwargs)
@@ -492,7 +542,9 @@ def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_erro
   hooks = job_lib.training_hooks(
       job.workers, checkpoint_dir, f.save_checkpoints_steps,
       save_graph_def=f.save_graph_def, log_hook=log_hook, force_weight_sync=f.force_weight_sync,
-      num_accumulation_steps=f.num_accumulation_steps, health_hook=health_hook)
+      num_accumulation_steps=f.num_accumulation_steps, health_hook=health_hook,
+      save_checkpoints_secs=f.save_checkpoints_secs, stop_watcher=watcher)
+  stop_hook = next(hook for hook in hooks if isinstance(hook, hooks_lib.StopOnSignalHook))
   try:
     job_lib.train(job.estimator, input_fn, num_train_steps, f.output_dir, hooks,
                   explain_input_error=explain_input_error,
@@ -500,6 +552,8 @@ def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_erro
                       step, f.output_dir, f.learning_rate, f.manual_fp16, f.init_loss_scale,
                       bad_step=health_hook.bad_step,
                       skipped_updates=health_hook.skipped_too_often))
+  except hooks_lib.StoppedBeforeFirstUpdate:
+    raise stop_error(job, watcher.signal_name, None)
   except (errors.UsageError, errors.DiskFullError, errors.TrainingDivergedError):
     raise
   except Exception as e:  # pylint: disable=broad-except  (re-raised unless the disk is full)
@@ -507,3 +561,8 @@ def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_erro
       raise
     raise disk_full_error(e, f.output_dir, checkpoint_dir,
                           health_hook.checkpoint_bytes) from None
+  if stop_hook.stopped:
+    raise stop_error(job, stop_hook.stop_signal_name, stop_hook.stop_step)
+  if watcher.stop_requested:
+    # The signal came during the last update: training is complete; what follows it is not run.
+    raise stop_error(job, watcher.signal_name, job_lib.checkpoint_step(job.output_dir))

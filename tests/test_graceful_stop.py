@@ -1,0 +1,371 @@
+"""Graceful stop and time-based checkpoints end to end (docs/LONG_RUNS.md).
+
+A signal (SIGTERM, SIGINT, SIGUSR1) to the training process, to one Horovod rank or to the
+launcher ends the job at one update boundary shared by every worker, with a checkpoint of that
+update, the message "stopped by <signal> at update N; checkpoint written; run the same command to
+resume" and exit status 75; the same command then continues with the losses of an uninterrupted
+deterministic run. A second signal exits at once (128 + its number); one before the first update
+saves nothing. --save_checkpoints_secs writes checkpoints by time.
+
+The runs use the tiny deterministic configuration of tests/test_deterministic_run.py; each waits
+for a logged update before it is signalled.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import helpers
+from tests import test_deterministic_run as det
+from tests import test_run_pretraining as job
+from utils.core import errors
+from utils.runlog import golden
+
+# Long enough that a signal sent after update FIRST_LOGGED lands well before the end.
+UPDATES = 300
+FIRST_LOGGED = 3
+# The length of the runs that are only stopped (no uninterrupted run to compare with).
+LONG = 100000
+STOP_LINE = re.compile(r"stopped by (SIG\w+) at update (\d+); checkpoint written; run the same "
+                       r"command to resume")
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+  root = tmp_path_factory.mktemp("stop")
+  path = root / "config.json"
+  path.write_text(json.dumps(dict(det.CONFIG, hidden_act="gelu", hidden_dropout_prob=0.1,
+                                  attention_probs_dropout_prob=0.1, initializer_range=0.02)))
+  train_dir = root / "train"
+  train_dir.mkdir()
+  rng = np.random.RandomState(7)
+  for index in range(2):
+    helpers.write_batch_records(
+        train_dir / ("part-%d.tfrecord" % index),
+        helpers.random_batch(rng, 24, det.SEQ, det.CONFIG["vocab_size"], det.PRED))
+  return {"root": root, "configs": {"dropout": str(path)}, "train_dir": str(train_dir)}
+
+
+def command(data, out, launcher=(), **overrides):
+  """The deterministic command; checkpoints only at the end or the stop (1000 > UPDATES)."""
+  values = dict(num_train_steps=UPDATES, save_checkpoints_steps=1000)
+  values.update(overrides)
+  return det.command(data, out, launcher, **values)
+
+
+def wait_for_update(log, proc, step=FIRST_LOGGED, timeout=300):
+  """Waits until the run log of `proc` has a line of update `step` or later."""
+  det._wait_for_step(log, proc, step, timeout)  # pylint: disable=protected-access
+
+
+def wait_for_text(path, text, proc, timeout=300):
+  """Waits until the file `path` (a run's output) holds `text`."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    assert proc.poll() is None, "the run ended before %r" % text
+    if path.exists() and text in path.read_text():
+      return
+    time.sleep(0.02)
+  raise AssertionError("%r never appeared in %s" % (text, path))
+
+
+def finish(started, timeout=400):
+  """Waits for a run started with `det.start`; returns (exit status, its output)."""
+  _, output, proc = started
+  try:
+    code = proc.wait(timeout=timeout)
+  finally:
+    helpers.kill_session(proc)
+  return code, output.read_text()
+
+
+def stop_lines(text):
+  """The (signal, update) of every stop message in `text`."""
+  return [(name, int(step)) for name, step in STOP_LINE.findall(text)]
+
+
+def checkpoint_steps(directory):
+  """The global steps of the checkpoints in `directory` (index files), sorted."""
+  return sorted(int(name[len("model.ckpt-"):-len(".index")]) for name in os.listdir(directory)
+                if name.startswith("model.ckpt-") and name.endswith(".index"))
+
+
+def stop_records(log):
+  """The data of the STOP lines of a run log."""
+  records = [json.loads(line[5:]) for line in log.read_text().splitlines()
+             if line.startswith("DLLL ")]
+  return [r["data"] for r in records if r.get("step") == "STOP"]
+
+
+def assert_stopped(code, output, out, signal_name, signalled_after=FIRST_LOGGED, updates=UPDATES):
+  """Exit 75, one stop message, a checkpoint of that update (the only one), a STOP log line.
+
+  Returns:
+    the update the run stopped at.
+  """
+  assert code == errors.STOP_EXIT_CODE, "exit %d\n%s" % (code, output[-6000:])
+  lines = stop_lines(output)
+  assert lines and all(line == lines[0] for line in lines), output[-4000:]
+  name, update = lines[0]
+  assert name == signal_name
+  assert signalled_after <= update < updates
+  assert checkpoint_steps(out) == [update]
+  assert job.checkpoint_values(out)["global_step"] == update
+  records = stop_records(out / "bert_dllog.json")
+  assert [(r["signal"], r["update"], r["checkpoint_written"], r["exit_code"]) for r in records] \
+      == [(signal_name, update, True, 75)]
+  assert "Traceback" not in output
+  return update
+
+
+def test_sigterm_stops_with_a_checkpoint_and_the_same_command_resumes_exactly(data, tmp_path):
+  full, stopped = tmp_path / "full", tmp_path / "stopped"
+  reference = det.start(command(data, full), tmp_path / "full.out")
+  run = det.start(command(data, stopped), tmp_path / "stopped.out")
+  try:
+    wait_for_update(stopped / "bert_dllog.json", run[2])
+    run[2].send_signal(signal.SIGTERM)
+    code, output = finish(run)
+    update = assert_stopped(code, output, stopped, "SIGTERM")
+    # The micro-step counter (input position, dropout keys) was saved with the weights.
+    assert job.checkpoint_values(stopped)["micro_step"] == update * det.ACCUMULATION
+    resumed = det.start(command(data, stopped), tmp_path / "resumed.out")
+    det.finish([reference, resumed])
+  finally:
+    for _, _, proc in (reference, run):
+      helpers.kill_session(proc)
+  assert "the input continues after" in (tmp_path / "resumed.out").read_text()
+  full_entries = golden.log_entries(str(full / "bert_dllog.json"))
+  resumed_entries = golden.log_entries(str(stopped / "bert_dllog.json"))
+  assert [e["step"] for e in resumed_entries] == [e["step"] for e in full_entries]
+  assert golden.differences(full_entries, resumed_entries, tolerance=0) == []
+  final_full, final_resumed = job.checkpoint_values(full), job.checkpoint_values(stopped)
+  assert set(final_full) == set(final_resumed)
+  for name, value in final_full.items():
+    np.testing.assert_array_equal(final_resumed[name], value, err_msg=name)
+
+
+def test_sigint_and_sigusr1_stop_the_same_way(data, tmp_path):
+  runs = {}
+  for signum in (signal.SIGINT, signal.SIGUSR1):
+    out = tmp_path / signal.Signals(signum).name
+    runs[signum] = (out, det.start(command(data, out, num_train_steps=LONG),
+                                   tmp_path / ("%s.out" % out.name)))
+  try:
+    for signum, (out, run) in runs.items():
+      wait_for_update(out / "bert_dllog.json", run[2])
+      run[2].send_signal(signum)
+    for signum, (out, run) in runs.items():
+      code, output = finish(run)
+      assert_stopped(code, output, out, signal.Signals(signum).name, updates=LONG)
+      assert "KeyboardInterrupt" not in output
+  finally:
+    for _, (_, run) in runs.items():
+      helpers.kill_session(run[2])
+
+
+def test_a_second_signal_exits_at_once(data, tmp_path):
+  # Updates of 50 micro-steps: the second signal lands while the first update is finishing (two
+  # signals sent back to back would merge into one pending signal).
+  out = tmp_path / "out"
+  run = det.start(command(data, out, num_accumulation_steps=50), tmp_path / "out.out")
+  wait_for_update(out / "bert_dllog.json", run[2], 1)
+  run[2].send_signal(signal.SIGTERM)
+  wait_for_text(tmp_path / "out.out", "SIGTERM received: stopping", run[2])
+  run[2].send_signal(signal.SIGTERM)
+  code, output = finish(run, timeout=60)
+  assert code == 128 + signal.SIGTERM, output[-4000:]
+  assert "SIGTERM received again during the stop: exiting at once (status 143)" in output
+  assert not stop_lines(output) and stop_records(out / "bert_dllog.json") == []
+  assert checkpoint_steps(out) == []
+
+
+def test_a_signal_before_the_first_update_saves_nothing(data, tmp_path):
+  out = tmp_path / "out"
+  run = det.start(command(data, out), tmp_path / "out.out")
+  # Logged once the watcher is installed, before the graph is built.
+  wait_for_text(tmp_path / "out.out", "Running training from step 0", run[2])
+  run[2].send_signal(signal.SIGTERM)
+  code, output = finish(run)
+  assert code == errors.STOP_EXIT_CODE, output[-4000:]
+  assert ("stopped by SIGTERM before the first update: nothing to save; run the same command to "
+          "resume") in output
+  assert checkpoint_steps(out) == []
+  assert [r["update"] for r in stop_records(out / "bert_dllog.json")] == [None]
+  assert "Traceback" not in output
+
+
+# ---------------------------------------------------------------------------------------------
+# Horovod: one rank signalled, or the launcher.
+
+def _rank_pids(launcher_pid):
+  """{rank: pid} of the run_pretraining.py processes under the launcher."""
+  import psutil  # pylint: disable=g-import-not-at-top  (Horovod's launcher needs it)
+  ranks = {}
+  for proc in psutil.Process(launcher_pid).children(recursive=True):
+    try:
+      if any(arg.endswith("run_pretraining.py") for arg in proc.cmdline()):
+        env = proc.environ()
+        rank = env.get("HOROVOD_RANK", env.get("OMPI_COMM_WORLD_RANK"))
+        if rank is not None:
+          ranks[int(rank)] = proc.pid
+    except psutil.Error:
+      continue
+  return ranks
+
+
+def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM, reporting=2):
+  """Starts a 2-worker run under `launcher`, sends `signum` to `target` ("rank0", "rank1" or
+  "launcher") once an update is logged; checks the workers stopped at the same update with one
+  checkpoint, rank 0's, and that at least `reporting` of them said so."""
+  out = tmp_path / "out"
+  run = det.start(command(data, out, launcher, horovod=True), tmp_path / "out.out")
+  try:
+    wait_for_update(out / "bert_dllog.json", run[2])
+    if target == "launcher":
+      os.kill(run[2].pid, signum)
+    else:
+      os.kill(_rank_pids(run[2].pid)[int(target[-1])], signum)
+    code, output = finish(run)
+  finally:
+    helpers.kill_session(run[2])
+  # Each worker ends with the stop line (the launcher prefixes the worker's output).
+  lines = [(name, int(step)) for name, step in re.findall(
+      r"run_pretraining.py: stopped by (SIG\w+) at update (\d+); checkpoint written", output)]
+  assert reporting <= len(lines) <= 2 and all(line == lines[0] for line in lines), \
+      "exit %d\n%s" % (code, output[-6000:])
+  name, update = lines[0]
+  # The launchers forward SIGTERM and SIGINT as SIGTERM, SIGUSR1 as it is.
+  assert name == ("SIGUSR1" if signum == signal.SIGUSR1 else "SIGTERM")
+  assert FIRST_LOGGED <= update < UPDATES
+  assert code != 0
+  assert checkpoint_steps(out) == [update]
+  assert not os.path.exists(out / "worker_1") or checkpoint_steps(out / "worker_1") == []
+  assert job.checkpoint_values(out)["micro_step"] == update * det.ACCUMULATION
+  stop_updates = [r["update"] for r in stop_records(out / "bert_dllog.json")]
+  assert stop_updates == [update] or (len(lines) < 2 and stop_updates == [])
+  return code, output, lines
+
+
+@pytest.mark.parametrize("target", ["rank1", "launcher"])
+def test_horovodrun_stops_every_rank_at_the_same_update(data, tmp_path, target):
+  launcher = job._horovodrun()  # pylint: disable=protected-access
+  # horovodrun --gloo sends SIGTERM to every worker on SIGTERM or SIGINT, and SIGKILL 5 s later
+  # (GRACEFUL_TERMINATION_TIME_S): on a loaded machine rank 0 may still be exiting then, after its
+  # checkpoint (the workers meet after it) and before its own stop line.
+  _, output, lines = _signal_and_check(data, tmp_path, launcher, target,
+                                       reporting=1 if target == "launcher" else 2)
+  assert "Exit code: 75" in output  # horovodrun exits 1, naming the workers' status
+  if len(lines) < 2:
+    assert "Process 0 exit with status code 137." in output, output[-4000:]
+
+
+# Under mpirun (Open MPI 4.1) the workers are signalled directly: mpirun itself answers SIGTERM and
+# SIGINT with SIGTERM to the workers and SIGKILL odls_base_sigkill_timeout (1 s) later, and the
+# SIGUSR1 it forwards did not reach the workers' handler with Horovod's MPI controller
+# (docs/LONG_RUNS.md).
+@pytest.mark.parametrize("target,signum", [("rank0", signal.SIGTERM), ("rank1", signal.SIGUSR1)])
+def test_mpirun_stops_every_rank_at_the_same_update(data, tmp_path, target, signum):
+  launcher = job._mpirun()  # pylint: disable=protected-access
+  code, _, _ = _signal_and_check(data, tmp_path, launcher, target, signum)
+  assert code == errors.STOP_EXIT_CODE  # mpirun exits with the first failed worker's status
+
+
+# ---------------------------------------------------------------------------------------------
+# --save_checkpoints_secs
+
+def test_checkpoints_by_time(data, tmp_path):
+  out = tmp_path / "out"
+  cmd = det.command(data, out, num_train_steps=100000, save_checkpoints_steps=None,
+                    save_checkpoints_secs=2, deterministic_run=None, display_loss_steps=50)
+  run = det.start(cmd, tmp_path / "out.out")
+  try:
+    wait_for_update(out / "bert_dllog.json", run[2], 1)
+    seen = {}  # checkpoint step -> when it was first seen
+    deadline = time.time() + 120
+    while len(seen) < 3 and time.time() < deadline:
+      assert run[2].poll() is None, (tmp_path / "out.out").read_text()[-4000:]
+      for step in checkpoint_steps(out):
+        seen.setdefault(step, time.time())
+      time.sleep(0.05)
+    run[2].send_signal(signal.SIGTERM)
+    finish(run)
+  finally:
+    helpers.kill_session(run[2])
+  assert len(seen) >= 3, seen
+  times = sorted(seen.values())
+  gaps = np.diff(times)
+  # Every 2 s of training (a save itself takes a moment): never by steps (1000 is the default).
+  assert all(1.0 < gap < 8.0 for gap in gaps), gaps
+  steps = sorted(seen)
+  assert steps[0] < 1000
+
+
+@pytest.mark.parametrize("flags,message", [
+    (dict(save_checkpoints_secs=60, save_checkpoints_steps=5),
+     "--save_checkpoints_secs and --save_checkpoints_steps exclude each other: give one"),
+    (dict(save_checkpoints_secs=0, save_checkpoints_steps=None),
+     "--save_checkpoints_secs must be >= 1 second, got 0"),
+    (dict(save_checkpoints_secs=-5, save_checkpoints_steps=None),
+     "--save_checkpoints_secs must be >= 1 second, got -5"),
+])
+def test_save_checkpoints_secs_bad_values(data, tmp_path, flags, message):
+  out = tmp_path / "out"
+  cmd = det.command(data, out, **flags)
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=job.REPO_ROOT)
+  assert proc.returncode == errors.USAGE_EXIT_CODE, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1] == "run_pretraining.py: error: %s" % message
+  assert not out.exists()
+
+
+def test_run_config_gets_the_seconds(tmp_path):
+  """The Estimator's RunConfig saves by time, and the saver hook the job adds does too."""
+  from utils.runtime import workers as workers_lib  # pylint: disable=g-import-not-at-top
+  from utils.training import job as job_lib  # pylint: disable=g-import-not-at-top
+  workers = workers_lib.Workers(size=1, rank=0, local_rank=0, local_size=1, hvd=None)
+  estimator = job_lib.build_estimator(lambda features, labels, mode: None, str(tmp_path / "model"),
+                                      tf.compat.v1.ConfigProto(), workers, True, 1000, 3,
+                                      save_checkpoints_secs=7)
+  assert estimator.config.save_checkpoints_secs == 7
+  assert estimator.config.save_checkpoints_steps is None
+  hooks = job_lib.training_hooks(workers, str(tmp_path / "model"), 1000, save_checkpoints_secs=7)
+  timer = hooks[0]._timer  # pylint: disable=protected-access
+  assert timer._every_secs == 7 and timer._every_steps is None  # pylint: disable=protected-access
+
+
+def _launcher_commands(*options):
+  """The phase-1 command the two-phase launcher prints with --dry_run, or its error."""
+  proc = subprocess.run(["bash", job.LAUNCHER, "--dry_run", "--python", sys.executable,
+                         "--launcher", "none", "--phase1_data", "/d/128", "--phases", "1"]
+                        + list(options), capture_output=True, text=True, timeout=60)
+  return proc.returncode, [line[2:].split() for line in proc.stderr.splitlines()
+                           if line.startswith("+ ")], proc.stderr
+
+
+def test_two_phase_launcher_saves_by_time_unless_given_steps():
+  code, (command_,), _ = _launcher_commands()
+  assert code == 0 and "--save_checkpoints_secs=900" in command_
+  assert not any(arg.startswith("--save_checkpoints_steps") for arg in command_)
+  code, (command_,), _ = _launcher_commands("--save_checkpoints_secs", "120")
+  assert "--save_checkpoints_secs=120" in command_
+  code, (command_,), _ = _launcher_commands("--save_checkpoints_steps", "50")
+  assert "--save_checkpoints_steps=50" in command_
+  assert not any(arg.startswith("--save_checkpoints_secs") for arg in command_)
+  code, commands, stderr = _launcher_commands("--save_checkpoints_steps", "50",
+                                              "--save_checkpoints_secs=60")
+  assert code == 2 and not commands
+  assert "--save_checkpoints_secs and --save_checkpoints_steps exclude each other" in stderr
+
+
+if __name__ == "__main__":
+  sys.exit(pytest.main([__file__, "-v"]))

@@ -1,0 +1,85 @@
+"""StopOnSignalHook in one process (utils/training/hooks.py): the stop comes at an update
+boundary after the signal, a signal before the first update raises, the step is read at the end.
+A fake watcher stands in for the signals."""
+
+import signal
+
+import pytest
+import tensorflow as tf
+
+from utils.core import graph_names
+from utils.training import hooks
+
+_tf1 = tf.compat.v1
+
+
+class FakeWatcher(object):
+  def __init__(self):
+    self.signum = None
+
+  @property
+  def stop_requested(self):
+    return self.signum is not None
+
+
+class SignalAtRun(tf.estimator.SessionRunHook):
+  """Sets the watcher's signal after session run number `run` (1-based)."""
+
+  def __init__(self, watcher, run, signum=signal.SIGTERM):
+    self._watcher, self._run, self._signum, self._runs = watcher, run, signum, 0
+
+  def after_run(self, run_context, run_values):
+    self._runs += 1
+    if self._runs == self._run:
+      self._watcher.signum = self._signum
+
+
+def _train(hook_list, accumulation, max_runs=100):
+  """Runs a counter graph: every `accumulation`-th run is an update (global step + 1).
+
+  Returns:
+    the session runs made.
+  """
+  with tf.Graph().as_default():
+    global_step = _tf1.train.get_or_create_global_step()
+    runs = _tf1.get_variable("runs", [], tf.int64, initializer=_tf1.zeros_initializer(),
+                             trainable=False, use_resource=True)
+    new_runs = runs.assign_add(1)
+    update = tf.equal(new_runs % accumulation, 0, name=graph_names.UPDATE_STEP)
+    with tf.control_dependencies([update]):
+      train_op = tf.cond(update, lambda: global_step.assign_add(1),
+                         lambda: tf.identity(global_step))
+    made = 0
+    with _tf1.train.MonitoredSession(hooks=hook_list) as session:
+      while not session.should_stop() and made < max_runs:
+        session.run(train_op)
+        made += 1
+    return made
+
+
+@pytest.mark.parametrize("accumulation,signal_run,expected_runs", [
+    (1, 3, 3),    # signalled after run 3: run 3 ended an update, stop there
+    (4, 5, 8),    # signalled in the middle of update 2 (runs 5-8): finish it
+    (4, 8, 8),    # signalled on the last micro-step of update 2
+])
+def test_stops_at_the_update_boundary(accumulation, signal_run, expected_runs):
+  watcher = FakeWatcher()
+  stop = hooks.StopOnSignalHook(watcher, num_accumulation_steps=accumulation)
+  made = _train([SignalAtRun(watcher, signal_run, signal.SIGUSR1), stop], accumulation)
+  assert made == expected_runs
+  assert stop.stopped and stop.stop_signal_name == "SIGUSR1"
+  assert stop.stop_step == expected_runs // accumulation
+
+
+def test_no_signal_no_stop():
+  watcher = FakeWatcher()
+  stop = hooks.StopOnSignalHook(watcher, num_accumulation_steps=2)
+  assert _train([stop], 2, max_runs=10) == 10
+  assert not stop.stopped and stop.stop_step is None
+
+
+def test_signal_before_the_first_update_raises():
+  watcher = FakeWatcher()
+  watcher.signum = signal.SIGTERM
+  with pytest.raises(hooks.StoppedBeforeFirstUpdate):
+    _train([hooks.StopOnSignalHook(watcher)], 1)

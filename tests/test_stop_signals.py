@@ -1,0 +1,107 @@
+"""The stop-signal state machine and watcher (utils/runtime/stop_signals.py), without TensorFlow:
+real signals sent to this process, the exit injected."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from utils.runtime import stop_signals
+
+
+class FakeClock(object):
+  def __init__(self):
+    self.now = 100.0
+
+  def __call__(self):
+    return self.now
+
+
+def test_first_signal_asks_to_stop_and_a_second_to_exit():
+  clock = FakeClock()
+  state = stop_signals.StopState(clock)
+  assert not state.stop_requested and state.signum is None and state.signal_name is None
+  assert state.on_signal(signal.SIGUSR1) == stop_signals.STOP
+  clock.now = 107.5
+  assert state.on_signal(signal.SIGTERM) == stop_signals.EXIT_NOW
+  assert state.on_signal(signal.SIGINT) == stop_signals.EXIT_NOW
+  # The first signal is the one that stopped the job, at its time.
+  assert state.stop_requested and state.signum == signal.SIGUSR1
+  assert state.signal_name == "SIGUSR1" and state.received_at == 100.0
+  assert state.signals_received == 3
+
+
+def test_names_and_exit_codes():
+  assert stop_signals.signal_name(15) == "SIGTERM"
+  assert stop_signals.signal_name(2) == "SIGINT"
+  assert stop_signals.signal_name(10) == "SIGUSR1"  # Linux numbering
+  assert stop_signals.immediate_exit_code(signal.SIGTERM) == 143  # what a shell reports
+  assert stop_signals.immediate_exit_code(signal.SIGINT) == 130
+
+
+def test_stop_messages():
+  assert stop_signals.stop_message("SIGTERM", 400, True) == (
+      "stopped by SIGTERM at update 400; checkpoint written; run the same command to resume")
+  assert "before the first update: nothing to save" in stop_signals.stop_message(
+      "SIGINT", None, False)
+
+
+def _wait(condition, timeout=5.0):
+  deadline = time.time() + timeout
+  while not condition():
+    assert time.time() < deadline, "timed out"
+    time.sleep(0.01)
+
+
+@pytest.mark.parametrize("signum", stop_signals.STOP_SIGNALS)
+def test_watcher_books_real_signals_and_restores_the_handlers(signum):
+  before = {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS}
+  exits, lines = [], []
+  watcher = stop_signals.watch_signals(exit_at_once=exits.append, announce=lines.append)
+  try:
+    assert not watcher.stop_requested
+    os.kill(os.getpid(), signum)
+    _wait(lambda: watcher.stop_requested)
+    assert watcher.signum == signum and exits == []
+    assert "stopping after the update in flight" in lines[0]
+    os.kill(os.getpid(), signum)
+    _wait(lambda: exits)
+    assert exits == [signum] and "exiting at once (status %d)" % (128 + signum) in lines[1]
+  finally:
+    watcher.close()
+  assert {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS} == before
+  assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd was given back
+
+
+def test_second_signal_exits_from_the_reader_thread():
+  """The exit comes from the watcher's thread, not from a Python handler (which runs in the main
+  thread only once it is back from a long TensorFlow call)."""
+  threads = []
+  watcher = stop_signals.watch_signals(
+      exit_at_once=lambda signum: threads.append(threading.current_thread()),
+      announce=lambda line: None)
+  try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    _wait(lambda: watcher.stop_requested)
+    os.kill(os.getpid(), signal.SIGTERM)
+    _wait(lambda: threads)
+    assert threads[0] is not threading.main_thread()
+  finally:
+    watcher.close()
+
+
+def test_watch_signals_refuses_other_threads():
+  errors = []
+
+  def start():
+    try:
+      stop_signals.watch_signals()
+    except ValueError as e:
+      errors.append(str(e))
+
+  thread = threading.Thread(target=start)
+  thread.start()
+  thread.join()
+  assert errors and "main thread" in errors[0]

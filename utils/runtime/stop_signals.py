@@ -1,0 +1,255 @@
+"""Graceful stop on a signal: the state of a process asked to stop, without TensorFlow.
+
+Schedulers ask a job to stop before they kill it: Slurm sends SIGTERM (or the signal of
+`--signal`, e.g. SIGUSR1) and kills after KillWait, Kubernetes sends SIGTERM and kills after
+terminationGracePeriodSeconds, a terminal sends SIGINT on Ctrl-C. `watch_signals` installs a
+watcher for those signals:
+
+  watcher = stop_signals.watch_signals()       # main thread
+  ...training loop: if watcher.stop_requested: finish the update, save, stop...
+  watcher.close()                              # the previous handlers come back
+
+The first signal only asks for a stop (the training hook finishes the update in flight, saves a
+checkpoint and ends the run, docs/LONG_RUNS.md). A second signal while the stop is under way ends
+the process at once with status 128 + the signal's number, the shell's convention for "killed by
+that signal". The signals are read by a thread from Python's wakeup file descriptor, so the second
+one acts at once even while the main thread is inside a long TensorFlow call (a Python signal
+handler would run only after that call returns).
+
+`StopState` is the state machine alone (no signals, no threads), for tests and for the watcher.
+"""
+
+import os
+import signal
+import threading
+import time
+
+# The signals that ask for a graceful stop: the schedulers' (SIGTERM), Slurm's
+# `--signal=USR1@<seconds>` convention (SIGUSR1) and Ctrl-C (SIGINT).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+# What `StopState.on_signal` asks its caller to do.
+STOP = "stop"            # the first signal: finish the update in flight, save, stop
+EXIT_NOW = "exit_now"    # a second signal during the stop: exit at once
+
+
+def signal_name(signum):
+  """"SIGTERM" for signal.SIGTERM (the number as "signal <n>" when it has no name)."""
+  try:
+    return signal.Signals(signum).name
+  except ValueError:
+    return "signal %d" % signum
+
+
+def immediate_exit_code(signum):
+  """The exit status of a process ended at once by `signum`: 128 + its number (the shell's)."""
+  return 128 + int(signum)
+
+
+class StopState(object):
+  """Whether a stop was asked for, by which signal and when.
+
+  States: running -> stopping (first signal) -> a second signal: EXIT_NOW. Thread-safe: the
+  watcher's thread writes, the training loop reads.
+  """
+
+  def __init__(self, clock=time.monotonic):
+    """Args: clock: function returning seconds (injected by tests)."""
+    self._clock = clock
+    self._lock = threading.Lock()
+    self._signum = None
+    self._received_at = None
+    self._signals = 0
+
+  def on_signal(self, signum):
+    """Books signal `signum`.
+
+    Returns:
+      STOP for the first signal, EXIT_NOW for any later one.
+    """
+    with self._lock:
+      self._signals += 1
+      if self._signum is None:
+        self._signum = int(signum)
+        self._received_at = self._clock()
+        return STOP
+      return EXIT_NOW
+
+  @property
+  def stop_requested(self):
+    """True once a signal arrived."""
+    with self._lock:
+      return self._signum is not None
+
+  @property
+  def signum(self):
+    """The number of the first signal, or None."""
+    with self._lock:
+      return self._signum
+
+  @property
+  def signal_name(self):
+    """The name of the first signal ("SIGTERM"), or None."""
+    signum = self.signum
+    return None if signum is None else signal_name(signum)
+
+  @property
+  def received_at(self):
+    """The clock's time of the first signal, or None."""
+    with self._lock:
+      return self._received_at
+
+  @property
+  def signals_received(self):
+    """How many signals arrived."""
+    with self._lock:
+      return self._signals
+
+
+def _say(message):
+  """Writes one line to stderr (the watcher's thread: no logging locks held by the main one)."""
+  try:
+    os.write(2, ("%s\n" % message).encode("utf-8", "replace"))
+  except OSError:
+    pass
+
+
+def _exit_at_once(signum):
+  """Ends the process now with 128 + signum, without unwinding (another thread may run TF)."""
+  os._exit(immediate_exit_code(signum))  # pylint: disable=protected-access
+
+
+class SignalWatcher(object):
+  """Installed handlers for STOP_SIGNALS, a wakeup pipe and the thread that reads it.
+
+  Use `watch_signals` to make one. Attributes mirror the `StopState` (stop_requested, signum,
+  signal_name, received_at).
+  """
+
+  def __init__(self, state, signals, exit_at_once, announce):
+    self.state = state
+    self._signals = tuple(signals)
+    self._exit_at_once = exit_at_once
+    self._announce = announce
+    self._previous_handlers = {}
+    self._previous_wakeup_fd = -1
+    self._read_fd, self._write_fd = os.pipe()
+    os.set_blocking(self._write_fd, False)
+    self._thread = threading.Thread(target=self._read_signals, name="stop-signals", daemon=True)
+    self._closed = False
+
+  def _install(self):
+    """Installs the handlers and the wakeup fd (main thread only); starts the reader thread."""
+    self._thread.start()
+    for signum in self._signals:
+      self._previous_handlers[signum] = signal.signal(signum, _python_level_handler)
+    self._previous_wakeup_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+
+  def _read_signals(self):
+    """The thread: every byte of the wakeup pipe is a signal number."""
+    while True:
+      try:
+        data = os.read(self._read_fd, 64)
+      except OSError:
+        return
+      if not data:
+        return
+      for signum in data:
+        if signum not in self._signals:
+          continue
+        self.handle(signum)
+
+  def handle(self, signum):
+    """Acts on `signum` as the watcher does: the first asks for a stop, a second exits now."""
+    action = self.state.on_signal(signum)
+    name = signal_name(signum)
+    if action == STOP:
+      self._announce("%s received: stopping after the update in flight, then saving a "
+                     "checkpoint (send it again to exit at once)" % name)
+    else:
+      self._announce("%s received again during the stop: exiting at once (status %d), nothing "
+                     "saved" % (name, immediate_exit_code(signum)))
+      self._exit_at_once(signum)
+
+  @property
+  def stop_requested(self):
+    return self.state.stop_requested
+
+  @property
+  def signum(self):
+    return self.state.signum
+
+  @property
+  def signal_name(self):
+    return self.state.signal_name
+
+  @property
+  def received_at(self):
+    return self.state.received_at
+
+  def close(self):
+    """Restores the previous handlers and wakeup fd; ends the thread (main thread only)."""
+    if self._closed:
+      return
+    self._closed = True
+    signal.set_wakeup_fd(self._previous_wakeup_fd)
+    for signum, handler in self._previous_handlers.items():
+      signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    os.close(self._write_fd)  # the reader sees the end of the pipe
+    self._thread.join(timeout=5)
+    os.close(self._read_fd)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused_exc_info):
+    self.close()
+
+
+def _python_level_handler(signum, frame):
+  """Python's handler for the stop signals: nothing (the watcher's thread acts on the wakeup
+  byte the interpreter writes). Installing it replaces the default action (termination) and
+  Python's KeyboardInterrupt on SIGINT."""
+  del signum, frame  # unused
+
+
+def watch_signals(signals=STOP_SIGNALS, clock=time.monotonic, exit_at_once=_exit_at_once,
+                  announce=_say):
+  """Installs a `SignalWatcher` for `signals` (from the main thread).
+
+  Args:
+    signals: the signals that ask for a stop.
+    clock: see `StopState`.
+    exit_at_once: function signum -> None that ends the process (tests inject one that records).
+    announce: function message -> None, for the lines the watcher prints (stderr by default).
+
+  Returns:
+    the installed `SignalWatcher`; `close()` restores what was there.
+
+  Raises:
+    ValueError: when not called from the main thread (Python's rule for signal handlers).
+  """
+  if threading.current_thread() is not threading.main_thread():
+    raise ValueError("stop signals can only be watched from the main thread")
+  watcher = SignalWatcher(StopState(clock), signals, exit_at_once, announce)
+  watcher._install()  # pylint: disable=protected-access
+  return watcher
+
+
+def stop_message(signal_name_value, update, checkpoint_written):
+  """The line a job stopped by a signal ends with (log and stderr).
+
+  Args:
+    signal_name_value: e.g. "SIGTERM".
+    update: the global step the job stopped at, or None before its first update.
+    checkpoint_written: a checkpoint of that update is on disk.
+
+  Returns:
+    e.g. "stopped by SIGTERM at update 400; checkpoint written; run the same command to resume".
+  """
+  if update is None:
+    return ("stopped by %s before the first update: nothing to save; run the same command to "
+            "resume" % signal_name_value)
+  return "stopped by %s at update %d; %s; run the same command to resume" % (
+      signal_name_value, update,
+      "checkpoint written" if checkpoint_written else "no checkpoint written by this worker")
