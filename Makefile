@@ -14,18 +14,21 @@ help:
 	@echo "make test         create/reuse the environment, then run the test suite"
 	@echo "make demo         build the demo data if needed, pretrain BERT-tiny on it, evaluate"
 	@echo "make data         build the bundled demo corpus, vocabulary and TFRecords (cached)"
-	@echo "make env          create/reuse the environment only"
+	@echo "make env          create/reuse the environments only (TensorFlow; transformers)"
 	@echo "make -s python-path   print the environment's python (last line)"
 	@echo "source scripts/activate   (in your shell) the environment's python and horovodrun on PATH"
 
 env:
-	@$(ENV) >/dev/null
+	@$(ENV) >/dev/null && $(ENV) hf >/dev/null
 
 python-path:
 	@$(PYTHON_PATH)
 
+# Both environments: the TensorFlow one runs pytest; the transformers + PyTorch one
+# (`scripts/env.sh hf`) runs the Hugging Face export's checks, in subprocesses.
 test:
-	@PY="$$($(PYTHON_PATH))" && "$$PY" -m pytest $(PYTEST_ARGS)
+	@PY="$$($(PYTHON_PATH))" && HF_PY="$$($(ENV) hf | tail -n 1)" && \
+	  BERT_HF_PYTHON="$$HF_PY" "$$PY" -m pytest $(PYTEST_ARGS)
 
 # The demo corpus (standard-library docstrings), its vocabulary and TFRecords, under $(DEMO_DATA).
 # Cached: scripts/build_demo_data.py does nothing when data/demo/stats.json is up to date.

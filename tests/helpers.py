@@ -1,7 +1,9 @@
 """Small helpers shared by the tests: random batches, weight randomisation, sessions, processes."""
 
+import functools
 import os
 import signal
+import subprocess
 
 import numpy as np
 import tensorflow as tf
@@ -174,3 +176,20 @@ def kill_session(proc, timeout=60):
   if proc.poll() is None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=timeout)
+
+
+@functools.lru_cache(maxsize=None)
+def hf_python():
+  """The python of the transformers + PyTorch environment (`scripts/env.sh hf`).
+
+  `make test` passes it in BERT_HF_PYTHON; otherwise scripts/env.sh builds or finds it (about
+  1.5 minutes the first time on a machine, then cached).
+  """
+  path = os.environ.get("BERT_HF_PYTHON")
+  if path:
+    return path
+  proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "scripts", "env.sh"), "hf"],
+                        capture_output=True, text=True, timeout=1800)
+  if proc.returncode != 0:
+    raise RuntimeError("scripts/env.sh hf failed:\n%s" % proc.stderr[-5000:])
+  return proc.stdout.strip().splitlines()[-1]

@@ -1,0 +1,95 @@
+"""The Hugging Face side of the export tests, run with the second environment's python
+(`scripts/env.sh hf`: transformers and CPU PyTorch), never imported by the TensorFlow tests.
+
+  python tests/hf/hf_client.py forward  --model_dir=D --batch=in.npz --out=out.npz
+      BertForPreTraining.from_pretrained(D, output_loading_info=True) on a batch: writes
+      sequence_output, pooled_output, mlm_logits [batch, seq, vocab], nsp_logits [batch, 2];
+      prints the loading info (missing / unexpected / mismatched keys, errors) as JSON.
+  python tests/hf/hf_client.py tokenize --model_dir=D --text=lines.txt --out=ids.json
+      BertTokenizerFast.from_pretrained(D): the ids of each line, without special tokens.
+  python tests/hf/hf_client.py dump     --model_dir=D --out=tensors.npz
+      the tensors of D's weights file as read by the safetensors package or torch.load.
+  python tests/hf/hf_client.py save     --config=config.json --out_dir=D [--class=NAME]
+      [--pytorch_bin] [--seed=0]
+      a randomly initialised transformers model of class NAME (BertForPreTraining) saved with
+      save_pretrained; --pytorch_bin replaces model.safetensors by torch.save's pytorch_model.bin.
+"""
+
+import argparse
+import json
+import os
+
+import numpy as np
+import torch
+import transformers
+
+
+def forward(args):
+  model, info = transformers.BertForPreTraining.from_pretrained(
+      args.model_dir, output_loading_info=True)
+  model.eval()
+  batch = np.load(args.batch)
+  inputs = dict(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+                attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
+                token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long))
+  with torch.no_grad():
+    encoded = model.bert(**inputs)
+    heads = model(**inputs)
+  np.savez(args.out,
+           sequence_output=encoded.last_hidden_state.numpy(),
+           pooled_output=encoded.pooler_output.numpy(),
+           mlm_logits=heads.prediction_logits.numpy(),
+           nsp_logits=heads.seq_relationship_logits.numpy())
+  print(json.dumps({key: sorted(str(v) for v in value) for key, value in info.items()}))
+
+
+def tokenize(args):
+  tokenizer = transformers.BertTokenizerFast.from_pretrained(args.model_dir)
+  with open(args.text, encoding="utf-8") as f:
+    lines = [line.rstrip("\n") for line in f]
+  ids = [tokenizer(line, add_special_tokens=False)["input_ids"] for line in lines]
+  with open(args.out, "w") as f:
+    json.dump({"class": type(tokenizer).__name__, "ids": ids}, f)
+
+
+def dump(args):
+  path = os.path.join(args.model_dir, "model.safetensors")
+  if os.path.exists(path):
+    from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+    tensors = load_file(path)
+  else:
+    state = torch.load(os.path.join(args.model_dir, "pytorch_model.bin"), weights_only=True)
+    tensors = {name: value.numpy() for name, value in state.items()}
+  np.savez(args.out, **tensors)
+
+
+def save(args):
+  with open(args.config) as f:
+    config = transformers.BertConfig(**json.load(f)) if args.model_class.startswith("Bert") \
+        else transformers.AutoConfig.for_model(**json.load(f))
+  torch.manual_seed(args.seed)
+  model = getattr(transformers, args.model_class)(config)
+  model.save_pretrained(args.out_dir)
+  if args.pytorch_bin:
+    os.remove(os.path.join(args.out_dir, "model.safetensors"))
+    torch.save(model.state_dict(), os.path.join(args.out_dir, "pytorch_model.bin"))
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("command", choices=["forward", "tokenize", "dump", "save"])
+  parser.add_argument("--model_dir")
+  parser.add_argument("--batch")
+  parser.add_argument("--text")
+  parser.add_argument("--out")
+  parser.add_argument("--config")
+  parser.add_argument("--out_dir")
+  parser.add_argument("--class", dest="model_class", default="BertForPreTraining")
+  parser.add_argument("--pytorch_bin", action="store_true")
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args()
+  {"forward": forward, "tokenize": tokenize, "dump": dump, "save": save}[args.command](args)
+
+
+if __name__ == "__main__":
+  main()
