@@ -26,6 +26,7 @@ import sys
 from utils.checkpoints import contents as ckpt
 from utils.checkpoints import huggingface
 from utils.checkpoints import release
+from utils.checkpoints import saved_model
 from utils.core import errors
 
 FORMATS = ("release", "huggingface", "saved_model")
@@ -60,7 +61,11 @@ def _import_huggingface(args):
 
 
 def _export_saved_model(args):
-  raise errors.UsageError("--format=saved_model is not available yet")
+  result = saved_model.export_encoder(args.checkpoint, args.bert_config_file, args.output_dir)
+  print("exported the encoder of %s to %s (SavedModel, serving_default: input_ids, input_mask, "
+        "segment_ids -> sequence_output, pooled_output)" % (result["checkpoint"],
+                                                            result["output_dir"]))
+  return 0
 
 
 def _run(args):
