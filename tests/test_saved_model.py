@@ -56,6 +56,20 @@ def serve(saved_model, inputs, tmp_path):
   return dict(np.load(tmp_path / "out.npz"))
 
 
+def saved_model_cli_run(saved_model, features, row, tmp_path):
+  """`saved_model_cli run --inputs` (docs/HANDOFF.md's line) on row `row` of `features`, given as
+  .npy files of shape [1, seq_length]; returns dict output name -> array."""
+  inputs = []
+  for name in ("input_ids", "input_mask", "segment_ids"):
+    np.save(tmp_path / (name + ".npy"), features[name][row:row + 1])
+    inputs.append("%s=%s" % (name, tmp_path / (name + ".npy")))
+  cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+  out = tmp_path / "cli"
+  run(["run", "--dir", str(saved_model), "--tag_set", "serve", "--signature_def",
+       "serving_default", "--inputs", ";".join(inputs), "--outdir", str(out)], executable=cli)
+  return {name[:-len(".npy")]: np.load(out / name) for name in os.listdir(out)}
+
+
 def read_records(path, names, seq_length):
   """The int features `names` of every record of a TFRecord file, as int32 [records, seq]."""
   rows = {name: [] for name in names}
@@ -109,6 +123,8 @@ def test_classifier_saved_model_gives_the_estimators_probabilities(files, tmp_pa
   assert served["probabilities"].shape == estimator.shape == (len(features["input_ids"]), 2)
   np.testing.assert_allclose(served["probabilities"], estimator, rtol=0, atol=TOLERANCE)
   assert np.ptp(estimator[:, 0]) > 100 * TOLERANCE  # not a constant answer
+  cli = saved_model_cli_run(export, features, 1, tmp_path)
+  np.testing.assert_allclose(cli["probabilities"], estimator[1:2], rtol=0, atol=TOLERANCE)
 
 
 def squad_logits(bert_config, checkpoint, features):
@@ -138,6 +154,9 @@ def test_squad_saved_model_gives_the_models_start_and_end_logits(files, tmp_path
   np.testing.assert_allclose(served["start_logits"], start, rtol=0, atol=TOLERANCE)
   np.testing.assert_allclose(served["end_logits"], end, rtol=0, atol=TOLERANCE)
   assert np.ptp(start) > 100 * TOLERANCE
+  cli = saved_model_cli_run(export, features, 2, tmp_path)
+  np.testing.assert_allclose(cli["start_logits"], start[2:3], rtol=0, atol=TOLERANCE)
+  np.testing.assert_allclose(cli["end_logits"], end[2:3], rtol=0, atol=TOLERANCE)
 
 
 def encoder_outputs(bert_config, checkpoint, features):
