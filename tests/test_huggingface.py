@@ -26,6 +26,7 @@ from utils.checkpoints import contents as ckpt
 from utils.checkpoints import huggingface
 from utils.checkpoints import safetensors
 from utils.checkpoints import staging
+from utils.checkpoints import torch_pickle
 from utils.core import errors
 from utils.model import pretraining
 
@@ -420,6 +421,49 @@ def test_import_of_a_bert_without_pretraining_heads_names_them(
   assert word[0].tobytes() == imported["bert/embeddings/word_embeddings"].tobytes()
   assert not imported["cls/predictions/output_bias"].any()
   np.testing.assert_array_equal(imported["cls/predictions/transform/LayerNorm/gamma"], 1.0)
+
+
+def test_readers_read_what_torch_and_safetensors_wrote(tmp_path):
+  hf_client("formats", "--out_dir=%s" % tmp_path)
+  reference = dict(np.load(tmp_path / "reference.npz"))
+  from_torch = torch_pickle.read_state_dict(str(tmp_path / "t.bin"))
+  from_safetensors, metadata = safetensors.read(str(tmp_path / "t.safetensors"))
+  assert metadata == {"format": "pt"}
+  assert list(from_torch) == list(reference)
+  assert sorted(from_safetensors) == sorted(set(reference) - {"f32_shared"})
+  for name, want in reference.items():
+    # fp16 is kept as fp16 and bf16 widened to fp32, both exactly; the reference is fp32.
+    for got in [from_torch[name]] + ([from_safetensors[name]] if name != "f32_shared" else []):
+      assert got.shape == want.shape, name
+      assert got.astype(want.dtype).tobytes() == want.tobytes(), name
+  assert from_torch["f16"].dtype == np.float16 and from_torch["bf16"].dtype == np.float32
+  # Our writer's file, read back by the safetensors package (through `dump`).
+  written = tmp_path / "ours"
+  written.mkdir()
+  safetensors.write(str(written / "model.safetensors"), from_safetensors, {"format": "pt"})
+  hf_client("dump", "--model_dir=%s" % written, "--out=%s" % (tmp_path / "back.npz"))
+  back = dict(np.load(tmp_path / "back.npz"))
+  assert sorted(back) == sorted(from_safetensors)
+  for name, value in from_safetensors.items():
+    assert back[name].dtype == value.dtype and back[name].tobytes() == value.tobytes(), name
+
+
+class _RunsCode(object):
+  def __reduce__(self):
+    return (os.system, ("touch /tmp/should-not-exist",))
+
+
+def test_pickle_reader_refuses_globals_outside_a_state_dict(tmp_path):
+  import pickle  # pylint: disable=g-import-not-at-top
+  import zipfile  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "pytorch_model.bin"
+  with zipfile.ZipFile(path, "w") as archive:
+    archive.writestr("archive/data.pkl", pickle.dumps({"w": _RunsCode()}, protocol=2))
+  with pytest.raises(torch_pickle.FormatError, match=r"refers to (posix|os)\.system"):
+    torch_pickle.read_state_dict(str(path))
+  path.write_bytes(b"not a zip")
+  with pytest.raises(torch_pickle.FormatError, match="not a zip archive"):
+    torch_pickle.read_state_dict(str(path))
 
 
 def test_staged_directory_leaves_nothing_after_an_error(tmp_path):

@@ -9,6 +9,10 @@
       BertTokenizerFast.from_pretrained(D): the ids of each line, without special tokens.
   python tests/hf/hf_client.py dump     --model_dir=D --out=tensors.npz
       the tensors of D's weights file as read by the safetensors package or torch.load.
+  python tests/hf/hf_client.py formats  --out_dir=D
+      tensors of every dtype and layout the readers meet (fp32, fp16, bf16, int64, a transposed
+      view, a slice, shared storage, a scalar) saved by torch.save (D/t.bin) and by the
+      safetensors package (D/t.safetensors), with float32 / int64 copies in D/reference.npz.
   python tests/hf/hf_client.py save     --config=config.json --out_dir=D [--class=NAME]
       [--pytorch_bin] [--seed=0]
       a randomly initialised transformers model of class NAME (BertForPreTraining) saved with
@@ -75,9 +79,28 @@ def save(args):
     torch.save(model.state_dict(), os.path.join(args.out_dir, "pytorch_model.bin"))
 
 
+def formats(args):
+  import collections  # pylint: disable=g-import-not-at-top
+  from safetensors.torch import save_file  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(0)
+  base = torch.randn(5, 3)
+  state = collections.OrderedDict([
+      ("f32", base), ("f32_transposed", base.t()), ("f32_slice", base[1:, 1:]),
+      ("f32_shared", base), ("f16", torch.randn(4, 2).half()),
+      ("bf16", torch.randn(3, 2).bfloat16()), ("i64", torch.arange(6, dtype=torch.int64)),
+      ("scalar", torch.tensor(3.5))])
+  os.makedirs(args.out_dir, exist_ok=True)
+  torch.save(state, os.path.join(args.out_dir, "t.bin"))
+  save_file({name: value.contiguous() for name, value in state.items() if name != "f32_shared"},
+            os.path.join(args.out_dir, "t.safetensors"), metadata={"format": "pt"})
+  np.savez(os.path.join(args.out_dir, "reference.npz"),
+           **{name: (value.float() if value.dtype in (torch.bfloat16, torch.float16)
+                     else value).numpy() for name, value in state.items()})
+
+
 def main():
   parser = argparse.ArgumentParser()
-  parser.add_argument("command", choices=["forward", "tokenize", "dump", "save"])
+  parser.add_argument("command", choices=["forward", "tokenize", "dump", "save", "formats"])
   parser.add_argument("--model_dir")
   parser.add_argument("--batch")
   parser.add_argument("--text")
@@ -88,7 +111,8 @@ def main():
   parser.add_argument("--pytorch_bin", action="store_true")
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args()
-  {"forward": forward, "tokenize": tokenize, "dump": dump, "save": save}[args.command](args)
+  {"forward": forward, "tokenize": tokenize, "dump": dump, "save": save,
+   "formats": formats}[args.command](args)
 
 
 if __name__ == "__main__":
