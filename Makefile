@@ -4,6 +4,8 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := scripts/env.sh
+# The second environment (transformers + CPU PyTorch) for the Hugging Face export checks.
+ENV_HF := scripts/env_hf.sh
 # The environment's python: its path is the last line env.sh prints.
 PYTHON_PATH := $(ENV) | tail -n 1
 PYTEST_ARGS ?=
@@ -19,15 +21,15 @@ help:
 	@echo "source scripts/activate   (in your shell) the environment's python and horovodrun on PATH"
 
 env:
-	@$(ENV) >/dev/null && $(ENV) hf >/dev/null
+	@$(ENV) >/dev/null && $(ENV_HF) >/dev/null
 
 python-path:
 	@$(PYTHON_PATH)
 
 # Both environments: the TensorFlow one runs pytest; the transformers + PyTorch one
-# (`scripts/env.sh hf`) runs the Hugging Face export's checks, in subprocesses.
+# (`scripts/env_hf.sh`) runs the Hugging Face export's checks, in subprocesses.
 test:
-	@PY="$$($(PYTHON_PATH))" && HF_PY="$$($(ENV) hf | tail -n 1)" && \
+	@PY="$$($(PYTHON_PATH))" && HF_PY="$$($(ENV_HF) | tail -n 1)" && \
 	  BERT_HF_PYTHON="$$HF_PY" "$$PY" -m pytest $(PYTEST_ARGS)
 
 # The demo corpus (standard-library docstrings), its vocabulary and TFRecords, under $(DEMO_DATA).

@@ -19,37 +19,6 @@ die() { echo "[env] ERROR: $*" >&2; exit 1; }
 
 [ -f "$req" ] || die "requirements file not found: $req"
 
-# `scripts/env.sh hf`: the second environment, with transformers and CPU PyTorch (numpy 2, which
-# TensorFlow 2.15 cannot share), for the tests that load the Hugging Face export with the real
-# clients. Keyed and cached like the main one; prints its python as the last line.
-if [ "${1:-}" = hf ]; then
-  req="$here/requirements-hf.txt"
-  [ -f "$req" ] || die "requirements file not found: $req"
-  key="$( (cat "$req" "${BASH_SOURCE[0]}"; "$base_python" --version 2>&1) | sha256sum | cut -c1-16)"
-  venv="$root/venv-hf-$key"
-  py="$venv/bin/python"
-  if [ -f "$venv/.ready" ] && [ -x "$py" ]; then echo "$py"; exit 0; fi
-  mkdir -p "$root"
-  exec 9>"$root/.lock-hf-$key"
-  flock 9
-  if [ -f "$venv/.ready" ] && [ -x "$py" ]; then echo "$py"; exit 0; fi
-  log "creating $venv (transformers + CPU PyTorch; about 2 minutes once)"
-  rm -rf "$venv"
-  "$base_python" -m venv "$venv" || die "$base_python -m venv failed"
-  "$py" -m pip --disable-pip-version-check install -q --upgrade "pip<25" wheel >&2
-  "$py" -m pip --disable-pip-version-check install -q -r "$req" >&2 \
-    || die "pip install -r requirements-hf.txt failed"
-  "$py" - <<'EOF' >&2 || die "the hf environment does not import what it should"
-import torch, transformers
-assert not torch.version.cuda, "a CUDA build of PyTorch was installed: %s" % torch.version.cuda
-print("torch", torch.__version__, "transformers", transformers.__version__)
-EOF
-  touch "$venv/.ready"
-  log "hf environment ready"
-  echo "$py"
-  exit 0
-fi
-
 have_openmpi() { command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1; }
 
 # 1. OpenMPI from Debian when missing and we may install it; otherwise Gloo only.

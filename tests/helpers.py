@@ -180,16 +180,16 @@ def kill_session(proc, timeout=60):
 
 @functools.lru_cache(maxsize=None)
 def hf_python():
-  """The python of the transformers + PyTorch environment (`scripts/env.sh hf`).
+  """The python of the transformers + PyTorch environment (`scripts/env_hf.sh`).
 
-  `make test` passes it in BERT_HF_PYTHON; otherwise scripts/env.sh builds or finds it (about
+  `make test` passes it in BERT_HF_PYTHON; otherwise scripts/env_hf.sh builds or finds it (about
   1.5 minutes the first time on a machine, then cached).
   """
   path = os.environ.get("BERT_HF_PYTHON")
   if path:
     return path
-  proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "scripts", "env.sh"), "hf"],
+  proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "scripts", "env_hf.sh")],
                         capture_output=True, text=True, timeout=1800)
   if proc.returncode != 0:
-    raise RuntimeError("scripts/env.sh hf failed:\n%s" % proc.stderr[-5000:])
+    raise RuntimeError("scripts/env_hf.sh failed:\n%s" % proc.stderr[-5000:])
   return proc.stdout.strip().splitlines()[-1]

@@ -2,7 +2,7 @@
 
 A tiny BERT is trained two steps (fp16 LAMB with accumulation 2: a checkpoint with every kind of
 optimizer state) and exported with `python -m utils.export_release --format=huggingface`. In the
-second environment (`scripts/env.sh hf`, tests/hf/hf_client.py) transformers' BertForPreTraining
+second environment (`scripts/env_hf.sh`, tests/hf/hf_client.py) transformers' BertForPreTraining
 loads it with no missing or unexpected key and gives our TF graph's sequence output, pooled
 output, MLM and NSP logits on the same batch; BertTokenizerFast gives tokenization.py's ids on the
 demo corpus (cased and uncased). Directories written by transformers itself (model.safetensors and
@@ -281,6 +281,19 @@ def test_transformers_to_ours_to_transformers_is_bit_exact(hf_dir, corpus, tmp_p
     assert first[name].tobytes() == second[name].tobytes(), name
   for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
     assert (hf_dir / name).read_bytes() == (again / name).read_bytes(), name
+
+
+def test_a_release_format_bundle_exports_to_the_same_tensors(trained, hf_dir, corpus, tmp_path):
+  """A weights-only checkpoint in the original release's layout (bert_model.ckpt) exports to
+  the same model.safetensors as the training checkpoint it came from."""
+  bundle = tmp_path / "release"
+  export_release("--checkpoint=%s" % trained["checkpoint"],
+                 "--bert_config_file=%s" % trained["config"], "--output_dir=%s" % bundle)
+  out = tmp_path / "hf"
+  export_release("--format=huggingface", "--checkpoint=%s" % (bundle / "bert_model.ckpt"),
+                 "--bert_config_file=%s" % (bundle / "bert_config.json"),
+                 "--vocab_file=%s" % corpus["vocab"][False], "--output_dir=%s" % out)
+  assert (out / "model.safetensors").read_bytes() == (hf_dir / "model.safetensors").read_bytes()
 
 
 def hf_config_file(path, **overrides):

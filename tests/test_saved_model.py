@@ -112,7 +112,8 @@ def test_classifier_saved_model_gives_the_estimators_probabilities(files, tmp_pa
   run(["run_classifier.py"] + flag_list(dict(
       task_name="MRPC", data_dir=files["mrpc"], vocab_file=files["vocab"],
       bert_config_file=files["config"], init_checkpoint=files["checkpoint"], output_dir=out,
-      do_train=True, do_predict=True, max_seq_length=32, train_batch_size=8, num_train_epochs=1, learning_rate=1e-3,
+      do_train=True, do_predict=True, max_seq_length=32, train_batch_size=8, num_train_epochs=1,
+      learning_rate=1e-3,
       predict_batch_size=5, export_dir=export)))
   assert sorted(os.listdir(export)) == ["saved_model.pb", "variables"]
   features = read_records(out / "predict.tf_record", ("input_ids", "input_mask", "segment_ids"),

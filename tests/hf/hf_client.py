@@ -1,5 +1,5 @@
 """The Hugging Face side of the export tests, run with the second environment's python
-(`scripts/env.sh hf`: transformers and CPU PyTorch), never imported by the TensorFlow tests.
+(`scripts/env_hf.sh`: transformers and CPU PyTorch), never imported by the TensorFlow tests.
 
   python tests/hf/hf_client.py forward  --model_dir=D --batch=in.npz --out=out.npz
       BertForPreTraining.from_pretrained(D, output_loading_info=True) on a batch: writes
