@@ -56,9 +56,42 @@ def run(args, check=True, timeout=300, python=None):
   return proc
 
 
-def hf_client(*args):
-  """Runs tests/hf/hf_client.py in the transformers environment; returns its stdout."""
-  return run([HF_CLIENT] + list(args), python=helpers.hf_python(), timeout=600).stdout
+class _HfClient(object):
+  """tests/hf/hf_client.py serving commands in the transformers environment (one process for
+  the module: torch and transformers are imported once)."""
+
+  def __init__(self):
+    self.proc = None
+
+  def __call__(self, *args):
+    """Runs one command (hf_client.py's arguments); returns what it printed."""
+    if self.proc is None:
+      self.proc = subprocess.Popen([helpers.hf_python(), HF_CLIENT, "serve"], cwd=REPO_ROOT,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    self.proc.stdin.write(json.dumps(list(args)) + "\n")
+    self.proc.stdin.flush()
+    line = self.proc.stdout.readline()
+    if not line:
+      raise AssertionError("hf_client.py ended (exit %s) on %s" % (self.proc.wait(), args))
+    answer = json.loads(line)
+    if not answer["ok"]:
+      raise AssertionError("hf_client.py %s failed:\n%s" % (args, answer["error"]))
+    return answer["stdout"]
+
+  def close(self):
+    if self.proc is not None:
+      self.proc.stdin.close()
+      self.proc.wait(timeout=60)
+      self.proc = None
+
+
+hf_client = _HfClient()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_hf_client():
+  yield
+  hf_client.close()
 
 
 def export_release(*args, check=True):

@@ -17,11 +17,19 @@
       [--pytorch_bin] [--seed=0]
       a randomly initialised transformers model of class NAME (BertForPreTraining) saved with
       save_pretrained; --pytorch_bin replaces model.safetensors by torch.save's pytorch_model.bin.
+  python tests/hf/hf_client.py serve
+      runs the commands above one after another, each a JSON list of arguments on a line of
+      stdin, answering each with a JSON line {"ok", "stdout", "error"}: torch and transformers
+      are imported once for a whole test module.
 """
 
 import argparse
+import contextlib
+import io
 import json
 import os
+import sys
+import traceback
 
 import numpy as np
 import torch
@@ -98,9 +106,13 @@ def formats(args):
                      else value).numpy() for name, value in state.items()})
 
 
-def main():
+COMMANDS = {"forward": forward, "tokenize": tokenize, "dump": dump, "save": save,
+            "formats": formats}
+
+
+def parse(argv):
   parser = argparse.ArgumentParser()
-  parser.add_argument("command", choices=["forward", "tokenize", "dump", "save", "formats"])
+  parser.add_argument("command", choices=sorted(COMMANDS))
   parser.add_argument("--model_dir")
   parser.add_argument("--batch")
   parser.add_argument("--text")
@@ -110,9 +122,29 @@ def main():
   parser.add_argument("--class", dest="model_class", default="BertForPreTraining")
   parser.add_argument("--pytorch_bin", action="store_true")
   parser.add_argument("--seed", type=int, default=0)
-  args = parser.parse_args()
-  {"forward": forward, "tokenize": tokenize, "dump": dump, "save": save,
-   "formats": formats}[args.command](args)
+  return parser.parse_args(argv)
+
+
+def serve():
+  for line in sys.stdin:
+    printed = io.StringIO()
+    try:
+      with contextlib.redirect_stdout(printed):
+        args = parse(json.loads(line))
+        COMMANDS[args.command](args)
+      answer = {"ok": True, "stdout": printed.getvalue(), "error": ""}
+    except BaseException:  # pylint: disable=broad-except
+      answer = {"ok": False, "stdout": printed.getvalue(), "error": traceback.format_exc()}
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+  if sys.argv[1:] == ["serve"]:
+    serve()
+    return
+  args = parse(sys.argv[1:])
+  COMMANDS[args.command](args)
 
 
 if __name__ == "__main__":
