@@ -4,6 +4,8 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := scripts/env.sh
+# The second environment (transformers + CPU PyTorch) for the Hugging Face export checks.
+ENV_HF := scripts/env_hf.sh
 # The environment's python: its path is the last line env.sh prints.
 PYTHON_PATH := $(ENV) | tail -n 1
 PYTEST_ARGS ?=
@@ -15,18 +17,21 @@ help:
 	@echo "make test-fast    the in-process tests only (not those marked e2e): a few minutes"
 	@echo "make demo         build the demo data if needed, pretrain BERT-tiny on it, evaluate"
 	@echo "make data         build the bundled demo corpus, vocabulary and TFRecords (cached)"
-	@echo "make env          create/reuse the environment only"
+	@echo "make env          create/reuse the environments only (TensorFlow; transformers)"
 	@echo "make -s python-path   print the environment's python (last line)"
 	@echo "source scripts/activate   (in your shell) the environment's python and horovodrun on PATH"
 
 env:
-	@$(ENV) >/dev/null
+	@$(ENV) >/dev/null && $(ENV_HF) >/dev/null
 
 python-path:
 	@$(PYTHON_PATH)
 
+# Both environments: the TensorFlow one runs pytest; the transformers + PyTorch one
+# (`scripts/env_hf.sh`) runs the Hugging Face export's checks, in subprocesses.
 test:
-	@PY="$$($(PYTHON_PATH))" && "$$PY" -m pytest $(PYTEST_ARGS)
+	@PY="$$($(PYTHON_PATH))" && HF_PY="$$($(ENV_HF) | tail -n 1)" && \
+	  BERT_HF_PYTHON="$$HF_PY" "$$PY" -m pytest $(PYTEST_ARGS)
 
 # Leaves out the tests that start processes (scripts, launchers, clusters, the original release):
 # tests/conftest.py refuses a process start in a test not marked e2e, so none slips in here.

@@ -45,7 +45,7 @@ flags.adopt_module_key_flags(job_flags)
 flags.adopt_module_key_flags(finetuning_flags)
 # This script's defaults of shared flags (the release's run_classifier.py).
 DEFAULTS = {"max_seq_length": 128, "optimizer_type": "adam"}
-ACTIONS = ("do_train", "do_eval", "do_predict")
+ACTIONS = ("do_train", "do_eval", "do_predict", "export_dir")
 
 flags.DEFINE_string("data_dir", None, "Directory of the task's .tsv files.")
 flags.DEFINE_string("task_name", None,
@@ -196,6 +196,7 @@ def run(f):
   """
   lifecycle.check_flags(f, ACTIONS)
   finetuning.check_flags(f)
+  finetuning.check_export_dir(f)
   errors.require(f.data_dir, "--data_dir is required")
   try:
     processor = classifier_data.get_processor(f.task_name, f.data_dir)
@@ -252,6 +253,12 @@ def run(f):
         f, predict_file, spec, f.predict_batch_size), job.run_logger, f.predict_batch_size)
     probabilities = [result["probabilities"] for result, _ in zip(results, range(real))]
     _write_test_results(os.path.join(job.output_dir, "test_results.tsv"), probabilities)
+
+  if f.export_dir and job.is_chief:
+    # serving_default: input_ids, input_mask, segment_ids -> probabilities [batch, labels].
+    finetuning.export_saved_model(job.estimator, f.export_dir, f.max_seq_length,
+                                  constant_features=SCALAR_FEATURES)
+    logging.info("SavedModel written to %s", f.export_dir)
 
   job.close()
   return 0

@@ -48,7 +48,7 @@ flags.adopt_module_key_flags(job_flags)
 flags.adopt_module_key_flags(finetuning_flags)
 # This script's defaults of shared flags (the release's run_squad.py).
 DEFAULTS = {"max_seq_length": 384, "optimizer_type": "adam"}
-ACTIONS = ("do_train", "do_predict")
+ACTIONS = ("do_train", "do_predict", "export_dir")
 # Shared flags this script has no use for (it predicts; it does not evaluate).
 UNUSED_FLAGS = ("do_eval", "eval_batch_size")
 
@@ -120,8 +120,10 @@ def head_fn(model, features, mode):
             + position_loss(end_logits, features["end_positions"])) / 2.0
   return heads.HeadOutput(
       loss=loss, metric_fn=None, metric_args=None,
-      predictions={"unique_ids": features["unique_ids"], "start_logits": start_logits,
-                   "end_logits": end_logits})
+      predictions=dict({"start_logits": start_logits, "end_logits": end_logits},
+                       # Records carry the ids; the SavedModel's serving input does not.
+                       **({"unique_ids": features["unique_ids"]} if "unique_ids" in features
+                          else {})))
 
 
 def check_flags(f):
@@ -129,6 +131,7 @@ def check_flags(f):
   lifecycle.check_flags(f, ACTIONS)
   lifecycle.refuse_flags(f, UNUSED_FLAGS, "run_squad.py")
   finetuning.check_flags(f)
+  finetuning.check_export_dir(f)
   require = errors.require
   if f.do_train:
     require(f.train_file, "--do_train needs --train_file")
@@ -248,6 +251,11 @@ def run(f):
     write_outputs(f, job.output_dir, *squad_data.compute_predictions(
         examples, features, results, f.n_best_size, f.max_answer_length, f.do_lower_case,
         f.version_2_with_negative, f.null_score_diff_threshold, f.verbose_logging))
+
+  if f.export_dir and job.is_chief:
+    # serving_default: input_ids, input_mask, segment_ids -> start_logits, end_logits.
+    finetuning.export_saved_model(job.estimator, f.export_dir, f.max_seq_length)
+    logging.info("SavedModel written to %s", f.export_dir)
 
   job.close()
   return 0

@@ -109,3 +109,10 @@ random=$(accuracy random)
 echo "demo: fine-tuned twice in $((end - start)) s ($finetune_epochs epochs each, $out/finetune_*)"
 echo "demo: stdlib-package dev accuracy from the pretrained checkpoint: $pretrained"
 echo "demo: stdlib-package dev accuracy from random weights:            $random"
+
+# Hand-off: the command that writes the pretrained checkpoint for Hugging Face transformers
+# (docs/HANDOFF.md); printed, not run.
+echo "demo: for Hugging Face transformers (BertForPreTraining.from_pretrained), run:"
+echo "  $py -m utils.export_release --format=huggingface --checkpoint=$out/model.ckpt-$steps" \
+  "--bert_config_file=$out/bert_config.json --vocab_file=$data/vocab.txt" \
+  "--do_lower_case=true --output_dir=$out/huggingface"

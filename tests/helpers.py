@@ -1,5 +1,6 @@
 """Small helpers shared by the tests: random batches, weight randomisation, sessions, processes."""
 
+import functools
 import json
 import os
 import signal
@@ -209,3 +210,20 @@ def launch_horovod_workers(worker, inputs, tmp_path, num_workers=2):
       results.append(json.load(f))
     assert results[rank]["rank"] == rank and results[rank]["size"] == num_workers
   return results
+
+
+@functools.lru_cache(maxsize=None)
+def hf_python():
+  """The python of the transformers + PyTorch environment (`scripts/env_hf.sh`).
+
+  `make test` passes it in BERT_HF_PYTHON; otherwise scripts/env_hf.sh builds or finds it (about
+  1.5 minutes the first time on a machine, then cached).
+  """
+  path = os.environ.get("BERT_HF_PYTHON")
+  if path:
+    return path
+  proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "scripts", "env_hf.sh")],
+                        capture_output=True, text=True, timeout=1800)
+  if proc.returncode != 0:
+    raise RuntimeError("scripts/env_hf.sh failed:\n%s" % proc.stderr[-5000:])
+  return proc.stdout.strip().splitlines()[-1]

@@ -346,7 +346,7 @@ def test_extract_features_runs_on_our_modules(files, tmp_path):
 
 
 BAD_FLAGS = [
-    ("run_squad.py", dict(), "one of --do_train, --do_predict is required"),
+    ("run_squad.py", dict(), "one of --do_train, --do_predict, --export_dir is required"),
     ("run_squad.py", dict(do_predict=True), "--do_predict needs --predict_file"),
     ("run_classifier.py", dict(do_eval=True, task_name="sst"), "unknown task 'sst'"),
 ]

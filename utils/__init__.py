@@ -9,7 +9,8 @@
   data/         pretraining records: the input pipeline, record checks, the record encoder
   model/        what is built on `modeling.BertModel`: the pretraining heads
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
-                checkpoint to resume from, partial saves, checkpoint health)
+                checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
+                directory (safetensors, torch pickles), the encoder SavedModel
   training/     the Estimator job: the script lifecycle, shared flags, model_fn, hooks,
                 determinism
   finetuning/   the fine-tuning application: SQuAD and classification data, scoring, records

@@ -1,15 +1,23 @@
-"""Exports a training checkpoint as Google releases BERT: weights only, fp32, the release's names.
+"""Exports a checkpoint for use elsewhere, or imports a Hugging Face BERT (`--help` for flags).
 
-  python -m utils.export_release --checkpoint=OUTPUT_DIR --bert_config_file=bert_config.json \
-      --output_dir=EXPORT_DIR [--vocab_file=vocab.txt]
+  python -m utils.export_release --checkpoint=CKPT --bert_config_file=bert_config.json \
+      --output_dir=DIR [--vocab_file=vocab.txt] [--format=release|huggingface|saved_model]
+  python -m utils.export_release --from_huggingface=HF_DIR --output_dir=DIR
 
-writes EXPORT_DIR/bert_model.ckpt.{index,data-00000-of-00001} (the model's weights: `bert/...`,
-`cls/predictions/...`, `cls/seq_relationship/...`, without the optimizer's moments, accumulators,
-loss scale or step), bert_config.json and, when given, vocab.txt, and prints the sizes before and
-after. --checkpoint is a checkpoint prefix (.../model.ckpt-1000) or a directory (its newest
-checkpoint). The weights are checked against the model bert_config.json describes, so the bundle
-loads with --init_checkpoint in run_pretraining.py and in the original release's scripts
-(`utils/checkpoints/release.py`). Exit code 2 for bad arguments.
+--format=release (the default) writes DIR/bert_model.ckpt.{index,data-00000-of-00001} (the model's
+weights: `bert/...`, `cls/predictions/...`, `cls/seq_relationship/...`, without the optimizer's
+moments, accumulators, loss scale or step), bert_config.json and, when given, vocab.txt, and prints
+the sizes before and after (`utils/checkpoints/release.py`). --format=huggingface writes what
+transformers' BertForPreTraining and BertTokenizerFast load (config.json, model.safetensors,
+vocab.txt, tokenizer files; `utils/checkpoints/huggingface.py`; --vocab_file is required).
+--format=saved_model writes a SavedModel of the encoder (sequence and pooled outputs) for
+TensorFlow Serving. --from_huggingface converts a transformers BERT directory into a release
+bundle that run_pretraining.py --init_checkpoint and the fine-tuning scripts take.
+
+--checkpoint is a checkpoint prefix (.../model.ckpt-1000) or a directory (its newest checkpoint).
+The weights are checked against the model bert_config.json describes. docs/HANDOFF.md has the
+details. Exit code 2 for bad arguments or input, naming the file and the problem; the huggingface,
+saved_model and import outputs are written whole or not at all.
 """
 
 import argparse
@@ -19,8 +27,64 @@ import sys
 # or TF_CPP_MIN_LOG_LEVEL is set (`utils/runtime/cli.py`).
 from utils.runtime import cli  # noqa: F401  pylint: disable=g-bad-import-order,unused-import
 from utils.checkpoints import contents as ckpt
+from utils.checkpoints import huggingface
 from utils.checkpoints import release
+from utils.checkpoints import saved_model
 from utils.core import errors
+
+FORMATS = ("release", "huggingface", "saved_model")
+
+
+def _parse_bool(value):
+  if value.lower() in ("true", "1", "yes"):
+    return True
+  if value.lower() in ("false", "0", "no"):
+    return False
+  raise argparse.ArgumentTypeError("expected true or false, got %r" % value)
+
+
+def _export_huggingface(args):
+  if not args.vocab_file:
+    raise errors.UsageError("--format=huggingface needs --vocab_file (the tokenizer's vocabulary)")
+  result = huggingface.export(args.checkpoint, args.bert_config_file, args.vocab_file,
+                              args.output_dir, do_lower_case=args.do_lower_case)
+  print("exported %d tensors of %s to %s (transformers BertForPreTraining, do_lower_case=%s)"
+        % (result["tensors"], result["checkpoint"], result["output_dir"], args.do_lower_case))
+  return 0
+
+
+def _import_huggingface(args):
+  result = huggingface.import_directory(args.from_huggingface, args.output_dir,
+                                        init_missing_heads=args.init_missing_heads)
+  for note in result["notes"]:
+    print("note: %s" % note)
+  print("imported %d weights of %s to %s (tokenizer do_lower_case=%s)" % (
+      result["variables"], result["source"], result["bundle"], result["do_lower_case"]))
+  return 0
+
+
+def _export_saved_model(args):
+  result = saved_model.export_encoder(args.checkpoint, args.bert_config_file, args.output_dir)
+  print("exported the encoder of %s to %s (SavedModel, serving_default: input_ids, input_mask, "
+        "segment_ids -> sequence_output, pooled_output)" % (result["checkpoint"],
+                                                            result["output_dir"]))
+  return 0
+
+
+def _run(args):
+  if args.from_huggingface:
+    if args.checkpoint or args.bert_config_file:
+      raise errors.UsageError("--from_huggingface takes no --checkpoint or --bert_config_file "
+                              "(config.json and the weights come from the directory)")
+    return _import_huggingface(args)
+  if not args.checkpoint or not args.bert_config_file:
+    raise errors.UsageError("--checkpoint and --bert_config_file are required (or "
+                            "--from_huggingface)")
+  if args.format == "huggingface":
+    return _export_huggingface(args)
+  if args.format == "saved_model":
+    return _export_saved_model(args)
+  return _export(args)
 
 
 def _export(args):
@@ -38,16 +102,28 @@ def main(argv=None):
   parser = argparse.ArgumentParser(
       prog="python -m utils.export_release",
       description="Write a training checkpoint as a release bundle (bert_model.ckpt with the "
-                  "model's fp32 weights, bert_config.json, vocab.txt).")
-  parser.add_argument("--checkpoint", required=True,
+                  "model's fp32 weights, bert_config.json, vocab.txt), a Hugging Face "
+                  "transformers directory or an encoder SavedModel; or import a transformers "
+                  "BERT directory as a release bundle.")
+  parser.add_argument("--checkpoint", default=None,
                       help="checkpoint prefix (.../model.ckpt-1000) or directory (its newest)")
-  parser.add_argument("--bert_config_file", required=True, help="the model's bert_config.json")
-  parser.add_argument("--output_dir", required=True, help="directory of the bundle")
+  parser.add_argument("--bert_config_file", default=None, help="the model's bert_config.json")
+  parser.add_argument("--output_dir", required=True, help="directory of the output")
   parser.add_argument("--vocab_file", default=None, help="vocabulary copied as vocab.txt")
   parser.add_argument("--verbose", action="store_true",
                       help="keep TensorFlow's start-up log lines")
+  parser.add_argument("--format", choices=FORMATS, default="release",
+                      help="release (default): bert_model.ckpt; huggingface: config.json, "
+                           "model.safetensors and tokenizer files; saved_model: the encoder")
+  parser.add_argument("--do_lower_case", type=_parse_bool, default=True,
+                      help="the tokenizer's casing written to tokenizer_config.json (huggingface)")
+  parser.add_argument("--from_huggingface", default=None, metavar="HF_DIR",
+                      help="convert this transformers BERT directory into a release bundle")
+  parser.add_argument("--init_missing_heads", action="store_true",
+                      help="with --from_huggingface: initialise a missing pooler or pretraining "
+                           "head afresh (and drop another head's weights) instead of refusing")
   args = parser.parse_args(argv)
-  return errors.run_reporting_errors("export_release", _export, args)
+  return errors.run_reporting_errors("export_release", _run, args)
 
 
 if __name__ == "__main__":

@@ -15,3 +15,6 @@ flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training examples."
 flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the updates spent in linear warmup.")
 flags.DEFINE_bool("do_predict", False, "Predict (rank 0).")
 flags.DEFINE_integer("predict_batch_size", 8, "Prediction batch size.")
+flags.DEFINE_string("export_dir", None,
+                    "Write a SavedModel of the fine-tuned model here (serving_default: input_ids, "
+                    "input_mask, segment_ids -> the task's outputs), after the other actions.")

@@ -10,9 +10,13 @@ GELU intermediate activation in fp32 (modeling.py), the layer norms in the fused
 statistics, and heads cast the encoder output to fp32, so logits, softmax and loss are fp32.
 """
 
+import os
+import shutil
+
 import tensorflow as tf
 
 import tokenization
+from utils.checkpoints import staging
 from utils.core import errors
 
 def int_record(values):
@@ -157,3 +161,61 @@ def train_input_fn(f, input_file, name_to_features, workers):
       batch_size=None if f.use_tpu else f.train_batch_size, num_workers=workers.size,
       worker_index=workers.rank, deterministic=f.deterministic_run,
       seed=f.seed if f.deterministic_run else None)
+
+
+# The inputs of a fine-tuned model's SavedModel (`serving_default`), int32 [batch, seq_length].
+SERVING_INPUTS = ("input_ids", "input_mask", "segment_ids")
+
+
+def check_export_dir(f):
+  """Refuses an --export_dir that exists and is not empty, before any training."""
+  if f.export_dir:
+    staging.check_empty_or_missing(f.export_dir, "--export_dir")
+
+
+def serving_input_receiver_fn(max_seq_length, constant_features=()):
+  """The serving input of a fine-tuned model: SERVING_INPUTS as int32 [batch, max_seq_length]
+  placeholders, plus features the head reads but serving does not take (e.g. labels), as
+  int32 zeros [batch]."""
+
+  def receiver_fn():
+    inputs = {name: tf.compat.v1.placeholder(tf.int32, [None, max_seq_length], name=name)
+              for name in SERVING_INPUTS}
+    features = dict(inputs)
+    batch_size = tf.shape(inputs["input_ids"])[0]
+    for name in constant_features:
+      features[name] = tf.zeros([batch_size], tf.int32)
+    return tf.estimator.export.ServingInputReceiver(features, inputs)
+
+  return receiver_fn
+
+
+def export_saved_model(estimator, export_dir, max_seq_length, constant_features=()):
+  """Writes the SavedModel of the Estimator's newest checkpoint into `export_dir` (whole or not
+  at all), with the `serving_default` signature: SERVING_INPUTS -> the head's predictions.
+
+  Args:
+    estimator: the job's Estimator (its model_dir holds the fine-tuned checkpoint).
+    export_dir: the SavedModel's directory; missing or empty.
+    max_seq_length: the sequence length the model serves.
+    constant_features: names of int32 features fed as zeros (see `serving_input_receiver_fn`).
+
+  Returns:
+    `export_dir`.
+
+  Raises:
+    errors.UsageError: no checkpoint to export, or a non-empty `export_dir`.
+  """
+  checkpoint = tf.train.latest_checkpoint(estimator.model_dir)
+  if not checkpoint:
+    raise errors.UsageError("--export_dir: %s holds no checkpoint to export (fine-tune with "
+                            "--do_train first)" % estimator.model_dir)
+  with staging.staged_directory(export_dir, "--export_dir") as tmp:
+    written = estimator.export_saved_model(
+        os.path.join(tmp, "base"), serving_input_receiver_fn(max_seq_length, constant_features),
+        checkpoint_path=checkpoint)
+    written = written.decode() if isinstance(written, bytes) else written
+    for name in os.listdir(written):
+      shutil.move(os.path.join(written, name), os.path.join(tmp, name))
+    shutil.rmtree(os.path.join(tmp, "base"))
+  return export_dir

@@ -1,0 +1,540 @@
+"""The Hugging Face export and import, checked by transformers and PyTorch themselves.
+
+A tiny BERT is trained two steps (fp16 LAMB with accumulation 2: a checkpoint with every kind of
+optimizer state) and exported with `python -m utils.export_release --format=huggingface`. In the
+second environment (`scripts/env_hf.sh`, tests/hf/hf_client.py) transformers' BertForPreTraining
+loads it with no missing or unexpected key and gives our TF graph's sequence output, pooled
+output, MLM and NSP logits on the same batch; BertTokenizerFast gives tokenization.py's ids on the
+demo corpus (cased and uncased). Directories written by transformers itself (model.safetensors and
+pytorch_model.bin) import with --from_huggingface and our graph gives transformers' outputs; the
+round trips are bit for bit; bad input exits 2 naming the file and leaves nothing behind.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import modeling
+import tokenization
+from tests import helpers
+from utils.checkpoints import contents as ckpt
+from utils.checkpoints import huggingface
+from utils.checkpoints import safetensors
+from utils.checkpoints import staging
+from utils.checkpoints import torch_pickle
+from utils.core import errors
+from utils.model import pretraining
+
+pytestmark = pytest.mark.e2e
+
+_tf1 = tf.compat.v1
+REPO_ROOT = helpers.REPO_ROOT
+SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")
+HF_CLIENT = os.path.join(REPO_ROOT, "tests", "hf", "hf_client.py")
+SEQ, PRED = 32, 5
+VOCAB_SIZE = 400
+CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+              intermediate_size=64, hidden_act="gelu", hidden_dropout_prob=0.1,
+              attention_probs_dropout_prob=0.1, max_position_embeddings=64, type_vocab_size=2,
+              initializer_range=0.02)
+# Our graph and transformers' on the same fp32 weights and batch.
+TOLERANCE = 1e-4
+CORPUS_LINES = 400
+
+
+def run(args, check=True, timeout=300, python=None):
+  proc = subprocess.run([python or sys.executable] + list(args), cwd=REPO_ROOT,
+                        capture_output=True, text=True, timeout=timeout)
+  if check and proc.returncode != 0:
+    raise AssertionError("exit %d: %s\n%s\n%s" % (proc.returncode, args[:3], proc.stdout[-3000:],
+                                                  proc.stderr[-5000:]))
+  return proc
+
+
+class _HfClient(object):
+  """tests/hf/hf_client.py serving commands in the transformers environment (one process for
+  the module: torch and transformers are imported once)."""
+
+  def __init__(self):
+    self.proc = None
+
+  def __call__(self, *args):
+    """Runs one command (hf_client.py's arguments); returns what it printed."""
+    if self.proc is None:
+      self.proc = subprocess.Popen([helpers.hf_python(), HF_CLIENT, "serve"], cwd=REPO_ROOT,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    self.proc.stdin.write(json.dumps(list(args)) + "\n")
+    self.proc.stdin.flush()
+    line = self.proc.stdout.readline()
+    if not line:
+      raise AssertionError("hf_client.py ended (exit %s) on %s" % (self.proc.wait(), args))
+    answer = json.loads(line)
+    if not answer["ok"]:
+      raise AssertionError("hf_client.py %s failed:\n%s" % (args, answer["error"]))
+    return answer["stdout"]
+
+  def close(self):
+    if self.proc is not None:
+      self.proc.stdin.close()
+      self.proc.wait(timeout=60)
+      self.proc = None
+
+
+hf_client = _HfClient()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_hf_client():
+  yield
+  hf_client.close()
+
+
+def export_release(*args, check=True):
+  return run(["-m", "utils.export_release"] + list(args), check=check)
+
+
+def assert_usage_error(proc, *fragments):
+  assert proc.returncode == errors.USAGE_EXIT_CODE, proc.stderr
+  assert "Traceback" not in proc.stderr, proc.stderr
+  assert proc.stderr.startswith("export_release: error: "), proc.stderr
+  for fragment in fragments:
+    assert fragment in proc.stderr, (fragment, proc.stderr)
+
+
+def assert_nothing_left(output_dir):
+  """`output_dir` was not created and no partial directory is beside it."""
+  parent = os.path.dirname(str(output_dir))
+  assert not os.path.exists(str(output_dir))
+  assert not [n for n in os.listdir(parent) if ".partial-" in n], os.listdir(parent)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures: a corpus and vocabularies, a trained checkpoint, its export
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+  return tmp_path_factory.mktemp("hf")
+
+
+@pytest.fixture(scope="module")
+def corpus(root):
+  """The first CORPUS_LINES sentences of the demo corpus, and WordPiece vocabularies trained on
+  them, cased and uncased, of VOCAB_SIZE tokens each."""
+  # scripts/build_demo_data.py defines absl flags on import: read its corpus in a subprocess.
+  code = ("import json, sys; sys.path.insert(0, 'scripts'); import build_demo_data; "
+          "print(json.dumps([s for _, doc in build_demo_data.stdlib_documents() for s in doc]"
+          "[:%d]))" % CORPUS_LINES)
+  sentences = json.loads(run(["-c", code]).stdout)
+  # Characters the demo text rarely has: accents, CJK, punctuation runs, upper case.
+  sentences += ["Café Déjà-vu naïve ÉLAN", "中文字符 and 日本語", "e.g. (x, y) -> [z]!?", "HTTPServer"]
+  text = root / "corpus.txt"
+  text.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+  vocabs = {}
+  for cased in (False, True):
+    path = root / ("vocab_%s.txt" % ("cased" if cased else "uncased"))
+    tokenization.build_vocab([str(text)], VOCAB_SIZE, str(path), do_lower_case=not cased)
+    vocabs[cased] = path
+  return {"text": text, "lines": sentences, "vocab": vocabs}
+
+
+@pytest.fixture(scope="module")
+def trained(root, corpus):
+  train_dir = root / "train"
+  train_dir.mkdir()
+  helpers.write_batch_records(train_dir / "part-0.tfrecord", helpers.random_batch(
+      np.random.RandomState(0), 16, SEQ, VOCAB_SIZE, PRED))
+  config = root / "bert_config.json"
+  config.write_text(json.dumps(CONFIG))
+  out = root / "run"
+  flags = dict(bert_config_file=config, input_files_dir=train_dir, output_dir=out,
+               max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=4,
+               learning_rate=1e-2, num_warmup_steps=1, save_checkpoints_steps=2, do_train=True,
+               num_train_steps=2, optimizer_type="lamb", manual_fp16=True,
+               num_accumulation_steps=2)
+  run([SCRIPT] + ["--%s=%s" % item for item in flags.items()])
+  return {"config": str(config), "checkpoint": str(out / "model.ckpt-2"), "dir": out}
+
+
+@pytest.fixture(scope="module")
+def hf_dir(root, trained, corpus):
+  out = root / "hf"
+  proc = export_release("--format=huggingface", "--checkpoint=%s" % trained["dir"],
+                        "--bert_config_file=%s" % trained["config"],
+                        "--vocab_file=%s" % corpus["vocab"][False], "--output_dir=%s" % out)
+  assert "exported 46 tensors" in proc.stdout
+  return out
+
+
+def batch(seed=1, batch_size=3):
+  return helpers.random_batch(np.random.RandomState(seed), batch_size, SEQ, VOCAB_SIZE, PRED)
+
+
+def our_outputs(bert_config, checkpoint, features):
+  """Our TF graph, restored from `checkpoint`: sequence and pooled outputs, MLM logits at every
+  position [batch, seq, vocab] and NSP logits [batch, 2], fp32, no dropout."""
+  batch_size, seq_length = features["input_ids"].shape
+  every_position = np.tile(np.arange(seq_length, dtype=np.int32), [batch_size, 1])
+  with tf.Graph().as_default() as graph:
+    placeholders = ckpt.placeholder_features(seq_length, seq_length, batch_size)
+    built = pretraining.build_pretraining_model(bert_config, placeholders, is_training=False)
+    mlm_logits = graph.get_tensor_by_name("cls/predictions/BiasAdd:0")
+    nsp_logits = graph.get_tensor_by_name("cls/seq_relationship/BiasAdd:0")
+    feed = {placeholders["input_ids"]: features["input_ids"],
+            placeholders["input_mask"]: features["input_mask"],
+            placeholders["segment_ids"]: features["segment_ids"],
+            placeholders["masked_lm_positions"]: every_position,
+            placeholders["masked_lm_ids"]: np.zeros_like(every_position),
+            placeholders["masked_lm_weights"]: np.ones(every_position.shape, np.float32),
+            placeholders["next_sentence_labels"]: np.zeros([batch_size, 1], np.int32)}
+    with _tf1.Session() as session:
+      _tf1.train.Saver().restore(session, checkpoint)
+      values = session.run({"sequence_output": built["model"].get_sequence_output(),
+                            "pooled_output": built["model"].get_pooled_output(),
+                            "mlm_logits": mlm_logits, "nsp_logits": nsp_logits}, feed)
+  values["mlm_logits"] = values["mlm_logits"].reshape(batch_size, seq_length, -1)
+  return values
+
+
+def transformers_outputs(model_dir, features, tmp_path):
+  np.savez(tmp_path / "batch.npz", **features)
+  info = json.loads(hf_client("forward", "--model_dir=%s" % model_dir,
+                              "--batch=%s" % (tmp_path / "batch.npz"),
+                              "--out=%s" % (tmp_path / "out.npz")).strip().splitlines()[-1])
+  return dict(np.load(tmp_path / "out.npz")), info
+
+
+def assert_outputs_close(ours, theirs):
+  for key in ("sequence_output", "pooled_output", "mlm_logits", "nsp_logits"):
+    assert ours[key].shape == theirs[key].shape, key
+    np.testing.assert_allclose(ours[key], theirs[key], rtol=0, atol=TOLERANCE, err_msg=key)
+    # Not trivially close: the outputs vary well beyond the tolerance.
+    assert np.ptp(theirs[key]) > 100 * TOLERANCE, key
+
+
+# ---------------------------------------------------------------------------------------------
+# Export, checked by transformers
+
+def test_transformers_loads_the_export_with_every_weight_and_gives_our_outputs(
+    trained, hf_dir, tmp_path):
+  assert sorted(os.listdir(hf_dir)) == sorted([
+      "config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json",
+      "special_tokens_map.json"])
+  features = batch()
+  theirs, info = transformers_outputs(hf_dir, features, tmp_path)
+  assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
+                  "error_msgs": []}, info
+  ours = our_outputs(modeling.BertConfig.from_json_file(trained["config"]),
+                     trained["checkpoint"], features)
+  assert_outputs_close(ours, theirs)
+
+
+def test_export_config_and_tensors(trained, hf_dir):
+  config = json.loads((hf_dir / "config.json").read_text())
+  assert config["architectures"] == ["BertForPreTraining"]
+  assert config["model_type"] == "bert"
+  assert config["layer_norm_eps"] == 1e-12
+  # The release's GELU is the tanh approximation: transformers' "gelu_new", not its erf "gelu".
+  assert config["hidden_act"] == "gelu_new"
+  for key, value in CONFIG.items():
+    if key != "hidden_act":
+      assert config[key] == value, key
+  tensors, metadata = safetensors.read(str(hf_dir / "model.safetensors"))
+  assert metadata == {"format": "pt"}
+  trained_values = ckpt.read_tensors(trained["checkpoint"], ["bert/pooler/dense/kernel",
+                                                             "cls/predictions/output_bias"])
+  # PyTorch's Linear stores [out, in]: the kernel transposed; fp32, the values as trained.
+  pooler = tensors["bert.pooler.dense.weight"]
+  assert pooler.dtype == np.float32
+  assert pooler.tobytes() == np.ascontiguousarray(
+      trained_values["bert/pooler/dense/kernel"].T).tobytes()
+  assert tensors["cls.predictions.bias"].tobytes() == (
+      trained_values["cls/predictions/output_bias"].tobytes())
+  # Tied to the word embeddings: no decoder is stored.
+  assert not [name for name in tensors if "decoder" in name]
+
+
+@pytest.mark.parametrize("cased", [False, True])
+def test_transformers_tokenizer_gives_tokenization_py_ids_on_the_demo_corpus(
+    corpus, trained, tmp_path, cased):
+  out = tmp_path / "hf"
+  export_release("--format=huggingface", "--checkpoint=%s" % trained["checkpoint"],
+                 "--bert_config_file=%s" % trained["config"],
+                 "--vocab_file=%s" % corpus["vocab"][cased], "--output_dir=%s" % out,
+                 "--do_lower_case=%s" % (not cased))
+  hf_client("tokenize", "--model_dir=%s" % out, "--text=%s" % corpus["text"],
+            "--out=%s" % (tmp_path / "ids.json"))
+  theirs = json.loads((tmp_path / "ids.json").read_text())
+  assert theirs["class"] in ("BertTokenizerFast", "BertTokenizer")
+  tokenizer = tokenization.FullTokenizer(str(corpus["vocab"][cased]), do_lower_case=not cased)
+  ours = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)) for line in corpus["lines"]]
+  assert len(theirs["ids"]) == len(ours) == CORPUS_LINES + 4
+  assert theirs["ids"] == ours
+  # The casing matters on this text: the two vocabularies' tokenizers differ.
+  assert sum(len(ids) for ids in ours) > 5 * CORPUS_LINES
+
+
+# ---------------------------------------------------------------------------------------------
+# Import and round trips
+
+def test_ours_to_transformers_to_ours_is_bit_exact(trained, hf_dir, corpus, tmp_path):
+  out = tmp_path / "bundle"
+  proc = export_release("--from_huggingface=%s" % hf_dir, "--output_dir=%s" % out)
+  assert "imported 46 weights" in proc.stdout and "do_lower_case=True" in proc.stdout
+  imported = ckpt.read_tensors(str(out / "bert_model.ckpt"),
+                               ckpt.checkpoint_shapes(str(out / "bert_model.ckpt")))
+  weights = {n: s for n, s in ckpt.checkpoint_shapes(trained["checkpoint"]).items()
+             if ckpt.variable_role(n) == ckpt.ROLE_WEIGHT}
+  original = ckpt.read_tensors(trained["checkpoint"], weights)
+  assert sorted(imported) == sorted(original)
+  for name, value in original.items():
+    assert imported[name].dtype == np.float32
+    assert imported[name].tobytes() == value.tobytes(), name
+  assert json.loads((out / "bert_config.json").read_text()) == CONFIG
+  assert (out / "vocab.txt").read_text() == corpus["vocab"][False].read_text()
+
+
+def test_transformers_to_ours_to_transformers_is_bit_exact(hf_dir, corpus, tmp_path):
+  bundle = tmp_path / "bundle"
+  export_release("--from_huggingface=%s" % hf_dir, "--output_dir=%s" % bundle)
+  again = tmp_path / "again"
+  export_release("--format=huggingface", "--checkpoint=%s" % (bundle / "bert_model.ckpt"),
+                 "--bert_config_file=%s" % (bundle / "bert_config.json"),
+                 "--vocab_file=%s" % (bundle / "vocab.txt"), "--output_dir=%s" % again)
+  for directory, name in ((hf_dir, "first.npz"), (again, "second.npz")):
+    hf_client("dump", "--model_dir=%s" % directory, "--out=%s" % (tmp_path / name))
+  first, second = (dict(np.load(tmp_path / name)) for name in ("first.npz", "second.npz"))
+  assert sorted(first) == sorted(second) and len(first) == 46
+  for name in first:
+    assert first[name].dtype == second[name].dtype == np.float32
+    assert first[name].tobytes() == second[name].tobytes(), name
+  for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
+    assert (hf_dir / name).read_bytes() == (again / name).read_bytes(), name
+
+
+def test_a_release_format_bundle_exports_to_the_same_tensors(trained, hf_dir, corpus, tmp_path):
+  """A weights-only checkpoint in the original release's layout (bert_model.ckpt) exports to
+  the same model.safetensors as the training checkpoint it came from."""
+  bundle = tmp_path / "release"
+  export_release("--checkpoint=%s" % trained["checkpoint"],
+                 "--bert_config_file=%s" % trained["config"], "--output_dir=%s" % bundle)
+  out = tmp_path / "hf"
+  export_release("--format=huggingface", "--checkpoint=%s" % (bundle / "bert_model.ckpt"),
+                 "--bert_config_file=%s" % (bundle / "bert_config.json"),
+                 "--vocab_file=%s" % corpus["vocab"][False], "--output_dir=%s" % out)
+  assert (out / "model.safetensors").read_bytes() == (hf_dir / "model.safetensors").read_bytes()
+
+
+def hf_config_file(path, **overrides):
+  values = dict(CONFIG, hidden_act="gelu_new", layer_norm_eps=1e-12)
+  values.update(overrides)
+  path.write_text(json.dumps(values))
+  return path
+
+
+@pytest.mark.parametrize("pytorch_bin", [False, True])
+def test_a_directory_transformers_wrote_imports_and_gives_transformers_outputs(
+    corpus, tmp_path, pytorch_bin):
+  made = tmp_path / "made"
+  hf_client("save", "--config=%s" % hf_config_file(tmp_path / "config.json"),
+            "--out_dir=%s" % made, "--seed=3", *(["--pytorch_bin"] if pytorch_bin else []))
+  weights_file = "pytorch_model.bin" if pytorch_bin else "model.safetensors"
+  assert weights_file in os.listdir(made)
+  (made / "vocab.txt").write_bytes(corpus["vocab"][False].read_bytes())
+  bundle = tmp_path / "bundle"
+  proc = export_release("--from_huggingface=%s" % made, "--output_dir=%s" % bundle)
+  assert os.path.join(str(made), weights_file) in proc.stdout
+  assert "note:" not in proc.stdout
+  features = batch(seed=4)
+  theirs, _ = transformers_outputs(made, features, tmp_path)
+  ours = our_outputs(modeling.BertConfig.from_json_file(str(bundle / "bert_config.json")),
+                     str(bundle / "bert_model.ckpt"), features)
+  assert_outputs_close(ours, theirs)
+  # The same tensors as transformers reads, bit for bit (transposed kernels back in place).
+  hf_client("dump", "--model_dir=%s" % made, "--out=%s" % (tmp_path / "made.npz"))
+  made_tensors = dict(np.load(tmp_path / "made.npz"))
+  ours_kernel = ckpt.read_tensors(str(bundle / "bert_model.ckpt"),
+                                  ["bert/encoder/layer_1/intermediate/dense/kernel"])
+  kernel = ours_kernel["bert/encoder/layer_1/intermediate/dense/kernel"]
+  assert kernel.shape == (CONFIG["hidden_size"], CONFIG["intermediate_size"])
+  assert made_tensors["bert.encoder.layer.1.intermediate.dense.weight"].tobytes() == (
+      np.ascontiguousarray(kernel.T).tobytes())
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: exit 2, the file and the problem named, nothing left behind
+
+def test_export_into_a_non_empty_directory_is_refused(trained, corpus, tmp_path):
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / "keep.txt").write_text("mine")
+  proc = export_release("--format=huggingface", "--checkpoint=%s" % trained["checkpoint"],
+                        "--bert_config_file=%s" % trained["config"],
+                        "--vocab_file=%s" % corpus["vocab"][False], "--output_dir=%s" % out,
+                        check=False)
+  assert_usage_error(proc, "--output_dir=%s exists and is not empty" % out)
+  assert os.listdir(out) == ["keep.txt"]
+  assert not [n for n in os.listdir(tmp_path) if ".partial-" in n]
+
+
+def test_export_of_a_checkpoint_of_another_model_is_refused(trained, corpus, tmp_path):
+  wide = tmp_path / "wide.json"
+  wide.write_text(json.dumps(dict(CONFIG, hidden_size=64)))
+  out = tmp_path / "out"
+  proc = export_release("--format=huggingface", "--checkpoint=%s" % trained["checkpoint"],
+                        "--bert_config_file=%s" % wide, "--vocab_file=%s" % corpus["vocab"][False],
+                        "--output_dir=%s" % out, check=False)
+  assert_usage_error(proc, trained["checkpoint"], "does not match the model of "
+                     "--bert_config_file=%s" % wide,
+                     "bert/embeddings/word_embeddings: checkpoint [%d, 32], model [%d, 64]"
+                     % (VOCAB_SIZE, VOCAB_SIZE))
+  assert_nothing_left(out)
+
+
+def test_export_of_a_truncated_checkpoint_is_refused(trained, corpus, tmp_path):
+  prefix = tmp_path / "model.ckpt-2"
+  for suffix in (".index", ".data-00000-of-00001"):
+    data = open(trained["checkpoint"] + suffix, "rb").read()
+    (tmp_path / ("model.ckpt-2" + suffix)).write_bytes(
+        data[:len(data) // 2] if suffix.startswith(".data") else data)
+  out = tmp_path / "out"
+  proc = export_release("--format=huggingface", "--checkpoint=%s" % prefix,
+                        "--bert_config_file=%s" % trained["config"],
+                        "--vocab_file=%s" % corpus["vocab"][False], "--output_dir=%s" % out,
+                        check=False)
+  assert_usage_error(proc, str(prefix), "truncated or damaged")
+  assert_nothing_left(out)
+
+
+def test_import_of_a_truncated_safetensors_file_is_refused(hf_dir, tmp_path):
+  damaged = tmp_path / "damaged"
+  damaged.mkdir()
+  for name in os.listdir(hf_dir):
+    data = (hf_dir / name).read_bytes()
+    (damaged / name).write_bytes(data[:len(data) - 100] if name == "model.safetensors" else data)
+  out = tmp_path / "out"
+  proc = export_release("--from_huggingface=%s" % damaged, "--output_dir=%s" % out, check=False)
+  assert_usage_error(proc, "%s is unreadable: truncated" % (damaged / "model.safetensors"))
+  assert_nothing_left(out)
+
+
+def test_import_of_a_roberta_directory_is_refused(corpus, tmp_path):
+  made = tmp_path / "roberta"
+  config = tmp_path / "config.json"
+  config.write_text(json.dumps(dict(model_type="roberta", vocab_size=VOCAB_SIZE, hidden_size=32,
+                                    num_hidden_layers=1, num_attention_heads=2,
+                                    intermediate_size=64, max_position_embeddings=66)))
+  hf_client("save", "--config=%s" % config, "--out_dir=%s" % made, "--class=RobertaForMaskedLM")
+  out = tmp_path / "out"
+  proc = export_release("--from_huggingface=%s" % made, "--output_dir=%s" % out, check=False)
+  assert_usage_error(proc, "%s: model_type is 'roberta' (RobertaForMaskedLM), not 'bert'"
+                     % (made / "config.json"))
+  assert_nothing_left(out)
+
+
+@pytest.mark.parametrize("model_class,missing,unexpected", [
+    ("BertModel", "cls.predictions.bias, cls.predictions.transform", None),
+    ("BertForSequenceClassification", "cls.predictions.bias", "classifier.bias, classifier.weight"),
+])
+def test_import_of_a_bert_without_pretraining_heads_names_them(
+    corpus, tmp_path, model_class, missing, unexpected):
+  made = tmp_path / "made"
+  hf_client("save", "--config=%s" % hf_config_file(tmp_path / "config.json"),
+            "--out_dir=%s" % made, "--class=%s" % model_class)
+  (made / "vocab.txt").write_bytes(corpus["vocab"][False].read_bytes())
+  out = tmp_path / "out"
+  proc = export_release("--from_huggingface=%s" % made, "--output_dir=%s" % out, check=False)
+  assert_usage_error(proc, "%s is not a BertForPreTraining" % (made / "model.safetensors"),
+                     missing, "can be initialised afresh, as a new run would, with "
+                     "--init_missing_heads")
+  if unexpected:
+    assert "unexpected weights %s" % unexpected in proc.stderr
+  assert_nothing_left(out)
+  # With --init_missing_heads: the encoder as transformers saved it, heads as a new run's.
+  proc = export_release("--from_huggingface=%s" % made, "--output_dir=%s" % out,
+                        "--init_missing_heads")
+  assert "note: initialised afresh: cls/predictions/output_bias" in proc.stdout
+  hf_client("dump", "--model_dir=%s" % made, "--out=%s" % (tmp_path / "made.npz"))
+  made_tensors = dict(np.load(tmp_path / "made.npz"))
+  prefix = str(out / "bert_model.ckpt")
+  imported = ckpt.read_tensors(prefix, ckpt.checkpoint_shapes(prefix))
+  assert len(imported) == 46
+  word = [v for k, v in made_tensors.items() if k.endswith("embeddings.word_embeddings.weight")]
+  assert word[0].tobytes() == imported["bert/embeddings/word_embeddings"].tobytes()
+  assert not imported["cls/predictions/output_bias"].any()
+  np.testing.assert_array_equal(imported["cls/predictions/transform/LayerNorm/gamma"], 1.0)
+
+
+def test_readers_read_what_torch_and_safetensors_wrote(tmp_path):
+  hf_client("formats", "--out_dir=%s" % tmp_path)
+  reference = dict(np.load(tmp_path / "reference.npz"))
+  from_torch = torch_pickle.read_state_dict(str(tmp_path / "t.bin"))
+  from_safetensors, metadata = safetensors.read(str(tmp_path / "t.safetensors"))
+  assert metadata == {"format": "pt"}
+  assert list(from_torch) == list(reference)
+  assert sorted(from_safetensors) == sorted(set(reference) - {"f32_shared"})
+  for name, want in reference.items():
+    # fp16 is kept as fp16 and bf16 widened to fp32, both exactly; the reference is fp32.
+    for got in [from_torch[name]] + ([from_safetensors[name]] if name != "f32_shared" else []):
+      assert got.shape == want.shape, name
+      assert got.astype(want.dtype).tobytes() == want.tobytes(), name
+  assert from_torch["f16"].dtype == np.float16 and from_torch["bf16"].dtype == np.float32
+  # Our writer's file, read back by the safetensors package (through `dump`).
+  written = tmp_path / "ours"
+  written.mkdir()
+  safetensors.write(str(written / "model.safetensors"), from_safetensors, {"format": "pt"})
+  hf_client("dump", "--model_dir=%s" % written, "--out=%s" % (tmp_path / "back.npz"))
+  back = dict(np.load(tmp_path / "back.npz"))
+  assert sorted(back) == sorted(from_safetensors)
+  for name, value in from_safetensors.items():
+    assert back[name].dtype == value.dtype and back[name].tobytes() == value.tobytes(), name
+
+
+class _RunsCode(object):
+  def __reduce__(self):
+    return (os.system, ("touch /tmp/should-not-exist",))
+
+
+def test_pickle_reader_refuses_globals_outside_a_state_dict(tmp_path):
+  import pickle  # pylint: disable=g-import-not-at-top
+  import zipfile  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "pytorch_model.bin"
+  with zipfile.ZipFile(path, "w") as archive:
+    archive.writestr("archive/data.pkl", pickle.dumps({"w": _RunsCode()}, protocol=2))
+  with pytest.raises(torch_pickle.FormatError, match=r"refers to (posix|os)\.system"):
+    torch_pickle.read_state_dict(str(path))
+  path.write_bytes(b"not a zip")
+  with pytest.raises(torch_pickle.FormatError, match="not a zip archive"):
+    torch_pickle.read_state_dict(str(path))
+
+
+def test_staged_directory_leaves_nothing_after_an_error(tmp_path):
+  out = tmp_path / "out"
+  with pytest.raises(RuntimeError):
+    with staging.staged_directory(str(out), "--output_dir") as tmp:
+      open(os.path.join(tmp, "half.bin"), "wb").write(b"x" * 10)
+      raise RuntimeError("disk full")
+  assert os.listdir(tmp_path) == []
+  with staging.staged_directory(str(out), "--output_dir") as tmp:
+    open(os.path.join(tmp, "whole.bin"), "wb").write(b"x")
+  assert os.listdir(tmp_path) == ["out"] and os.listdir(out) == ["whole.bin"]
+  with pytest.raises(errors.UsageError, match="exists and is not empty"):
+    with staging.staged_directory(str(out), "--output_dir"):
+      pass
+
+
+def test_the_release_gelu_is_transformers_gelu_new_not_gelu():
+  """Formula check, independent of the code under test: the tanh GELU (ours) vs erf GELU."""
+  import math  # pylint: disable=g-import-not-at-top
+  x = np.linspace(-4, 4, 81)
+  tanh_form = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+  erf_form = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
+  with tf.Graph().as_default(), _tf1.Session() as session:
+    ours = session.run(modeling.gelu(tf.constant(x, tf.float64)))
+  np.testing.assert_allclose(ours, tanh_form, rtol=0, atol=1e-12)
+  assert np.abs(ours - erf_form).max() > 1e-4
+  assert huggingface.hf_config(modeling.BertConfig(vocab_size=5))["hidden_act"] == "gelu_new"
