@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The second environment: transformers and CPU PyTorch (requirements-hf.txt), for the tests that
-# load the Hugging Face export with the real clients (tests/test_huggingface.py runs
+# load the Hugging Face export with the real clients (tests/test_checkpoints_huggingface.py runs
 # tests/hf/hf_client.py in it). transformers 5 and PyTorch need numpy 2, which TensorFlow 2.15
 # cannot share, so it lives beside the main environment (scripts/env.sh), cached the same way:
 # keyed on requirements-hf.txt, this script and the python version, created on first use, and its

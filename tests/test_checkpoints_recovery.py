@@ -2,7 +2,7 @@
 checkpoint health record and the divergence advice built from it.
 
 The same behaviour as users meet it (real processes, a small tmpfs, a diverging run) is drilled
-in tests/test_recovery_drills.py.
+in tests/test_run_pretraining_recovery.py.
 """
 
 import collections
