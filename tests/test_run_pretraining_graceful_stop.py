@@ -7,7 +7,7 @@ resume" and exit status 75; the same command then continues with the losses of a
 deterministic run. A second signal exits at once (128 + its number); one before the first update
 saves nothing. --save_checkpoints_secs writes checkpoints by time.
 
-The runs use the tiny deterministic configuration of tests/test_deterministic_run.py; each waits
+The runs use the tiny deterministic configuration of tests/test_run_pretraining_deterministic.py; each waits
 for a logged update before it is signalled.
 """
 
@@ -24,7 +24,7 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
-from tests import test_deterministic_run as det
+from tests import test_run_pretraining_deterministic as det
 from tests import test_run_pretraining as job
 from utils.core import errors
 from utils.runlog import golden
