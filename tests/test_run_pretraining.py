@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import gpu_environment
 import modeling
 import optimization
 import run_pretraining
@@ -230,6 +231,72 @@ def test_resume_restores_weights_slots_and_step(data, tmp_path):
   assert checkpoint_values(out)["global_step"] == 6
 
 
+def _precision_runs_side_by_side(runs, timeout=300):
+  """Runs run_pretraining.py argument lists at once; returns their stderr, in order."""
+  procs = [subprocess.Popen([sys.executable, SCRIPT] + args, cwd=REPO_ROOT, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for args in runs]
+  outputs = []
+  try:
+    for args, proc in zip(runs, procs):
+      _, err = proc.communicate(timeout=timeout)
+      assert proc.returncode == 0, "exit %d: %s\n%s" % (proc.returncode, args, err[-5000:])
+      outputs.append(err)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+  return outputs
+
+
+def _bf16_warnings(stderr):
+  return [l for l in stderr.splitlines() if "without bf16 units" in l]
+
+
+@pytest.mark.e2e
+def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
+  # One record repeated, no dropout: every update sees the same batch.
+  flags = dict(input_files_dir=data["same_dir"], bert_config_file=data["no_dropout_config"],
+               do_train=True)
+  fp32_out, bf16_out = tmp_path / "fp32", tmp_path / "bf16"
+  _, bf16_err = _precision_runs_side_by_side([
+      common_flags(data, fp32_out, num_train_steps=2, **flags),
+      common_flags(data, bf16_out, num_train_steps=2, bf16=True, **flags)])
+  fp32_values, bf16_values = checkpoint_values(fp32_out), checkpoint_values(bf16_out)
+  # The same variables under the same names, every float one fp32 (the release's layout).
+  assert set(bf16_values) == set(fp32_values)
+  for name, value in bf16_values.items():
+    assert value.dtype == fp32_values[name].dtype, name
+    if np.issubdtype(value.dtype, np.floating):
+      assert value.dtype == np.float32, name
+  assert not [name for name in bf16_values if "loss_scale" in name]
+  # On a CPU without bf16 units: exactly one warning naming the flags that would make it fast.
+  units = gpu_environment.bf16_units()
+  if units == []:
+    warnings = _bf16_warnings(bf16_err)
+    assert len(warnings) == 1, bf16_err[-3000:]
+    assert "avx512_bf16" in warnings[0] and "amx_bf16" in warnings[0]
+  # Each run resumes in the other precision: the step continues from the checkpoint and the
+  # weights (and LAMB slots) move on from it.
+  fp32_err, bf16_err = _precision_runs_side_by_side([
+      common_flags(data, bf16_out, num_train_steps=4, **flags),
+      common_flags(data, fp32_out, num_train_steps=4, bf16=True, **flags)])
+  assert "from step 2 to 4" in fp32_err and "from step 2 to 4" in bf16_err
+  assert not _bf16_warnings(fp32_err)
+  for out, before in ((bf16_out, bf16_values), (fp32_out, fp32_values)):
+    after = checkpoint_values(out)
+    assert after["global_step"] == 4
+    moved = [name for name in before if name.startswith("bert/")
+             and not np.array_equal(after[name], before[name])]
+    assert "bert/embeddings/word_embeddings" in moved
+    assert all(after[name].dtype == before[name].dtype for name in before)
+  # The losses continue where the other precision left off (same batch every update): the
+  # first resumed loss is below the first loss of the run (it trained 2 updates already).
+  for out in (bf16_out, fp32_out):
+    losses = [l["data"]["total_loss"] for l in read_dllog(out / "bert_dllog.json")
+              if l["step"] != [] and "total_loss" in l["data"]]
+    assert len(losses) == 4 and losses[2] < losses[0], losses
+
+
 def _released_style_checkpoint(directory, seed):
   """Writes `bert_model.ckpt` holding only bert/ and cls/ variables with random values."""
   config = modeling.BertConfig.from_dict(CONFIG)
@@ -363,6 +430,8 @@ def test_mpirun_only_rank0_writes_and_few_files_shard_by_record(data, tmp_path):
     (dict(do_train=True, max_predictions_per_seq=7), "(max_predictions_per_seq=7)"),
     (dict(do_train=True, input_files_dir="/nonexistent/dir"), "/nonexistent/dir"),
     (dict(do_train=True, amp=True, manual_fp16=True), "--amp and --manual_fp16"),
+    (dict(do_train=True, bf16=True, manual_fp16=True), "--bf16 and --manual_fp16"),
+    (dict(do_train=True, bf16=True, amp=True), "--bf16 and --amp"),
     (dict(do_train=True, init_checkpoint="/nonexistent/ckpt"), "--init_checkpoint"),
 ])
 def test_bad_flags_fail_before_the_graph(data, tmp_path, overrides, message):
