@@ -255,3 +255,23 @@ def test_precision_compute_types():
   assert not optimization.Precision(bf16=True).scales_loss()
   assert gpu_environment.get_custom_getter(tf.bfloat16) is \
       gpu_environment.float32_variable_storage_getter
+
+
+def test_tpu_lookup_keeps_the_embeddings_fp32_and_the_encoder_bf16(graph):
+  # With --use_tpu the model looks the word embeddings up by a one-hot matmul: that one stays
+  # fp32 (embeddings are summed and normalised before the cast), the encoder's are bf16.
+  config = helpers.tiny_config()
+  batch = helpers.random_batch(np.random.RandomState(0), 2, 8, config.vocab_size, 3)
+  model = modeling.BertModel(config=config, is_training=False,
+                             input_ids=tf.constant(batch["input_ids"]),
+                             input_mask=tf.constant(batch["input_mask"]),
+                             token_type_ids=tf.constant(batch["segment_ids"]),
+                             use_one_hot_embeddings=True, compute_type=tf.bfloat16)
+  matmuls = [op for op in graph.get_operations() if op.type in MATMULS]
+  embedding = [op for op in matmuls if op.name.startswith("bert/embeddings/")]
+  assert embedding and all(_matmul_dtype(op) == tf.float32 for op in embedding)
+  encoder = [op for op in matmuls if op.name.startswith("bert/encoder/")]
+  assert len(encoder) == 6 * config.num_hidden_layers
+  assert all(_matmul_dtype(op) == tf.bfloat16 for op in encoder)
+  assert model.get_embedding_output().dtype == tf.float32
+  assert model.get_sequence_output().dtype == tf.bfloat16
