@@ -519,6 +519,20 @@ def test_launcher_dry_run_builds_the_nvidia_style_commands(tmp_path):
     assert flag in phase2, flag
 
 
+@pytest.mark.parametrize("precision,flag", [("bf16", "--bf16"), ("fp32", None)])
+def test_launcher_precision_bf16(precision, flag):
+  proc = subprocess.run(
+      ["bash", LAUNCHER, "--dry_run", "--launcher", "none", "--phases", "1",
+       "--phase1_data", "/d/128", "--output_dir", "/r", "--precision", precision,
+       "--python", sys.executable],
+      capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  commands = [line[2:].split() for line in proc.stderr.splitlines() if line.startswith("+ ")]
+  assert len(commands) == 1
+  precision_flags = [a for a in commands[0] if a in ("--bf16", "--manual_fp16", "--amp")]
+  assert precision_flags == ([flag] if flag else [])
+
+
 def test_launcher_rejects_unknown_options():
   proc = subprocess.run(["bash", LAUNCHER, "--phase3_data", "x"], capture_output=True,
                         text=True, timeout=60)
