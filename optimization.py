@@ -27,8 +27,8 @@ the three writes) is one XLA-compiled function that also applies that factor
 (`_AdamFamilyOptimizer._fused_update` says why).
 
 The settings travel in four small objects built once by the caller: `Schedule` (optimizer and
-learning rate), `Precision` (fp16 or bf16, and loss scaling), `Accumulation` (micro-steps and where the
-allreduce happens) and `Distribution` (Horovod or TPU cores). Their checks are the module-level
+learning rate), `Precision` (fp16 or bf16, and loss scaling), `Accumulation` (micro-steps and where
+the allreduce happens) and `Distribution` (Horovod or TPU cores). Their checks are the module-level
 `check_*` functions, which the training script's flag validation also calls.
 
 Ref variables (TF1 behaviour: `disable_v2_behavior`, or `use_resource=False`) cannot be written

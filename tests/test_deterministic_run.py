@@ -1,11 +1,11 @@
 """--deterministic_run end to end: bit-identical per-step losses run after run, dropout on, and
 exact resume after a kill.
 
-The matrix: {fp32, --manual_fp16, --bf16} x {one process, horovodrun --gloo, mpirun (2 workers)}, each
-with accumulation and UPDATES updates, the two runs' losses compared with the golden-loss tool
-(utils/regression.py) at tolerance 0. The fp16 one-process command doubles as the uninterrupted
-run of the kill-and-resume test: its third copy is killed and resumed. Runs of a test start
-together, their output goes to files (a full pipe would stall a run).
+The matrix: {fp32, --manual_fp16, --bf16} x {one process, horovodrun --gloo, mpirun (2 workers)},
+each with accumulation and UPDATES updates, the two runs' losses compared with the golden-loss tool
+(utils/regression.py) at tolerance 0. The fp16 one-process command doubles as the uninterrupted run
+of the kill-and-resume test: its third copy is killed and resumed. Runs of a test start together,
+their output goes to files (a full pipe would stall a run).
 """
 
 import json
