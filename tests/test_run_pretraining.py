@@ -519,6 +519,7 @@ def test_launcher_dry_run_builds_the_nvidia_style_commands(tmp_path):
     assert flag in phase2, flag
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("precision,flag", [("bf16", "--bf16"), ("fp32", None)])
 def test_launcher_precision_bf16(precision, flag):
   proc = subprocess.run(
