@@ -118,7 +118,7 @@ def bf16_emulated_warning(bf16, cpuinfo_path=CPUINFO_PATH, gpu_count=None):
   if units is None or units:
     return None
   return ("--bf16 on a CPU without bf16 units (%s has none of the flags %s): TensorFlow emulates "
-          "bf16, so training is correct but slower than fp32; bf16 is fast on CPUs with %s "
+          "bf16, so training is correct but not faster than fp32; bf16 is fast on CPUs with %s "
           "(AMD Zen 4 and later, Intel Cooper Lake, Sapphire Rapids and later)"
           % (cpuinfo_path, ", ".join(BF16_CPU_FLAGS), " or ".join(BF16_CPU_FLAGS)))
 
