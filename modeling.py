@@ -5,6 +5,9 @@ code written against it works unchanged and the released checkpoints load and re
 outputs. On top of it, `BertModel(..., compute_type=tf.float16)` builds the same graph in half
 precision: variables stay fp32 (see `gpu_environment.py`), the encoder's matmuls run in fp16, layer
 norms use the fused kernel (`fused_layer_norm.py`) and the GELU is evaluated in fp32.
+`compute_type=tf.bfloat16` builds it in bf16 the same way, with the layer norms (statistics and
+all, the original formula) and the attention softmax evaluated in fp32 as well: bf16 keeps 8 bits
+of mantissa, too few for a mean over the hidden width or a sum of exponentials (docs/PRECISION.md).
 """
 
 import collections
@@ -214,7 +217,8 @@ class BertModel(object):
       use_one_hot_embeddings: look the word embeddings up with a one-hot matmul (faster on TPU)
         instead of a gather.
       scope: variable scope; default "bert".
-      compute_type: tf.float32, or tf.float16 for reduced precision (variables stay fp32).
+      compute_type: tf.float32, or tf.float16 / tf.bfloat16 for reduced precision (variables stay
+        fp32).
       dropout_key: optional int64 Tensor [2]: every dropout mask becomes a pure function of this
         key, the layer and the dropout site (stateless random ops), independent of op scheduling
         and thread count; None keeps TensorFlow's stateful dropout.
@@ -492,8 +496,8 @@ def dropout_site_key(dropout_key, layer, site):
 def layer_norm(input_tensor, name=None):
   """Layer norm over the last axis, variables `<name or LayerNorm>/{beta,gamma}`.
 
-  fp32 input uses the original formula (epsilon 1e-12); reduced-precision input uses the fused
-  kernel with fp32 statistics.
+  fp32 input uses the original formula (epsilon 1e-12); fp16 input uses the fused kernel with fp32
+  statistics; bf16 input is cast to fp32, normalised by the original formula and cast back.
 
   Args:
     input_tensor: float Tensor [..., hidden].
@@ -502,6 +506,8 @@ def layer_norm(input_tensor, name=None):
   Returns:
     Tensor of the same shape and dtype.
   """
+  if input_tensor.dtype == tf.bfloat16:
+    return tf.cast(layer_norm(tf.cast(input_tensor, tf.float32), name), tf.bfloat16)
   if input_tensor.dtype != tf.float32:
     return fused_layer_norm.fused_layer_norm(input_tensor, scope=name or "LayerNorm")
   with _tf1.variable_scope(name, default_name="LayerNorm"):
@@ -797,7 +803,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     # 0 for positions to attend, -10000 for padding: after the softmax padding weighs ~nothing.
     scores += (1.0 - mask) * tf.cast(ATTENTION_MASK_ADDER, scores.dtype)
 
-  probs = dropout(tf.nn.softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
+  probs = dropout(_softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
 
   context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [batch, from_seq, heads, D]
   if do_return_2d_tensor:
@@ -883,6 +889,21 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
   if do_return_all_layers:
     return [reshape_from_matrix(output, input_shape) for output in all_layer_outputs]
   return reshape_from_matrix(prev_output, input_shape)
+
+
+def _softmax(scores):
+  """Softmax over the last axis; bf16 scores are normalised in fp32 and the probabilities cast
+  back to bf16 (fp32 and fp16 scores keep their dtype throughout, as before).
+
+  Args:
+    scores: float Tensor [..., to_seq_length].
+
+  Returns:
+    Tensor of the same shape and dtype.
+  """
+  if scores.dtype == tf.bfloat16:
+    return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32)), tf.bfloat16)
+  return tf.nn.softmax(scores)
 
 
 def _activation_in_fp32(activation, tensor):

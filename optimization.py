@@ -16,6 +16,9 @@ follows one gradient path, one module-level step each (`scaled_gradients`, `grad
 Stages in brackets are present only in that configuration; there is no second copy of the path.
 All allreduces come before the finiteness check, so every worker sees the same values and takes the
 same decision: a non-finite update changes no weight and no step anywhere and halves the loss scale.
+A bf16 step takes the fp32 path from the gradients on (no loss scale; the gradients of the fp32
+master variables are fp32): a non-finite update is skipped as in fp32, and the NaN loss that
+comes with it stops the job (docs/DESIGN.md, "bf16").
 
 How it is computed (docs/PERFORMANCE.md): the global norm of the gradients is the one pass that
 both the finiteness check and the clipping need (`apply_if_finite`); unscaling and clipping are a
@@ -24,8 +27,8 @@ the three writes) is one XLA-compiled function that also applies that factor
 (`_AdamFamilyOptimizer._fused_update` says why).
 
 The settings travel in four small objects built once by the caller: `Schedule` (optimizer and
-learning rate), `Precision` (fp16 and loss scaling), `Accumulation` (micro-steps and where the
-allreduce happens) and `Distribution` (Horovod or TPU cores). Their checks are the module-level
+learning rate), `Precision` (fp16 or bf16, and loss scaling), `Accumulation` (micro-steps and where
+the allreduce happens) and `Distribution` (Horovod or TPU cores). Their checks are the module-level
 `check_*` functions, which the training script's flag validation also calls.
 
 Ref variables (TF1 behaviour: `disable_v2_behavior`, or `use_resource=False`) cannot be written
@@ -460,30 +463,46 @@ class Schedule(collections.namedtuple(
 
 
 class Precision(collections.namedtuple(
-    "Precision", ["manual_fp16", "amp", "init_loss_scale", "loss_scale_increment_period"])):
+    "Precision", ["manual_fp16", "amp", "init_loss_scale", "loss_scale_increment_period",
+                  "bf16"])):
   """Reduced precision and its dynamic loss scaling.
 
   Fields: manual_fp16, the model computes in fp16; amp, automatic mixed precision (a session-config
   rewrite that only a GPU applies); init_loss_scale, the initial dynamic loss scale;
-  loss_scale_increment_period, finite updates after which the scale doubles.
+  loss_scale_increment_period, finite updates after which the scale doubles; bf16, the model
+  computes in bf16 (fp32 master variables, no loss scaling: bf16 has fp32's exponent range, so
+  gradients neither overflow nor underflow where fp32 ones would not; gradients stay fp32 from the
+  variables' casts on, and are allreduced, accumulated and applied in fp32).
   """
   __slots__ = ()
 
   def __new__(cls, manual_fp16=False, amp=False, init_loss_scale=2**32,
-              loss_scale_increment_period=LOSS_SCALE_INCREMENT_PERIOD):
-    return super().__new__(cls, manual_fp16, amp, init_loss_scale, loss_scale_increment_period)
+              loss_scale_increment_period=LOSS_SCALE_INCREMENT_PERIOD, bf16=False):
+    return super().__new__(cls, manual_fp16, amp, init_loss_scale, loss_scale_increment_period,
+                           bf16)
 
   def check(self):
-    check_precision(self.manual_fp16, self.amp, self.init_loss_scale)
+    check_precision(self.manual_fp16, self.amp, self.init_loss_scale, bf16=self.bf16)
 
   @property
   def compute_type(self):
-    """The encoder's compute type: tf.float16 with manual_fp16, else tf.float32."""
-    return tf.float16 if self.manual_fp16 else tf.float32
+    """The encoder's compute type: tf.float16 with manual_fp16, tf.bfloat16 with bf16, else
+    tf.float32."""
+    if self.manual_fp16:
+      return tf.float16
+    return tf.bfloat16 if self.bf16 else tf.float32
+
+  @property
+  def name(self):
+    """"fp16", "amp", "bf16" or "fp32", for messages and logs."""
+    for name, on in (("fp16", self.manual_fp16), ("amp", self.amp), ("bf16", self.bf16)):
+      if on:
+        return name
+    return "fp32"
 
   def scales_loss(self):
     """Whether gradients are computed in fp16 here, so the loss must be scaled (the one place that
-    decides it: manual fp16, or AMP on a machine where the rewrite takes effect)."""
+    decides it: manual fp16, or AMP on a machine where the rewrite takes effect; never bf16)."""
     return bool(self.manual_fp16) or gpu_environment.amp_takes_effect(self.amp)
 
 
@@ -560,14 +579,19 @@ def check_schedule(learning_rate, num_train_steps, num_warmup_steps, optimizer_t
                         _named("optimizer_type", as_flags)))
 
 
-def check_precision(manual_fp16, amp, init_loss_scale, as_flags=False):
-  """Raises ValueError for a non-positive loss scale or manual fp16 combined with AMP."""
+def check_precision(manual_fp16, amp, init_loss_scale, as_flags=False, bf16=False):
+  """Raises ValueError for a non-positive loss scale or two precisions at once (manual fp16, AMP,
+  bf16), naming both."""
   if not init_loss_scale > 0:
     raise ValueError("%s must be positive, got %r" % (_named("init_loss_scale", as_flags),
                                                       init_loss_scale))
   if manual_fp16 and amp:
     raise ValueError("%s and %s cannot be combined" % (_named("amp", as_flags),
                                                        _named("manual_fp16", as_flags)))
+  for other, given in (("manual_fp16", manual_fp16), ("amp", amp)):
+    if bf16 and given:
+      raise ValueError("%s and %s cannot be combined: choose one precision"
+                       % (_named("bf16", as_flags), _named(other, as_flags)))
 
 
 def check_accumulation(num_accumulation_steps, as_flags=False):
@@ -851,14 +875,15 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
                      manual_fp16=False, use_fp16=False, num_accumulation_steps=1,
                      optimizer_type="adam", allreduce_post_accumulation=False,
                      init_loss_scale=2**32, use_tpu=False,
-                     loss_scale_increment_period=LOSS_SCALE_INCREMENT_PERIOD):
+                     loss_scale_increment_period=LOSS_SCALE_INCREMENT_PERIOD, bf16=False):
   """`build_train_op` with the settings as arguments (the interface of the BERT releases).
 
   Args:
     loss: float scalar Tensor, the mean loss of this worker's micro-batch.
     init_lr, num_train_steps, num_warmup_steps, optimizer_type: see `Schedule`.
     hvd, use_tpu: see `Distribution`.
-    manual_fp16, init_loss_scale, loss_scale_increment_period: see `Precision`.
+    manual_fp16, init_loss_scale, loss_scale_increment_period, bf16: see `Precision` (the
+      model must have been built in the matching compute type).
     use_fp16: automatic mixed precision (`Precision.amp`): loss scaling on a GPU; on a machine
       without a GPU the rewrite does nothing, so training stays fp32.
     num_accumulation_steps, allreduce_post_accumulation: see `Accumulation`.
@@ -882,6 +907,6 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps, hvd=None,
     hvd, use_tpu = None, hvd
   return build_train_op(
       loss, Schedule(optimizer_type, init_lr, num_train_steps, num_warmup_steps),
-      Precision(manual_fp16, use_fp16, init_loss_scale, loss_scale_increment_period),
+      Precision(manual_fp16, use_fp16, init_loss_scale, loss_scale_increment_period, bf16),
       Accumulation(num_accumulation_steps, allreduce_post_accumulation),
       Distribution(hvd, use_tpu))

@@ -2,13 +2,13 @@
 
   python run_classifier.py --task_name=MRPC --data_dir=glue/MRPC --vocab_file=vocab.txt \
       --bert_config_file=bert_config.json --init_checkpoint=bert_model.ckpt \
-      --output_dir=out --do_train --do_eval [--horovod] [--manual_fp16] ...
+      --output_dir=out --do_train --do_eval [--horovod] [--manual_fp16 | --bf16] ...
 
 The original release's flags, processors, record files (train.tf_record, eval.tf_record,
 predict.tf_record) and outputs (eval_results.txt, test_results.tsv), plus NVIDIA's --horovod, --amp,
---manual_fp16, --use_xla, --num_accumulation_steps and --dllog_path. The head's variables are the
-release's (`output_weights`, `output_bias`), so a checkpoint fine-tuned by either script loads in
-the other. Importing this module defines the flags (the shared ones once, in
+--manual_fp16, --use_xla, --num_accumulation_steps and --dllog_path (and ours, --bf16). The head's
+variables are the release's (`output_weights`, `output_bias`), so a checkpoint fine-tuned by either
+script loads in the other. Importing this module defines the flags (the shared ones once, in
 utils/training/flags.py and utils/finetuning/flags.py) and nothing else.
 """
 

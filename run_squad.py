@@ -3,15 +3,16 @@
   python run_squad.py --vocab_file=vocab.txt --bert_config_file=bert_config.json \
       --init_checkpoint=bert_model.ckpt --train_file=train-v1.1.json \
       --predict_file=dev-v1.1.json --output_dir=out --do_train --do_predict \
-      [--version_2_with_negative] [--horovod] [--manual_fp16] ...
+      [--version_2_with_negative] [--horovod] [--manual_fp16 | --bf16] ...
 
 The original release's flags, records (train.tf_record, eval.tf_record) and outputs
 (predictions.json, nbest_predictions.json, null_odds.json with --version_2_with_negative), plus
-NVIDIA's --horovod, --amp, --manual_fp16, --use_xla, --num_accumulation_steps and --dllog_path.
-When the predict file carries answers (a dev set), exact match and F1 (the official v1.1
-definitions, utils/finetuning/squad_eval.py) are logged and written to eval_results.txt next to the
-predictions. The head's variables are the release's (`cls/squad/output_weights`,
-`cls/squad/output_bias`), so a checkpoint fine-tuned by either script loads in the other.
+NVIDIA's --horovod, --amp, --manual_fp16, --use_xla, --num_accumulation_steps and --dllog_path, and
+ours --bf16 (docs/PRECISION.md). When the predict file carries answers (a dev set), exact match and
+F1 (the official v1.1 definitions, utils/finetuning/squad_eval.py) are logged and written to
+eval_results.txt next to the predictions. The head's variables are the release's
+(`cls/squad/output_weights`, `cls/squad/output_bias`), so a checkpoint fine-tuned by either script
+loads in the other.
 Importing this module defines the flags (the shared ones once, in utils/training/flags.py and
 utils/finetuning/flags.py) and nothing else.
 """

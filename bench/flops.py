@@ -77,8 +77,9 @@ def mfu(sequences_per_second, flops_per_sequence, peak_flops_per_second):
   return sequences_per_second * flops_per_sequence / peak_flops_per_second
 
 
-def measure_matmul_peak(runs, size=4096):
-  """The MFU denominator: best fp32 matmul FLOP/s of `runs` size^3 TF matmuls, one session, all cores.
+def measure_matmul_peak(runs, size=4096, dtype="float32"):
+  """The MFU denominator: best matmul FLOP/s of `runs` size^3 TF matmuls in `dtype` ("float32" or
+  "bfloat16"), one session, all cores.
 
   The product is computed but not fetched, so no 64 MB copy falls in the timed region.
   """
@@ -86,8 +87,10 @@ def measure_matmul_peak(runs, size=4096):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf1 = tf.compat.v1
   with tf.Graph().as_default():
-    a = tf1.get_variable("a", [size, size], initializer=tf1.random_normal_initializer())
-    b = tf1.get_variable("b", [size, size], initializer=tf1.random_normal_initializer())
+    a = tf1.get_variable("a", [size, size], dtype=dtype,
+                         initializer=tf1.random_normal_initializer())
+    b = tf1.get_variable("b", [size, size], dtype=dtype,
+                         initializer=tf1.random_normal_initializer())
     product = tf.matmul(a, b)
     with tf1.Session() as sess:
       sess.run(tf1.global_variables_initializer())

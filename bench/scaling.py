@@ -10,7 +10,8 @@ slots (e.g. hostA:1,hostB:1, run from hostA; the 1-worker run is on this host).
 scaling efficiency = (N-worker sequences/s) / (N x 1-worker sequences/s); 1.0 is perfect. Per update
 it also reports the allreduce calls and bytes, counted in the graph `create_optimizer` builds (a
 recording stand-in for Horovod collects every allreduce it issues; per-micro-step allreduces run
-`num_accumulation_steps` times per update).
+`num_accumulation_steps` times per update). With --bf16 the allreduced gradients are fp32 as well
+(Horovod's MPI/Gloo allreduce has no bf16 type), so the bytes are the fp32 run's.
 """
 
 import argparse
@@ -76,6 +77,7 @@ def parse_args(argv=None):
   parser.add_argument("--warmup", type=int, default=5)
   parser.add_argument("--accumulations", default="1,4,16")
   parser.add_argument("--optimizer", default="lamb", choices=["lamb", "adam"])
+  parser.add_argument("--bf16", action="store_true", help="run_pretraining.py --bf16")
   parser.add_argument("--hosts", default="localhost:2",
                       help="horovodrun host list host:slots,...; the workers are its slots")
   parser.add_argument("--network_interface", default="",
@@ -117,7 +119,8 @@ def _throughput_args(args, accumulation):
       "--config", args.config, "--seq", str(args.seq), "--predictions", str(args.predictions),
       "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
       "--accumulation", str(accumulation), "--optimizer", args.optimizer,
-      "--intra_op_threads", "1", "--inter_op_threads", "1", "--peak_runs", "0"])
+      "--intra_op_threads", "1", "--inter_op_threads", "1", "--peak_runs", "0"]
+      + (["--bf16"] if args.bf16 else []))
 
 
 def main(argv=None):
@@ -143,6 +146,7 @@ def main(argv=None):
       calls, num_bytes = allreduce_traffic(config, args.seq, args.predictions, args.batch,
                                            accumulation, post)
       row = {"config": args.config, "batch": args.batch, "hosts": args.hosts,
+             "precision": "bf16" if args.bf16 else "fp32",
              "workers": workers, "accumulation": accumulation,
              "post_accumulation": post, "seq_per_s_1_worker": round(single, 2),
              "seq_per_s_n_workers": round(multi, 2),

@@ -83,6 +83,8 @@ def parse_args(argv=None):
   parser.add_argument("--accumulation", type=int, default=1,
                       help="num_accumulation_steps (every step is one micro-step)")
   parser.add_argument("--fp16", action="store_true", help="manual fp16 compute (slow on CPU)")
+  parser.add_argument("--bf16", action="store_true",
+                      help="bf16 compute (fast only on CPUs with avx512_bf16 / amx_bf16)")
   parser.add_argument("--no_dropout", action="store_true", help="build with is_training=False")
   parser.add_argument("--one_hot_embeddings", action="store_true",
                       help="word embeddings by one-hot matmul instead of a gather")
@@ -97,11 +99,15 @@ def parse_args(argv=None):
                       help="with --profile: write the last traced step as a Chrome trace")
   parser.add_argument("--top", type=int, default=25, help="rows of the op-type table")
   parser.add_argument("--peak_runs", type=int, default=5,
-                      help="4096^3 fp32 matmuls for the peak (best of); 0 skips the peak")
+                      help="4096^3 matmuls for the peak (best of; bf16 ones with --bf16); 0 skips "
+                           "the peak")
   parser.add_argument("--peak", type=float, default=0.0,
                       help="use this peak (GFLOP/s) instead of measuring it")
   parser.add_argument("--seed", type=int, default=1)
-  return parser.parse_args(argv)
+  args = parser.parse_args(argv)
+  if args.fp16 and args.bf16:
+    parser.error("--fp16 and --bf16: choose one")
+  return args
 
 
 def _configure_environment(args):
@@ -213,6 +219,7 @@ def main(argv=None):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+  import gpu_environment  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import optimization  # pylint: disable=g-import-not-at-top
   import run_pretraining  # pylint: disable=g-import-not-at-top
@@ -238,11 +245,11 @@ def main(argv=None):
     features = tf1.data.make_one_shot_iterator(dataset).get_next()
     built = run_pretraining.build_pretraining_model(
         bert_config, features, is_training=not args.no_dropout,
-        compute_type=tf.float16 if args.fp16 else tf.float32,
+        compute_type=tf.float16 if args.fp16 else tf.bfloat16 if args.bf16 else tf.float32,
         use_one_hot_embeddings=args.one_hot_embeddings)
     train_op = optimization.create_optimizer(
         built["total_loss"], 1e-4, num_train_steps=100000, num_warmup_steps=0,
-        manual_fp16=args.fp16, num_accumulation_steps=args.accumulation,
+        manual_fp16=args.fp16, bf16=args.bf16, num_accumulation_steps=args.accumulation,
         optimizer_type=args.optimizer, init_loss_scale=2.0 ** 15)
     loss = built["total_loss"]
     global_step_var = tf1.train.get_global_step()
@@ -299,7 +306,8 @@ def main(argv=None):
   if args.peak:
     peak = args.peak * 1e9
   elif args.peak_runs:
-    peak = flops.measure_matmul_peak(args.peak_runs)
+    peak = flops.measure_matmul_peak(args.peak_runs,
+                                     dtype="bfloat16" if args.bf16 else "float32")
   else:
     peak = float("nan")
 
@@ -308,7 +316,7 @@ def main(argv=None):
   result = collections.OrderedDict([
       ("config", args.config), ("batch", args.batch), ("seq", args.seq),
       ("predictions", args.predictions), ("optimizer", args.optimizer),
-      ("accumulation", args.accumulation), ("fp16", args.fp16),
+      ("accumulation", args.accumulation), ("fp16", args.fp16), ("bf16", args.bf16),
       ("dropout", not args.no_dropout), ("xla", args.xla),
       ("one_hot_embeddings", args.one_hot_embeddings),
       ("intra_op_threads", args.intra_op_threads), ("inter_op_threads", args.inter_op_threads),
@@ -332,6 +340,8 @@ def main(argv=None):
                if k.startswith(("TF_ENABLE_", "TF_XLA_", "TF_ONEDNN_", "TF_MKL_", "TF_NUM_",
                                 "OMP_", "KMP_", "ONEDNN_", "DNNL_"))}),
   ])
+  if args.bf16:
+    result["bf16_hardware"] = throughput.bf16_hardware_note(gpu_environment.bf16_units())
   if profile is not None:
     result["profile"] = profile
   print("\n%-8s batch %-3d %-5s  step %.4f s (min %.4f, max %.4f)  %.2f seq/s  "
@@ -344,6 +354,8 @@ def main(argv=None):
   print("start-up: imports %.1f s, build %.1f s, init %.1f s, first step %.1f s; process start "
         "to end of first step %.1f s; peak RSS %.2f GB"
         % (import_done, build_s, init_s, first_step_s, start_to_first_step_s, peak_rss_gb))
+  if args.bf16:
+    print("bf16: %s" % result["bf16_hardware"])
   print(json.dumps(result))
   return result
 

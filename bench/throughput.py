@@ -10,10 +10,16 @@ input pipeline, the logging hook), and reads the per-update `throughput_train` o
 Reported, as one JSON line and a table:
 
 * sequences/s: median, min and max over the update steps after `--warmup` updates;
-* model FLOPs per sequence (bench/flops.py) and the fp32 matmul peak measured in this run (best of
-  several 4096^3 TF matmuls, before the training process starts), hence MFU;
+* model FLOPs per sequence (bench/flops.py) and the matmul peak measured in this run (best of
+  several 4096^3 TF matmuls, before the training process starts; bf16 ones with --bf16 or
+  --onednn_bf16_rewrite), hence MFU;
 * seconds from the training process's start to the end of its first update step;
 * the training process's peak RSS.
+
+--bf16 trains with run_pretraining.py --bf16 (the bf16 graph); --onednn_bf16_rewrite trains the
+fp32 graph with the oneDNN bf16 rewrite on (ONEDNN_BF16_REWRITE=1, utils/runtime/session_config.py).
+Either reports whether this CPU has bf16 units (avx512_bf16 / amx_bf16 in /proc/cpuinfo): without
+them TensorFlow emulates bf16 and the figures say nothing about bf16's speed (the output says so).
 """
 
 import argparse
@@ -52,6 +58,9 @@ def parse_args(argv=None):
   parser.add_argument("--optimizer", default="lamb", choices=["lamb", "adam"])
   parser.add_argument("--use_xla", action="store_true")
   parser.add_argument("--manual_fp16", action="store_true")
+  parser.add_argument("--bf16", action="store_true", help="run_pretraining.py --bf16")
+  parser.add_argument("--onednn_bf16_rewrite", action="store_true",
+                      help="the fp32 graph with the oneDNN bf16 rewrite (ONEDNN_BF16_REWRITE=1)")
   parser.add_argument("--intra_op_threads", type=int, default=0)
   parser.add_argument("--inter_op_threads", type=int, default=0)
   parser.add_argument("--peak_runs", type=int, default=5,
@@ -61,7 +70,32 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   if args.steps <= args.warmup:
     parser.error("--steps (%d) must exceed --warmup (%d)" % (args.steps, args.warmup))
+  if sum((args.manual_fp16, args.bf16, args.onednn_bf16_rewrite)) > 1:
+    parser.error("--manual_fp16, --bf16 and --onednn_bf16_rewrite: choose one")
   return args
+
+
+def precision_name(args):
+  """"fp32", "fp16", "bf16" (the bf16 graph) or "bf16-onednn-rewrite"."""
+  if args.manual_fp16:
+    return "fp16"
+  if args.bf16:
+    return "bf16"
+  return "bf16-onednn-rewrite" if args.onednn_bf16_rewrite else "fp32"
+
+
+def uses_bf16(args):
+  return bool(args.bf16 or args.onednn_bf16_rewrite)
+
+
+def bf16_hardware_note(units):
+  """What the figures of a bf16 run mean on this CPU, from `gpu_environment.bf16_units()`."""
+  if units is None:
+    return "CPU flags unreadable (no /proc/cpuinfo flags): bf16 units unknown"
+  if units:
+    return "this CPU has bf16 units (%s)" % ", ".join(units)
+  return ("this CPU has no bf16 units (neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo): "
+          "TensorFlow emulates bf16, so these figures are correctness runs, not bf16's speed")
 
 
 def config_file(name):
@@ -141,10 +175,14 @@ def run_training(args, config_path, data_dir, work_dir, launcher=(), extra_flags
       "--intra_op_threads=%d" % args.intra_op_threads,
       "--inter_op_threads=%d" % args.inter_op_threads,
   ] + (["--use_xla"] if args.use_xla else []) + (
-      ["--manual_fp16"] if args.manual_fp16 else []) + list(extra_flags) + args.extra.split()
+      ["--manual_fp16"] if args.manual_fp16 else []) + (["--bf16"] if args.bf16 else []) + (
+      list(extra_flags) + args.extra.split())
+  env = dict(os.environ)
+  if args.onednn_bf16_rewrite:
+    env["ONEDNN_BF16_REWRITE"] = "1"
   before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
   start = time.time()
-  proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+  proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, env=env)
   max_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
   if proc.returncode != 0:
     raise SystemExit("run_pretraining.py failed (%d):\n%s" % (proc.returncode, proc.stderr[-5000:]))
@@ -168,11 +206,14 @@ def steady_summary(steps, warmup):
 
 def main(argv=None):
   args = parse_args(argv)
+  import gpu_environment  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   config_path = config_file(args.config)
   config = modeling.BertConfig.from_json_file(config_path)
   data_dir = cached_records(config.vocab_size, args.seq, args.predictions)
-  peak = flops.measure_matmul_peak(args.peak_runs) if args.peak_runs else None
+  peak_dtype = "bfloat16" if uses_bf16(args) else "float32"
+  peak = flops.measure_matmul_peak(args.peak_runs, dtype=peak_dtype) if args.peak_runs else None
+  hardware_note = bf16_hardware_note(gpu_environment.bf16_units()) if uses_bf16(args) else None
 
   with tempfile.TemporaryDirectory(prefix="bench_throughput_") as work_dir:
     steps, start, max_rss_kib = run_training(args, config_path, data_dir, work_dir)
@@ -188,14 +229,17 @@ def main(argv=None):
   result = {
       "config": args.config, "seq": args.seq, "predictions": args.predictions,
       "batch": args.batch, "accumulation": args.accumulation, "optimizer": args.optimizer,
-      "use_xla": args.use_xla, "manual_fp16": args.manual_fp16, "steps": args.steps,
+      "use_xla": args.use_xla, "manual_fp16": args.manual_fp16,
+      "precision": precision_name(args), "steps": args.steps,
       "warmup": args.warmup, "seq_per_s_median": round(median, 3),
       "seq_per_s_min": round(low, 3), "seq_per_s_max": round(high, 3),
       "model_flops_per_seq": flops_per_seq,
       "matmul_peak_gflops": round(peak / 1e9, 1) if peak else None,
+      "matmul_peak_dtype": peak_dtype,
       "mfu": round(flops.mfu(median, flops_per_seq, peak), 4) if peak else None,
       "first_step_s": round(first_step_end, 2),
       "peak_rss_gb": round(max_rss_kib / 2**20, 3) if max_rss_kib else None,
+      "bf16_hardware": hardware_note,
   }
   print(json.dumps(result))
   print_table(result)
@@ -207,16 +251,19 @@ def print_table(result):
       ("config / seq / batch", "%s / %d / %d (accumulation %d, %s%s%s)" % (
           result["config"], result["seq"], result["batch"], result["accumulation"],
           result["optimizer"], ", XLA" if result["use_xla"] else "",
-          ", fp16" if result["manual_fp16"] else "")),
+          ", " + result["precision"] if result["precision"] != "fp32" else "")),
       ("sequences/s median (min-max)", "%.2f (%.2f-%.2f) over %d updates" % (
           result["seq_per_s_median"], result["seq_per_s_min"], result["seq_per_s_max"],
           result["steps"] - result["warmup"])),
       ("model FLOPs / sequence", "%.3f GFLOP" % (result["model_flops_per_seq"] / 1e9)),
-      ("fp32 matmul peak", "%s GFLOP/s" % result["matmul_peak_gflops"]),
+      ("%s matmul peak" % result["matmul_peak_dtype"], "%s GFLOP/s"
+       % result["matmul_peak_gflops"]),
       ("MFU", "%.1f%%" % (100 * result["mfu"]) if result["mfu"] is not None else "n/a"),
       ("start to end of first step", "%.2f s" % result["first_step_s"]),
       ("peak RSS", "%s GB" % result["peak_rss_gb"]),
   ]
+  if result.get("bf16_hardware"):
+    rows.append(("bf16 hardware", result["bf16_hardware"]))
   width = max(len(name) for name, _ in rows)
   for name, value in rows:
     print("%-*s  %s" % (width, name, value))

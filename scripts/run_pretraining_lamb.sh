@@ -67,7 +67,8 @@ case "${opt[precision]}" in
   fp32) precision_flags=() ;;
   fp16) precision_flags=(--manual_fp16) ;;
   amp) precision_flags=(--amp) ;;
-  *) echo "$0: --precision must be fp32, fp16 or amp, got ${opt[precision]}" >&2; exit 2 ;;
+  bf16) precision_flags=(--bf16) ;;
+  *) echo "$0: --precision must be fp32, fp16, amp or bf16, got ${opt[precision]}" >&2; exit 2 ;;
 esac
 xla_flags=()
 [ "${opt[xla]}" = true ] && xla_flags=(--use_xla)

@@ -93,12 +93,13 @@ def variable(name):
   return matches[0]
 
 
-def softmax_regression_loss(features, labels, num_classes=3):
+def softmax_regression_loss(features, labels, num_classes=3, compute_type=tf.float32):
   """A small model with every kind of gradient the optimizer must handle.
 
   Softmax regression over [embedding(ids) (4 wide), x (5 wide)]: variables `emb/table` [7, 4]
   (gathered: IndexedSlices gradient), `dense/kernel` [9, 3] and `dense/bias` [3] (excluded from
-  weight decay). Deterministic initial values.
+  weight decay). Deterministic initial values. With `compute_type` tf.bfloat16 the matmul and the
+  bias add run in bf16 on casts of the fp32 variables (as the bf16 encoder does), the loss in fp32.
 
   Returns:
     the mean cross-entropy over the batch (float32 scalar).
@@ -109,7 +110,8 @@ def softmax_regression_loss(features, labels, num_classes=3):
       np.random.RandomState(1).normal(size=(4 + 5, num_classes)).astype(np.float32)))
   bias = _tf1.get_variable("dense/bias", initializer=tf.zeros([num_classes]))
   x = tf.concat([tf.gather(table, features["ids"]), features["x"]], axis=1)
-  logits = tf.matmul(x, kernel) + bias
+  logits = tf.matmul(tf.cast(x, compute_type), tf.cast(kernel, compute_type))
+  logits = tf.cast(logits + tf.cast(bias, compute_type), tf.float32)
   return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
                                                                         logits=logits))
 

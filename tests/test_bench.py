@@ -49,6 +49,19 @@ def test_allreduce_traffic_counts_every_gradient_per_update():
     assert num_bytes == params * 4 * times
 
 
+def test_throughput_bf16_options_and_hardware_note():
+  assert throughput.precision_name(throughput.parse_args(["--bf16"])) == "bf16"
+  assert throughput.precision_name(
+      throughput.parse_args(["--onednn_bf16_rewrite"])) == "bf16-onednn-rewrite"
+  assert throughput.precision_name(throughput.parse_args([])) == "fp32"
+  with pytest.raises(SystemExit):
+    throughput.parse_args(["--bf16", "--manual_fp16"])
+  assert "no bf16 units" in throughput.bf16_hardware_note([])
+  assert "not bf16's speed" in throughput.bf16_hardware_note([])
+  assert "has bf16 units (amx_bf16)" in throughput.bf16_hardware_note(["amx_bf16"])
+  assert "unknown" in throughput.bf16_hardware_note(None)
+
+
 def test_summarise_median_min_max():
   assert throughput.summarise([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
   assert throughput.summarise([4.0, 1.0, 2.0, 3.0]) == (2.5, 1.0, 4.0)

@@ -19,7 +19,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO_ROOT, "tests", "workers", "optimizer_worker.py")
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 CONFIGS = ["n1_per_step", "n1_post", "n2_per_step", "n2_post", "n2_per_step_tiny",
-           "n2_post_tiny"]
+           "n2_post_tiny", "bf16_n1_per_step", "bf16_n2_post_tiny"]
+# 2 workers x batch B against 1 process x batch 2B: fp32 differs by the order of float sums only.
+# In bf16 each worker's weight gradient (a bf16 matmul over its rows) is rounded to bf16 before
+# the fp32 average, the single process' over all rows: <= u = 2^-8 relative per gradient element
+# and update; over 3 updates of a learning rate 0.05 that moves weights of O(1) by ~0.1, the
+# weights differ by <= ~3 x 2^-8 x 0.1 ~ 1e-3 of their size: rtol 2^-8, atol 2^-10 stated.
+TOLERANCES = {"fp32": dict(rtol=1e-5, atol=1e-6), "bf16": dict(rtol=2.0 ** -8, atol=2.0 ** -10)}
 VARIABLES = ["emb/table", "dense/kernel", "dense/bias"]
 
 
@@ -52,8 +58,18 @@ def test_two_workers_equal_one_process_with_double_batch(results, config):
   for var in VARIABLES:
     key = "%s/%s" % (config, var)
     np.testing.assert_array_equal(rank0[key], rank1[key], err_msg=key)
-    np.testing.assert_allclose(rank0[key], single[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    np.testing.assert_allclose(rank0[key], single[key], err_msg=key,
+                               **TOLERANCES["bf16" if config.startswith("bf16") else "fp32"])
   assert rank0[config + "/global_step"] == single[config + "/global_step"] == 3
+
+
+def test_bf16_configurations_compute_in_bf16_and_allreduce_fp32(results):
+  for config in CONFIGS:
+    bf16 = config.startswith("bf16")
+    # The model's forward and backward matmuls run in bf16; the gradients are allreduced in fp32
+    # (Horovod's MPI/Gloo allreduce has no bf16 type).
+    assert ("bfloat16" in list(results["rank0"][config + "/matmul_dtypes"])) == bf16, config
+    assert list(results["rank0"][config + "/allreduce_dtypes"]) == ["float32"], config
 
 
 def test_training_moved_the_weights(results):

@@ -165,6 +165,42 @@ def test_squad_predictions_equal_the_originals(files, tmp_path, version_2):
   assert scores["f1"] == pytest.approx(expected["f1"])
 
 
+@pytest.mark.e2e
+def test_squad_with_bf16_predicts_like_fp32_and_trains(files, tmp_path):
+  values = dict(SQUAD, vocab_file=files["vocab"], bert_config_file=files["config"],
+                init_checkpoint=files["checkpoint"], predict_file=files["squad"][0],
+                do_predict=True, predict_batch_size=4)
+  all_succeed([["run_squad.py"] + flag_list(dict(values, output_dir=tmp_path / "fp32")),
+               ["run_squad.py"] + flag_list(dict(values, output_dir=tmp_path / "bf16",
+                                                 bf16=True)),
+               ["run_squad.py"] + flag_list(dict(
+                   values, output_dir=tmp_path / "bf16_train", bf16=True, do_train=True,
+                   train_file=files["squad"][0], train_batch_size=4, num_train_epochs=1,
+                   learning_rate=2e-3, warmup_proportion=0.0))], timeout=600)
+  fp32 = read_json(tmp_path / "fp32" / "nbest_predictions.json")
+  bf16 = read_json(tmp_path / "bf16" / "nbest_predictions.json")
+  assert list(bf16) == list(fp32)
+  # The best span's logits from the same checkpoint: within bf16's rounding (tests/test_bf16.py
+  # derives <= 19u on the encoder output of 2 layers; the span head sums it over the hidden
+  # width with weights of norm ~1, so 32u of the largest logit is stated) and not identical.
+  logits = {name: np.array([[e["start_logit"], e["end_logit"]]
+                            for qid in fp32 for e in run[qid][:1]])
+            for name, run in (("fp32", fp32), ("bf16", bf16))}
+  scale = max(1.0, np.abs(logits["fp32"]).max())
+  np.testing.assert_allclose(logits["bf16"], logits["fp32"], atol=32 * 2.0 ** -8 * scale)
+  assert not np.array_equal(logits["bf16"], logits["fp32"])
+  # Training with --bf16: the checkpoint keeps the release's fp32 variables, moved by training.
+  trained = checkpoint_values(tmp_path / "bf16_train")
+  initial = {name: tf.train.load_variable(files["checkpoint"], name)
+             for name, _ in tf.train.list_variables(files["checkpoint"])}
+  assert trained["global_step"] >= 1
+  for name in ("bert/embeddings/word_embeddings", "cls/squad/output_weights"):
+    assert trained[name].dtype == np.float32
+  assert not np.array_equal(trained["bert/encoder/layer_0/output/dense/kernel"],
+                            initial["bert/encoder/layer_0/output/dense/kernel"])
+  assert os.path.exists(tmp_path / "bf16_train" / "predictions.json")
+
+
 def test_classifier_eval_and_predictions_equal_the_originals(files, tmp_path):
   values = dict(task_name="MRPC", data_dir=files["mrpc"], vocab_file=files["vocab"],
                 bert_config_file=files["config"], init_checkpoint=files["checkpoint"],
@@ -191,14 +227,17 @@ def _sentiment_command(files, data_dir, out, **extra):
   return ["run_classifier.py"] + flag_list(values)
 
 
-def test_fp16_fine_tuning_matches_fp32_accuracy_and_updates_are_logged(files, tmp_path):
+@pytest.mark.e2e
+def test_fp16_and_bf16_fine_tuning_match_fp32_accuracy_and_updates_are_logged(files, tmp_path):
   data_dir = str(tmp_path / "sentiment")
   finetuning_data.write_sentiment(data_dir, finetuning_data.rng(11), n_train=320, n_dev=200)
   all_succeed([_sentiment_command(files, data_dir, tmp_path / "fp32"),
-               _sentiment_command(files, data_dir, tmp_path / "fp16", manual_fp16=True)],
-              timeout=600)
-  fp32, fp16 = (helpers.read_eval_results(tmp_path / name / "eval_results.txt")["eval_accuracy"]
-                for name in ("fp32", "fp16"))
+               _sentiment_command(files, data_dir, tmp_path / "fp16", manual_fp16=True),
+               _sentiment_command(files, data_dir, tmp_path / "bf16", bf16=True)],
+              timeout=900)
+  fp32, fp16, bf16 = (
+      helpers.read_eval_results(tmp_path / name / "eval_results.txt")["eval_accuracy"]
+      for name in ("fp32", "fp16", "bf16"))
   assert fp32 >= 0.9  # the task was learnt (chance is 0.5)
   # One dllogger line per 10 updates (--display_loss_steps) and the first: 320 / 16 x 3 epochs =
   # 60 updates, 6 of warmup. Update k uses the rate of step k - 1: linear warmup 2e-3 * s / 6,
@@ -214,9 +253,18 @@ def test_fp16_fine_tuning_matches_fp32_accuracy_and_updates_are_logged(files, tm
     assert data["throughput_train"] > 0 and np.isfinite(data["total_loss"])
   assert lines[60]["total_loss"] < 0.5 * lines[1]["total_loss"]  # ln 2 at the start
   assert abs(fp16 - fp32) <= 0.01
-  for name, value in checkpoint_values(tmp_path / "fp16").items():
-    if np.issubdtype(np.asarray(value).dtype, np.floating):
-      assert np.all(np.isfinite(value)), name
+  # bf16: 2 of the 200 dev examples may flip (a logit's relative error of a few 2^-8 moves the
+  # examples nearest the decision boundary).
+  assert abs(bf16 - fp32) <= 0.01
+  fp32_values = checkpoint_values(tmp_path / "fp32")
+  for precision in ("fp16", "bf16"):
+    values = checkpoint_values(tmp_path / precision)
+    if precision == "bf16":  # the same variables: no loss scale
+      assert set(values) == set(fp32_values)
+    for name, value in values.items():
+      if np.issubdtype(np.asarray(value).dtype, np.floating):
+        assert np.all(np.isfinite(value)), name
+        assert np.asarray(value).dtype == np.float32, name
 
 
 def _horovodrun():

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import gpu_environment
 import modeling
 import optimization
 import run_pretraining
@@ -237,6 +238,72 @@ def test_resume_restores_weights_slots_and_step(data, tmp_path):
   assert checkpoint_values(out)["global_step"] == 6
 
 
+def _precision_runs_side_by_side(runs, timeout=300):
+  """Runs run_pretraining.py argument lists at once; returns their stderr, in order."""
+  procs = [subprocess.Popen([sys.executable, SCRIPT] + args, cwd=REPO_ROOT, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for args in runs]
+  outputs = []
+  try:
+    for args, proc in zip(runs, procs):
+      _, err = proc.communicate(timeout=timeout)
+      assert proc.returncode == 0, "exit %d: %s\n%s" % (proc.returncode, args, err[-5000:])
+      outputs.append(err)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+  return outputs
+
+
+def _bf16_warnings(stderr):
+  return [l for l in stderr.splitlines() if "without bf16 units" in l]
+
+
+@pytest.mark.e2e
+def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
+  # One record repeated, no dropout: every update sees the same batch.
+  flags = dict(input_files_dir=data["same_dir"], bert_config_file=data["no_dropout_config"],
+               do_train=True)
+  fp32_out, bf16_out = tmp_path / "fp32", tmp_path / "bf16"
+  _, bf16_err = _precision_runs_side_by_side([
+      common_flags(data, fp32_out, num_train_steps=2, **flags),
+      common_flags(data, bf16_out, num_train_steps=2, bf16=True, **flags)])
+  fp32_values, bf16_values = checkpoint_values(fp32_out), checkpoint_values(bf16_out)
+  # The same variables under the same names, every float one fp32 (the release's layout).
+  assert set(bf16_values) == set(fp32_values)
+  for name, value in bf16_values.items():
+    assert value.dtype == fp32_values[name].dtype, name
+    if np.issubdtype(value.dtype, np.floating):
+      assert value.dtype == np.float32, name
+  assert not [name for name in bf16_values if "loss_scale" in name]
+  # On a CPU without bf16 units: exactly one warning naming the flags that would make it fast.
+  units = gpu_environment.bf16_units()
+  if units == []:
+    warnings = _bf16_warnings(bf16_err)
+    assert len(warnings) == 1, bf16_err[-3000:]
+    assert "avx512_bf16" in warnings[0] and "amx_bf16" in warnings[0]
+  # Each run resumes in the other precision: the step continues from the checkpoint and the
+  # weights (and LAMB slots) move on from it.
+  fp32_err, bf16_err = _precision_runs_side_by_side([
+      common_flags(data, bf16_out, num_train_steps=4, **flags),
+      common_flags(data, fp32_out, num_train_steps=4, bf16=True, **flags)])
+  assert "from step 2 to 4" in fp32_err and "from step 2 to 4" in bf16_err
+  assert not _bf16_warnings(fp32_err)
+  for out, before in ((bf16_out, bf16_values), (fp32_out, fp32_values)):
+    after = checkpoint_values(out)
+    assert after["global_step"] == 4
+    moved = [name for name in before if name.startswith("bert/")
+             and not np.array_equal(after[name], before[name])]
+    assert "bert/embeddings/word_embeddings" in moved
+    assert all(after[name].dtype == before[name].dtype for name in before)
+  # The losses continue where the other precision left off (same batch every update): the
+  # first resumed loss is below the first loss of the run (it trained 2 updates already).
+  for out in (bf16_out, fp32_out):
+    losses = [l["data"]["total_loss"] for l in read_dllog(out / "bert_dllog.json")
+              if l["step"] != [] and "total_loss" in l["data"]]
+    assert len(losses) == 4 and losses[2] < losses[0], losses
+
+
 def _released_style_checkpoint(directory, seed):
   """Writes `bert_model.ckpt` holding only bert/ and cls/ variables with random values."""
   config = modeling.BertConfig.from_dict(CONFIG)
@@ -370,6 +437,8 @@ def test_mpirun_only_rank0_writes_and_few_files_shard_by_record(data, tmp_path):
     (dict(do_train=True, max_predictions_per_seq=7), "(max_predictions_per_seq=7)"),
     (dict(do_train=True, input_files_dir="/nonexistent/dir"), "/nonexistent/dir"),
     (dict(do_train=True, amp=True, manual_fp16=True), "--amp and --manual_fp16"),
+    (dict(do_train=True, bf16=True, manual_fp16=True), "--bf16 and --manual_fp16"),
+    (dict(do_train=True, bf16=True, amp=True), "--bf16 and --amp"),
     (dict(do_train=True, init_checkpoint="/nonexistent/ckpt"), "--init_checkpoint"),
 ])
 def test_bad_flags_fail_before_the_graph(data, tmp_path, overrides, message):
@@ -455,6 +524,21 @@ def test_launcher_dry_run_builds_the_nvidia_style_commands(tmp_path):
   for flag in ("--input_files_dir=/d/512", "--output_dir=/r/phase_2", "--max_seq_length=512",
                "--max_predictions_per_seq=80", "--init_checkpoint=/r/phase_1/model.ckpt-7038"):
     assert flag in phase2, flag
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("precision,flag", [("bf16", "--bf16"), ("fp32", None)])
+def test_launcher_precision_bf16(precision, flag):
+  proc = subprocess.run(
+      ["bash", LAUNCHER, "--dry_run", "--launcher", "none", "--phases", "1",
+       "--phase1_data", "/d/128", "--output_dir", "/r", "--precision", precision,
+       "--python", sys.executable],
+      capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  commands = [line[2:].split() for line in proc.stderr.splitlines() if line.startswith("+ ")]
+  assert len(commands) == 1
+  precision_flags = [a for a in commands[0] if a in ("--bf16", "--manual_fp16", "--amp")]
+  assert precision_flags == ([flag] if flag else [])
 
 
 def test_launcher_rejects_unknown_options():

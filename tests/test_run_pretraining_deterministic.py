@@ -1,11 +1,11 @@
 """--deterministic_run end to end: bit-identical per-step losses run after run, dropout on, and
 exact resume after a kill.
 
-The matrix: {fp32, --manual_fp16} x {one process, horovodrun --gloo, mpirun (2 workers)}, each
-with accumulation and UPDATES updates, the two runs' losses compared with the golden-loss tool
-(utils/regression.py) at tolerance 0. The fp16 one-process command doubles as the uninterrupted
-run of the kill-and-resume test: its third copy is killed and resumed. Runs of a test start
-together, their output goes to files (a full pipe would stall a run).
+The matrix: {fp32, --manual_fp16, --bf16} x {one process, horovodrun --gloo, mpirun (2 workers)},
+each with accumulation and UPDATES updates, the two runs' losses compared with the golden-loss tool
+(utils/regression.py) at tolerance 0. The fp16 one-process command doubles as the uninterrupted run
+of the kill-and-resume test: its third copy is killed and resumed. Runs of a test start together,
+their output goes to files (a full pipe would stall a run).
 """
 
 import json
@@ -35,7 +35,8 @@ CONFIG = dict(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_
 # A start scale that overflows fp16: the first updates are skipped (the global step stays) while
 # the scale comes down, so micro-steps and updates part ways.
 FP16 = dict(manual_fp16=True, init_loss_scale=2**32)
-PRECISIONS = {"fp32": {}, "fp16": FP16}
+BF16 = dict(bf16=True)
+PRECISIONS = {"fp32": {}, "fp16": FP16, "bf16": BF16}
 # The kill-and-resume test kills its run once this update is logged.
 KILL_AFTER = 12
 
@@ -167,6 +168,17 @@ def test_fp32_one_process_bit_identical_with_dropout_on(data, tmp_path):
       entries[0]["total_loss"]
 
 
+@pytest.mark.e2e
+def test_bf16_one_process_bit_identical(data, tmp_path):
+  a, b = tmp_path / "a", tmp_path / "b"
+  run_together({tmp_path / "a.out": command(data, a, **BF16),
+                tmp_path / "b.out": command(data, b, **BF16)})
+  entries = assert_same_losses(a / "bert_dllog.json", b / "bert_dllog.json",
+                               command(data, "OUT", **BF16), tmp_path)
+  assert_counters(entries, a, fp16=False)  # no loss scale: no update skipped
+  assert "loss_scaler" not in entries[0]
+
+
 def _wait_for_step(log, proc, step, timeout=300):
   """Waits until the run log has a line of `step` or more."""
   deadline = time.time() + timeout
@@ -235,11 +247,11 @@ def test_killed_run_resumes_exactly(fp16_runs):
     np.testing.assert_array_equal(final_resumed[name], value, err_msg=name)
 
 
-# Each launcher with both precisions, and both places of the allreduce (every micro-step, or
+# Each launcher with every precision, and both places of the allreduce (every micro-step, or
 # once per update after the accumulation).
 @pytest.mark.parametrize("launcher,precision,allreduce_post_accumulation", [
-    ("gloo", "fp32", False), ("gloo", "fp16", True),
-    ("mpirun", "fp32", False), ("mpirun", "fp16", True)])
+    ("gloo", "fp32", False), ("gloo", "fp16", True), ("gloo", "bf16", True),
+    ("mpirun", "fp32", False), ("mpirun", "fp16", True), ("mpirun", "bf16", False)])
 def test_two_workers_bit_identical(data, tmp_path, launcher, precision,
                                    allreduce_post_accumulation):
   overrides = dict(PRECISIONS[precision], horovod=True,

@@ -48,6 +48,19 @@ def test_scoped_allocator(use_horovod, enable, env, expected):
   assert session_config.scoped_allocator_enabled(use_horovod, enable, env) is expected
 
 
+@pytest.mark.parametrize("value,expected", [(None, False), ("1", True), ("0", False)])
+def test_onednn_bf16_rewrite_by_environment(value, expected):
+  env = {} if value is None else {"ONEDNN_BF16_REWRITE": value}
+  config = session_config.build_session_config(environ=env)
+  on = rewriter_config_pb2.RewriterConfig.ON
+  assert (config.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 == on) \
+      is expected
+  # It is not AMP's (GPU) rewrite.
+  assert config.graph_options.rewrite_options.auto_mixed_precision != on
+  with pytest.raises(ValueError, match="ONEDNN_BF16_REWRITE"):
+    session_config.build_session_config(environ={"ONEDNN_BF16_REWRITE": "maybe"})
+
+
 def test_bad_environment_and_thread_counts():
   with pytest.raises(ValueError, match="TF_DISABLE_SCOPED_ALLOCATOR"):
     session_config.build_session_config(use_horovod=True, enable_scoped_allocator=True,

@@ -25,17 +25,20 @@ from tests import helpers  # noqa: E402
 _tf1 = tf.compat.v1
 WORKER_BATCH = 3
 NUM_UPDATES = 3
-# (name, num_accumulation_steps, allreduce_post_accumulation, optimizer_type, loss multiplier).
-# Adam-type directions are invariant to the gradient's scale while |g| >> epsilon; with the loss
-# multiplied by 1e-7 the gradients fall below epsilon (1e-6), the update becomes ~g / epsilon, and
-# a wrong averaging factor (sum instead of mean, a missing 1/N) changes the weights.
+# (name, num_accumulation_steps, allreduce_post_accumulation, optimizer_type, loss multiplier,
+# bf16). Adam-type directions are invariant to the gradient's scale while |g| >> epsilon; with the
+# loss multiplied by 1e-7 the gradients fall below epsilon (1e-6), the update becomes ~g / epsilon,
+# and a wrong averaging factor (sum instead of mean, a missing 1/N) changes the weights. The bf16
+# ones compute the model in bf16 (fp32 variables, fp32 gradients allreduced).
 CONFIGS = [
-    ("n1_per_step", 1, False, "lamb", 1.0),
-    ("n1_post", 1, True, "adam", 1.0),
-    ("n2_per_step", 2, False, "lamb", 1.0),
-    ("n2_post", 2, True, "lamb", 1.0),
-    ("n2_per_step_tiny", 2, False, "adam", 1e-7),
-    ("n2_post_tiny", 2, True, "lamb", 1e-7),
+    ("n1_per_step", 1, False, "lamb", 1.0, False),
+    ("n1_post", 1, True, "adam", 1.0, False),
+    ("n2_per_step", 2, False, "lamb", 1.0, False),
+    ("n2_post", 2, True, "lamb", 1.0, False),
+    ("n2_per_step_tiny", 2, False, "adam", 1e-7, False),
+    ("n2_post_tiny", 2, True, "lamb", 1e-7, False),
+    ("bf16_n1_per_step", 1, False, "lamb", 1.0, True),
+    ("bf16_n2_post_tiny", 2, True, "lamb", 1e-7, True),
 ]
 
 
@@ -48,16 +51,29 @@ def global_batches(num_workers, num_accumulation_steps):
 
 
 def build(hvd, num_accumulation_steps, post, optimizer_type, manual_fp16=False,
-          loss_multiplier=1.0):
+          loss_multiplier=1.0, bf16=False):
   ids = _tf1.placeholder(tf.int32, [None])
   x = _tf1.placeholder(tf.float32, [None, 5])
   y = _tf1.placeholder(tf.int32, [None])
-  loss = helpers.softmax_regression_loss({"ids": ids, "x": x}, y) * loss_multiplier
+  loss = helpers.softmax_regression_loss(
+      {"ids": ids, "x": x}, y, compute_type=tf.bfloat16 if bf16 else tf.float32) * loss_multiplier
   train_op = optimization.create_optimizer(
       loss, 0.05, num_train_steps=20, num_warmup_steps=0, hvd=hvd,
       num_accumulation_steps=num_accumulation_steps, optimizer_type=optimizer_type,
-      allreduce_post_accumulation=post, manual_fp16=manual_fp16, init_loss_scale=2.0 ** 10)
+      allreduce_post_accumulation=post, manual_fp16=manual_fp16, init_loss_scale=2.0 ** 10,
+      bf16=bf16)
   return (ids, x, y), train_op
+
+
+def node_dtypes(graph, op_type):
+  """The sorted dtype names (attribute T) of the `op_type` nodes of `graph`, including those inside
+  its functions (the branches of a v2 cond)."""
+  graph_def = graph.as_graph_def()
+  nodes = list(graph_def.node)
+  for function in graph_def.library.function:
+    nodes.extend(function.node_def)
+  return np.array(sorted({tf.as_dtype(node.attr["T"].type).name for node in nodes
+                          if node.op == op_type}))
 
 
 def weights(sess):
@@ -66,9 +82,12 @@ def weights(sess):
 
 def run_configs(hvd, rank, size, results):
   """Trains every configuration; `size` workers share each global batch (1 process: all rows)."""
-  for name, n, post, optimizer_type, loss_multiplier in CONFIGS:
-    with tf.Graph().as_default():
-      (ids, x, y), train_op = build(hvd, n, post, optimizer_type, loss_multiplier=loss_multiplier)
+  for name, n, post, optimizer_type, loss_multiplier, bf16 in CONFIGS:
+    with tf.Graph().as_default() as graph:
+      (ids, x, y), train_op = build(hvd, n, post, optimizer_type, loss_multiplier=loss_multiplier,
+                                    bf16=bf16)
+      results["%s/allreduce_dtypes" % name] = node_dtypes(graph, "HorovodAllreduce")
+      results["%s/matmul_dtypes" % name] = node_dtypes(graph, "MatMul")
       hooks_free_sync = hvd.broadcast_global_variables(0) if hvd else tf.no_op()
       with _tf1.Session() as sess:
         sess.run(_tf1.global_variables_initializer())

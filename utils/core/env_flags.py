@@ -1,4 +1,5 @@
-"""On/off environment variables (FORCE_WEIGHT_SYNC, TF_DISABLE_SCOPED_ALLOCATOR)."""
+"""On/off environment variables (FORCE_WEIGHT_SYNC, TF_DISABLE_SCOPED_ALLOCATOR,
+ONEDNN_BF16_REWRITE)."""
 
 import os
 

@@ -11,6 +11,12 @@ the rewritten graph forbids, so with the rewrite every step fails with "Explicit
 call where input forwarding required" (docs/DECISIONS.md). It is therefore opt-in here
 (`enable_scoped_allocator=True`) and the environment variable TF_DISABLE_SCOPED_ALLOCATOR=1 always
 turns it off.
+
+oneDNN bf16 rewrite: with the environment variable ONEDNN_BF16_REWRITE=1 the session config turns
+on Grappler's `auto_mixed_precision_onednn_bfloat16` rewrite (MatMul / BatchMatMul and the ops
+around them converted to bf16 on the CPU). It is the other bf16 mechanism of docs/PRECISION.md, kept
+selectable for measurement on CPUs with bf16 units (`bench/throughput.py --onednn_bf16_rewrite`);
+`--bf16` itself builds the bf16 graph and does not need it.
 """
 
 from absl import logging
@@ -25,6 +31,8 @@ from utils.core import env_flags
 DISABLE_SCOPED_ALLOCATOR_ENV = "TF_DISABLE_SCOPED_ALLOCATOR"
 # Ops the scoped-allocator rewrite applies to.
 SCOPED_ALLOCATOR_OPS = ("HorovodAllreduce",)
+# Environment variable that turns on the oneDNN bf16 auto-mixed-precision rewrite.
+ONEDNN_BF16_REWRITE_ENV = "ONEDNN_BF16_REWRITE"
 
 
 def scoped_allocator_enabled(use_horovod, enable_scoped_allocator, environ=None):
@@ -60,13 +68,15 @@ def build_session_config(use_horovod=False, local_rank=0, enable_scoped_allocato
       (`gpu_environment.amp_takes_effect`).
     intra_op_threads: threads inside one op; 0 lets TensorFlow choose.
     inter_op_threads: ops run in parallel; 0 lets TensorFlow choose.
-    environ: environment mapping; `os.environ` when None.
+    environ: environment mapping; `os.environ` when None (TF_DISABLE_SCOPED_ALLOCATOR,
+      ONEDNN_BF16_REWRITE).
 
   Returns:
     A `tf.compat.v1.ConfigProto`.
 
   Raises:
-    ValueError: for negative thread counts or a non-boolean TF_DISABLE_SCOPED_ALLOCATOR.
+    ValueError: for negative thread counts or a non-boolean TF_DISABLE_SCOPED_ALLOCATOR or
+      ONEDNN_BF16_REWRITE.
   """
   for name, value in (("intra_op_threads", intra_op_threads),
                       ("inter_op_threads", inter_op_threads)):
@@ -88,6 +98,9 @@ def build_session_config(use_horovod=False, local_rank=0, enable_scoped_allocato
     config.graph_options.optimizer_options.global_jit_level = tf.compat.v1.OptimizerOptions.ON_1
   if amp:
     rewrite_options.auto_mixed_precision = rewriter_config_pb2.RewriterConfig.ON
+  if env_flags.env_flag(ONEDNN_BF16_REWRITE_ENV, environ):
+    rewrite_options.auto_mixed_precision_onednn_bfloat16 = rewriter_config_pb2.RewriterConfig.ON
+    logging.info("%s: the oneDNN bf16 auto-mixed-precision rewrite is on", ONEDNN_BF16_REWRITE_ENV)
   if use_horovod:
     gpu_environment.pin_to_local_gpu(config, local_rank)
   return config

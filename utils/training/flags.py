@@ -67,6 +67,11 @@ flags.DEFINE_bool("manual_fp16", False,
 flags.DEFINE_bool("amp", False,
                   "Automatic mixed precision graph rewrite (GPU only; no effect on a CPU).")
 flags.DEFINE_alias("use_fp16", "amp")
+flags.DEFINE_bool("bf16", False,
+                  "bf16 encoder with fp32 master weights, fp32 layer-norm statistics, softmax, "
+                  "GELU, heads, losses and optimizer update; no loss scaling. Fast on CPUs with "
+                  "avx512_bf16 or amx_bf16, Ampere or newer GPUs and TPUs; emulated (no faster "
+                  "than fp32) on other CPUs.")
 flags.DEFINE_integer("init_loss_scale", 2**32, "Initial dynamic loss scale (fp16).")
 flags.DEFINE_bool("use_xla", False, "XLA JIT compilation of the graph.")
 flags.DEFINE_bool("deterministic_run", False,

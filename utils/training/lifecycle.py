@@ -32,6 +32,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+import gpu_environment
 import modeling
 import optimization
 from utils.checkpoints import contents as checkpoints_lib
@@ -187,7 +188,8 @@ def check_flags(f, actions):
             f.save_checkpoints_secs)
   try:
     optimization.check_optimizer_type(f.optimizer_type, as_flags=True)
-    optimization.check_precision(f.manual_fp16, f.amp, f.init_loss_scale, as_flags=True)
+    optimization.check_precision(f.manual_fp16, f.amp, f.init_loss_scale, as_flags=True,
+                                 bf16=f.bf16)
     optimization.check_accumulation(f.num_accumulation_steps, as_flags=True)
     optimization.check_distribution(f.use_tpu, f.horovod, f.num_accumulation_steps,
                                     as_flags=True)
@@ -327,7 +329,11 @@ def training_settings(f, workers, num_train_steps, num_warmup_steps):
 
   Returns:
     `model_fn_lib.TrainingSettings`.
+
+  With --bf16 on a CPU without bf16 units (and no GPU), one warning says that TensorFlow emulates
+  bf16 there and which CPU flags would make it fast.
   """
+  gpu_environment.warn_if_bf16_is_emulated(f.bf16)
   schedule = optimization.Schedule(f.optimizer_type, f.learning_rate * workers.size,
                                    max(num_train_steps, 1), num_warmup_steps)
   logging.info("workers: %d; global batch: %d x %d accumulation x %d workers = %d; learning "
@@ -338,7 +344,7 @@ def training_settings(f, workers, num_train_steps, num_warmup_steps):
   return model_fn_lib.TrainingSettings(
       schedule=schedule,
       precision=optimization.Precision(manual_fp16=f.manual_fp16, amp=f.amp,
-                                       init_loss_scale=f.init_loss_scale),
+                                       init_loss_scale=f.init_loss_scale, bf16=f.bf16),
       accumulation=optimization.Accumulation(f.num_accumulation_steps,
                                              f.allreduce_post_accumulation),
       distribution=optimization.Distribution(hvd=workers.hvd, use_tpu=f.use_tpu,
@@ -415,7 +421,7 @@ def build_estimator(f, job, model_fn, settings, batch_sizes):
 
 
 def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False,
-                   init_loss_scale=None, bad_step=None, skipped_updates=False):
+                   init_loss_scale=None, bad_step=None, skipped_updates=False, bf16=False):
   """The error to stop a job with when the Estimator's NaN-loss check fired (or the
   `recovery.CheckpointHealthHook` saw too many updates skipped as non-finite).
 
@@ -428,6 +434,7 @@ def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False
     bad_step: global step of the weights whose loss or gradient norm was first non-finite, when
       known: the message then names the newest checkpoint saved before it.
     skipped_updates: the run stopped for consecutive skipped updates, not a NaN loss.
+    bf16: the encoder ran in bf16.
 
   Returns:
     an `errors.TrainingDivergedError` naming the flags to change and where a rerun resumes.
@@ -436,6 +443,9 @@ def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False
   if manual_fp16:
     advice.append("fp16 activations may overflow: lower --init_loss_scale (now %d), or train in "
                   "fp32 (without --manual_fp16)" % init_loss_scale)
+  if bf16:
+    advice.append("bf16 has fp32's range but 8 bits of mantissa: if fp32 (without --bf16) "
+                  "trains, keep fp32 for this model")
   advice.append("check the input records (a NaN masked_lm_weights value makes a NaN loss)")
   resume = ("running the same command again resumes from the newest checkpoint (step %d in %s)"
             % (checkpoint_step, output_dir) if checkpoint_step else
@@ -551,7 +561,7 @@ def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_
                   explain_nan_loss=lambda step: nan_loss_error(
                       step, f.output_dir, f.learning_rate, f.manual_fp16, f.init_loss_scale,
                       bad_step=health_hook.bad_step,
-                      skipped_updates=health_hook.skipped_too_often))
+                      skipped_updates=health_hook.skipped_too_often, bf16=f.bf16))
   except hooks_lib.StoppedBeforeFirstUpdate:
     raise stop_error(job, watcher.signal_name, None)
   except (errors.UsageError, errors.DiskFullError, errors.TrainingDivergedError):

@@ -1,0 +1,277 @@
+"""bf16 compute (--bf16): fp32 master variables, bf16 encoder matmuls, fp32 layer norm, softmax,
+GELU, heads, losses and update; its numerics against float64 numpy and against the fp32 graph.
+
+Tolerances come from bf16's format: 8 significant bits (7 stored), so rounding one value to bf16
+has a relative error of at most u = 2^-8 (round to nearest). A matmul with bf16 operands and fp32
+accumulation rounds its two operands and its output: <= 3u relative per element (plus the fp32 sum,
+negligible). A value of the encoder passes about 3 such roundings per sub-layer (projection,
+scores/context, output dense; the layer norm after it renormalises and does not grow the error), so
+after L layers a layer-normalised element (|x| <~ 4) carries <= 3 * 3u * L * 4 absolute error in the
+worst case; errors of independent roundings mostly cancel, so the mean error is near u.
+
+These build tiny models on the CPU (bf16 is emulated here, slow) and never skip.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import gpu_environment
+import modeling
+import optimization
+import run_pretraining
+from tests import helpers
+from tests import numpy_bert
+
+_tf1 = tf.compat.v1
+# bf16's unit roundoff: 8 significant bits.
+U = 2.0 ** -8
+MATMULS = ("MatMul", "BatchMatMulV2", "BatchMatMulV3")
+
+
+def _build(config, batch, compute_type, is_training=False):
+  return run_pretraining.build_pretraining_model(
+      config, helpers.constant_features(batch), is_training=is_training,
+      compute_type=compute_type)
+
+
+def _matmul_dtype(op):
+  return op.get_attr("T") if op.type != "BatchMatMulV3" else op.get_attr("Ta")
+
+
+def test_variables_fp32_encoder_matmuls_bf16_the_rest_fp32(graph):
+  config = helpers.tiny_config()
+  batch = helpers.random_batch(np.random.RandomState(0), 2, 8, config.vocab_size, 3)
+  built = _build(config, batch, tf.bfloat16, is_training=True)
+  optimization.create_optimizer(built["total_loss"], 1e-3, 10, 1, optimizer_type="lamb",
+                                bf16=True)
+  ops = graph.get_operations()
+  assert all(v.dtype.base_dtype == tf.float32 for v in _tf1.global_variables()
+             if v.dtype.base_dtype.is_floating)
+  forward = [op for op in ops if not op.name.startswith("gradients")]
+  encoder_matmuls = [op for op in forward if op.type in MATMULS
+                     and op.name.startswith("bert/encoder/")]
+  # Per layer: fused q/k/v, scores, context, attention output, intermediate, output = 6.
+  assert len(encoder_matmuls) == 6 * config.num_hidden_layers
+  assert all(_matmul_dtype(op) == tf.bfloat16 for op in encoder_matmuls)
+  # Their gradients run in bf16 too (the backward matmuls of the encoder).
+  backward = [op for op in ops if op.type in MATMULS and op.name.startswith("gradients")
+              and "/bert/encoder/" in op.name]
+  assert len(backward) >= 2 * len(encoder_matmuls)
+  assert all(_matmul_dtype(op) == tf.bfloat16 for op in backward)
+  # The pooler runs in bf16 as well; the heads' matmuls are fp32.
+  pooler = [op for op in forward if op.type in MATMULS and op.name.startswith("bert/pooler/")]
+  assert [_matmul_dtype(op) for op in pooler] == [tf.bfloat16]
+  heads = [op for op in forward if op.type in MATMULS and op.name.startswith("cls/")]
+  assert heads and all(_matmul_dtype(op) == tf.float32 for op in heads)
+  # Softmax of every attention layer, layer-norm statistics, GELU: fp32.
+  softmax = [op for op in forward if op.type == "Softmax" and op.name.startswith("bert/encoder/")]
+  assert len(softmax) == config.num_hidden_layers
+  assert all(op.get_attr("T") == tf.float32 for op in softmax)
+  norm_means = [op for op in forward if op.type == "Mean" and "LayerNorm" in op.name
+                and op.name.startswith("bert/encoder/")]
+  assert len(norm_means) == 2 * 2 * config.num_hidden_layers  # mean and variance, 2 per layer
+  assert all(op.get_attr("T") == tf.float32 for op in norm_means)
+  assert not [op for op in forward if op.type.startswith("FusedBatchNorm")]
+  gelu_tanh = [op for op in forward if op.type == "Tanh" and "/intermediate/" in op.name]
+  assert gelu_tanh and all(op.get_attr("T") == tf.float32 for op in gelu_tanh)
+  # Losses fp32; no loss scale anywhere (bf16 has fp32's range).
+  assert built["total_loss"].dtype == tf.float32
+  assert built["mlm_log_probs"].dtype == tf.float32
+  assert built["model"].get_sequence_output().dtype == tf.bfloat16
+  assert not [v for v in _tf1.global_variables() if "loss_scale" in v.op.name]
+
+
+def test_gradients_reach_the_optimizer_in_fp32(graph):
+  config = helpers.tiny_config()
+  batch = helpers.random_batch(np.random.RandomState(0), 2, 8, config.vocab_size, 3)
+  built = _build(config, batch, tf.bfloat16, is_training=True)
+  optimizer = optimization.make_optimizer("lamb", 1e-3)
+  grads, tvars = optimization.scaled_gradients(built["total_loss"], optimizer, tf.constant(1.0),
+                                               1, use_tpu=False)
+  assert len(grads) == len(_tf1.trainable_variables())
+  for grad, var in zip(grads, tvars):
+    # The cast op in the graph is the getter's read: the gradient arrives through it as fp32.
+    assert grad.dtype == tf.float32 and var.dtype.base_dtype == tf.float32, var.op.name
+
+
+def _weights_and_outputs(tmp_path, config, batch):
+  """Runs the fp32 graph and the bf16 graph on one checkpoint (random weights, scale 0.1).
+
+  Returns:
+    (weights dict for numpy_bert, {tf.float32: outputs, tf.bfloat16: outputs}).
+  """
+  ckpt = str(tmp_path / "model.ckpt")
+  results = {}
+  for compute_type in (tf.float32, tf.bfloat16):
+    with tf.Graph().as_default():
+      built = _build(config, batch, compute_type)
+      with _tf1.Session() as sess:
+        sess.run(_tf1.global_variables_initializer())
+        if compute_type == tf.float32:
+          helpers.randomize_variables(sess, _tf1.trainable_variables(),
+                                      np.random.RandomState(2), scale=0.1)
+          _tf1.train.Saver().save(sess, ckpt)
+          weights = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+        else:
+          _tf1.train.Saver().restore(sess, ckpt)
+        model = built["model"]
+        results[compute_type] = sess.run({
+            "sequence": tf.cast(model.get_sequence_output(), tf.float32),
+            "pooled": tf.cast(model.get_pooled_output(), tf.float32),
+            "mlm_loss": built["mlm_loss"], "nsp_loss": built["nsp_loss"]})
+  return weights, results
+
+
+def test_bf16_forward_of_a_checkpoint_within_bf16_tolerance(tmp_path):
+  config = helpers.tiny_config()
+  batch = helpers.random_batch(np.random.RandomState(1), 2, 8, config.vocab_size, 3)
+  weights, results = _weights_and_outputs(tmp_path, config, batch)
+  _, layers, pooled = numpy_bert.encoder(weights, config.num_hidden_layers,
+                                         config.num_attention_heads, batch["input_ids"],
+                                         batch["input_mask"], batch["segment_ids"])
+  expected = {"sequence": layers[-1], "pooled": pooled}
+  fp32, bf16 = results[tf.float32], results[tf.bfloat16]
+  layers_count = config.num_hidden_layers
+  for key, want in expected.items():
+    fp32_error = np.abs(fp32[key] - want)
+    bf16_error = np.abs(bf16[key] - want)
+    assert fp32_error.max() < 1e-4, key
+    # Worst case of the module docstring: 3 sub-layer roundings of <= 3u each per layer (+1 for
+    # the cast of the output itself), on values of at most max|x|.
+    bound = (3 * 3 * layers_count + 1) * U * max(1.0, np.abs(want).max())
+    assert bf16_error.max() <= bound, (key, bf16_error.max(), bound)
+    # Typical error: near u on O(1) values, not the worst case.
+    assert bf16_error.mean() <= 4 * U, (key, bf16_error.mean())
+    # The graph really computes in bf16: its error is of bf16's size, far above fp32's.
+    assert bf16_error.mean() >= U / 16, (key, bf16_error.mean())
+  # The losses are log-probabilities of O(1) logits: their relative error is a few u.
+  for key in ("mlm_loss", "nsp_loss"):
+    np.testing.assert_allclose(bf16[key], fp32[key], rtol=8 * U, err_msg=key)
+
+
+def test_bf16_layer_norm_uses_the_fp32_formula(graph):
+  rng = np.random.RandomState(3)
+  x = (rng.normal(size=(6, 48)) * 3.0 + 1.5).astype(np.float32)
+  out = modeling.layer_norm(tf.cast(tf.constant(x), tf.bfloat16))
+  assert out.dtype == tf.bfloat16
+  with _tf1.Session() as sess:
+    sess.run(_tf1.global_variables_initializer())
+    got = sess.run(tf.cast(out, tf.float32)).astype(np.float64)
+    x_bf16 = sess.run(tf.cast(tf.cast(tf.constant(x), tf.bfloat16), tf.float64))
+  expected = numpy_bert.layer_norm(x_bf16, np.ones(48), np.zeros(48), epsilon=1e-12)
+  # Input rounded to bf16 (exactly what the graph sees), statistics in fp32, output rounded once.
+  np.testing.assert_allclose(got, expected, atol=U * np.abs(expected).max())
+
+
+def _train_losses(config, batches, compute_type, init_ckpt, steps):
+  """Losses of `steps` LAMB updates on `batches` (cycled), from `init_ckpt`, no dropout."""
+  with tf.Graph().as_default():
+    placeholders = {k: _tf1.placeholder(tf.as_dtype(v.dtype), v.shape[1:])
+                    for k, v in batches.items()}
+    built = run_pretraining.build_pretraining_model(config, placeholders, is_training=False,
+                                                    compute_type=compute_type)
+    train_op = optimization.create_optimizer(built["total_loss"], 1e-2, steps, 10,
+                                             optimizer_type="lamb",
+                                             bf16=compute_type == tf.bfloat16)
+    saver = _tf1.train.Saver(_tf1.trainable_variables())
+    losses = []
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      saver.restore(sess, init_ckpt)
+      num_batches = len(batches["input_ids"])
+      for step in range(steps):
+        feed = {placeholders[k]: v[step % num_batches] for k, v in batches.items()}
+        losses.append(sess.run([built["total_loss"], train_op], feed)[0])
+  return np.array(losses)
+
+
+def test_100_bf16_updates_track_fp32_while_the_loss_falls(tmp_path):
+  config = helpers.tiny_config(vocab_size=60, hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=16)
+  rng = np.random.RandomState(7)
+  parts = [helpers.random_batch(rng, 4, 16, config.vocab_size, 3) for _ in range(4)]
+  batches = {k: np.stack([p[k] for p in parts]) for k in parts[0]}
+  init_ckpt = str(tmp_path / "init.ckpt")
+  with tf.Graph().as_default():
+    _build(config, {k: v[0] for k, v in batches.items()}, tf.float32)
+    with _tf1.Session() as sess:
+      sess.run(_tf1.global_variables_initializer())
+      _tf1.train.Saver().save(sess, init_ckpt)
+  fp32 = _train_losses(config, batches, tf.float32, init_ckpt, 100)
+  bf16 = _train_losses(config, batches, tf.bfloat16, init_ckpt, 100)
+  # The loss falls (4 batches, being memorised): the last 10 clearly below the first 10.
+  assert fp32[-10:].mean() < 0.8 * fp32[:10].mean()
+  assert bf16[-10:].mean() < 0.8 * bf16[:10].mean()
+  # Step by step the same trajectory: every loss within the forward's rounding bound (8u
+  # relative, as for one forward pass of the checkpoint test): the weights trained on bf16
+  # gradients have not drifted beyond it in 100 updates. (Seen: ~1e-4 relative, 2^-5 = 0.031
+  # stated.)
+  np.testing.assert_allclose(bf16, fp32, rtol=8 * U)
+  # ... and not identical: the bf16 run computed in bf16.
+  assert np.abs(bf16 - fp32).max() > 1e-5
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (("avx2", "avx512f"), []), (("avx2", "avx512_bf16"), ["avx512_bf16"]),
+    (("amx_bf16", "amx_tile", "avx512_bf16"), ["amx_bf16", "avx512_bf16"])])
+def test_bf16_units_read_from_cpuinfo(tmp_path, flags, expected):
+  cpuinfo = tmp_path / "cpuinfo"
+  cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu %s\n\n"
+                     "processor\t: 1\nflags\t\t: fpu\n" % " ".join(flags))
+  assert gpu_environment.bf16_units(str(cpuinfo)) == expected
+  warning = gpu_environment.bf16_emulated_warning(True, str(cpuinfo), gpu_count=0)
+  if expected:
+    assert warning is None
+  else:
+    assert "avx512_bf16" in warning and "amx_bf16" in warning and "emulates" in warning
+  assert gpu_environment.bf16_emulated_warning(False, str(cpuinfo), gpu_count=0) is None
+  # With a GPU the matmuls run there: no CPU warning.
+  assert gpu_environment.bf16_emulated_warning(True, str(cpuinfo), gpu_count=1) is None
+
+
+def test_unreadable_cpu_flags_give_no_warning(tmp_path):
+  assert gpu_environment.bf16_units(str(tmp_path / "missing")) is None
+  (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
+  assert gpu_environment.bf16_units(str(tmp_path / "arm")) is None
+  assert gpu_environment.bf16_emulated_warning(True, str(tmp_path / "arm"), gpu_count=0) is None
+
+
+@pytest.mark.parametrize("other", ["manual_fp16", "amp"])
+def test_bf16_with_another_precision_names_both(other):
+  with pytest.raises(ValueError) as raised:
+    optimization.Precision(bf16=True, **{other: True}).check()
+  assert "bf16" in str(raised.value) and other in str(raised.value)
+  with pytest.raises(ValueError, match="--bf16 and --%s" % other):
+    optimization.check_precision(other == "manual_fp16", other == "amp", 2**32, as_flags=True,
+                                 bf16=True)
+
+
+def test_precision_compute_types():
+  assert optimization.Precision(bf16=True).compute_type == tf.bfloat16
+  assert optimization.Precision(manual_fp16=True).compute_type == tf.float16
+  assert optimization.Precision().compute_type == tf.float32
+  assert not optimization.Precision(bf16=True).scales_loss()
+  assert gpu_environment.get_custom_getter(tf.bfloat16) is \
+      gpu_environment.float32_variable_storage_getter
+
+
+def test_tpu_lookup_keeps_the_embeddings_fp32_and_the_encoder_bf16(graph):
+  # With --use_tpu the model looks the word embeddings up by a one-hot matmul: that one stays
+  # fp32 (embeddings are summed and normalised before the cast), the encoder's are bf16.
+  config = helpers.tiny_config()
+  batch = helpers.random_batch(np.random.RandomState(0), 2, 8, config.vocab_size, 3)
+  model = modeling.BertModel(config=config, is_training=False,
+                             input_ids=tf.constant(batch["input_ids"]),
+                             input_mask=tf.constant(batch["input_mask"]),
+                             token_type_ids=tf.constant(batch["segment_ids"]),
+                             use_one_hot_embeddings=True, compute_type=tf.bfloat16)
+  matmuls = [op for op in graph.get_operations() if op.type in MATMULS]
+  embedding = [op for op in matmuls if op.name.startswith("bert/embeddings/")]
+  assert embedding and all(_matmul_dtype(op) == tf.float32 for op in embedding)
+  encoder = [op for op in matmuls if op.name.startswith("bert/encoder/")]
+  assert len(encoder) == 6 * config.num_hidden_layers
+  assert all(_matmul_dtype(op) == tf.bfloat16 for op in encoder)
+  assert model.get_embedding_output().dtype == tf.float32
+  assert model.get_sequence_output().dtype == tf.bfloat16
