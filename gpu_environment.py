@@ -98,6 +98,12 @@ def bf16_units(cpuinfo_path=CPUINFO_PATH):
   return sorted(flags.intersection(BF16_CPU_FLAGS))
 
 
+def fastest_cpu_precision(cpuinfo_path=CPUINFO_PATH):
+  """The precision that trains fastest on this CPU: "bf16" where it has bf16 units, else "fp32"
+  (fp16 on a CPU is emulated and slow; bf16 without bf16 units is no faster than fp32)."""
+  return "bf16" if bf16_units(cpuinfo_path) else "fp32"
+
+
 def bf16_emulated_warning(bf16, cpuinfo_path=CPUINFO_PATH, gpu_count=None):
   """The warning a bf16 run prints when the CPU it computes on has no bf16 units, or None.
 

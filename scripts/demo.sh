@@ -10,7 +10,8 @@
 #   scripts/demo.sh PYTHON [OUTPUT_DIR]
 #
 # Environment: DEMO_STEPS (optimizer updates, default 600), DEMO_WORKERS (default 2),
-# DEMO_FINETUNE_EPOCHS (default 30).
+# DEMO_FINETUNE_EPOCHS (default 30), DEMO_PRECISION (fp32 or bf16; default bf16 where the CPU has
+# bf16 units, else fp32).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,6 +51,17 @@ else
   echo "demo: Horovod is not usable here: training in one process instead" >&2
 fi
 
+# bf16 where the CPU has bf16 units (avx512_bf16, amx_bf16), else fp32; DEMO_PRECISION overrides.
+precision="${DEMO_PRECISION:-$(TF_CPP_MIN_LOG_LEVEL=2 "$py" -c \
+  "import gpu_environment; print(gpu_environment.fastest_cpu_precision())")}"
+precision_flag=()
+case "$precision" in
+  bf16) precision_flag=(--bf16)
+        echo "demo: precision bf16 (this CPU has bf16 units; DEMO_PRECISION=fp32 to compare)" >&2 ;;
+  fp32) echo "demo: precision fp32 (no bf16 units on this CPU: bf16 would be emulated)" >&2 ;;
+  *) echo "demo: DEMO_PRECISION must be fp32 or bf16, got '$precision'" >&2; exit 2 ;;
+esac
+
 # horovodrun loads TensorFlow itself: without this its native INFO lines open the demo's output (the
 # workers are quiet by default anyway, utils/runtime/cli.py).
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}"
@@ -65,7 +77,7 @@ start=$(date +%s)
   --train_batch_size=16 --num_accumulation_steps=2 --allreduce_post_accumulation \
   --num_train_steps="$steps" --num_warmup_steps=$((steps / 10)) \
   --save_checkpoints_steps=200 --display_loss_steps=20 \
-  --eval_batch_size=32 --max_eval_steps=1000
+  --eval_batch_size=32 --max_eval_steps=1000 "${precision_flag[@]}"
 end=$(date +%s)
 
 "$py" - "$out/bert_dllog.json" "$out/training.png" "$vocab_size" <<'EOF'

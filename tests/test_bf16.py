@@ -221,6 +221,8 @@ def test_bf16_units_read_from_cpuinfo(tmp_path, flags, expected):
   cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu %s\n\n"
                      "processor\t: 1\nflags\t\t: fpu\n" % " ".join(flags))
   assert gpu_environment.bf16_units(str(cpuinfo)) == expected
+  # The demo's choice (scripts/demo.sh): bf16 exactly where the CPU has bf16 units.
+  assert gpu_environment.fastest_cpu_precision(str(cpuinfo)) == ("bf16" if expected else "fp32")
   warning = gpu_environment.bf16_emulated_warning(True, str(cpuinfo), gpu_count=0)
   if expected:
     assert warning is None
@@ -235,6 +237,7 @@ def test_unreadable_cpu_flags_give_no_warning(tmp_path):
   assert gpu_environment.bf16_units(str(tmp_path / "missing")) is None
   (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
   assert gpu_environment.bf16_units(str(tmp_path / "arm")) is None
+  assert gpu_environment.fastest_cpu_precision(str(tmp_path / "missing")) == "fp32"
   assert gpu_environment.bf16_emulated_warning(True, str(tmp_path / "arm"), gpu_count=0) is None
 
 
