@@ -57,8 +57,9 @@ precision="${DEMO_PRECISION:-$(TF_CPP_MIN_LOG_LEVEL=2 "$py" -c \
 precision_flag=()
 case "$precision" in
   bf16) precision_flag=(--bf16)
-        echo "demo: precision bf16 (this CPU has bf16 units; DEMO_PRECISION=fp32 to compare)" >&2 ;;
-  fp32) echo "demo: precision fp32 (no bf16 units on this CPU: bf16 would be emulated)" >&2 ;;
+        echo "demo: precision bf16 (DEMO_PRECISION=fp32 for fp32)" >&2 ;;
+  fp32) echo "demo: precision fp32 (bf16 by default where the CPU has avx512_bf16 or amx_bf16;" \
+             "DEMO_PRECISION=bf16 forces it)" >&2 ;;
   *) echo "demo: DEMO_PRECISION must be fp32 or bf16, got '$precision'" >&2; exit 2 ;;
 esac
 
