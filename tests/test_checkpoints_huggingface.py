@@ -406,7 +406,7 @@ def test_export_of_a_truncated_checkpoint_is_refused(trained, corpus, tmp_path):
                         "--bert_config_file=%s" % trained["config"],
                         "--vocab_file=%s" % corpus["vocab"][False], "--output_dir=%s" % out,
                         check=False)
-  assert_usage_error(proc, str(prefix), "truncated or damaged")
+  assert_usage_error(proc, str(prefix), "the data file is truncated")
   assert_nothing_left(out)
 
 

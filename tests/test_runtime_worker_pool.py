@@ -65,11 +65,23 @@ def exits_on_three(task):
   return task
 
 
+# Children this process had before the test (a session fixture's servers, such as the test
+# cluster's sshd when the suite runs as root): not the pool's, so not counted.
+_children_before = set()
+
+
+@pytest.fixture(autouse=True)
+def _note_children_before():
+  _children_before.clear()
+  _children_before.update(_child_pids())
+  yield
+
+
 def children_alive():
-  """Pids of this process's children that still run (not zombies)."""
+  """Pids of this process's children started during the test that still run (not zombies)."""
   alive = []
   for pid in _child_pids():
-    if _state(pid) not in (None, "Z"):
+    if pid not in _children_before and _state(pid) not in (None, "Z"):
       alive.append(pid)
   return alive
 
