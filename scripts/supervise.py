@@ -62,7 +62,8 @@ def run(args):
                               supervisor.real_sleep, log, max_restarts=args.max_restarts,
                               backoff_secs=args.backoff_secs,
                               max_backoff_secs=args.max_backoff_secs,
-                              min_workers=args.min_workers)
+                              min_workers=args.min_workers,
+                              is_local=supervisor.is_this_machine)
 
 
 def main(argv=None):

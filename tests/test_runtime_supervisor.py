@@ -205,3 +205,15 @@ def test_script_defaults_match_the_training_flags():
   from utils.training import flags as training_flags  # noqa: F401 (defines the flags)
   for name, default in supervisor.SCRIPT_DEFAULTS.items():
     assert flags.FLAGS[name].default == default, name
+
+
+def test_horovodrun_network_interface_is_dropped_when_only_this_machine_is_left():
+  argv = ["horovodrun", "-np", "2", "-H", "a:1,b:1", "--gloo", "--network-interface", "eth1",
+          "python", "run_pretraining.py", "--train_batch_size=2"]
+  new, line = supervisor.shrink(argv, [("a", 1)], ["b"], is_local=lambda host: host == "a")
+  assert new[:6] == ["horovodrun", "-np", "1", "-H", "a:1", "--gloo"] and new[6] == "python"
+  assert line.endswith("horovodrun's --network-interface dropped (only this machine is left: "
+                       "horovodrun uses the loopback)")
+  # Another machine left: kept.
+  new, line = supervisor.shrink(argv, [("b", 1)], ["a"], is_local=lambda host: host == "a")
+  assert new[5:8] == ["--gloo", "--network-interface", "eth1"] and "dropped" not in line

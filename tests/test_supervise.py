@@ -36,12 +36,16 @@ def supervised(cmd, *flags):
   return [sys.executable, SUPERVISE, "--backoff_secs=1"] + list(flags) + ["--"] + cmd
 
 
-def log_entries(path):
-  """The run log's update lines: [(step, total_loss)] in the order written (both launches)."""
-  entries = [json.loads(line[5:]) for line in path.read_text().splitlines()
-             if line.startswith("DLLL ")]
+def updates_of(entries):
+  """[(step, total_loss)] of the update lines among run-log entries, in the order written."""
   return [(e["step"], e["data"]["total_loss"]) for e in entries
           if isinstance(e["step"], int) and "total_loss" in e["data"]]
+
+
+def log_entries(path):
+  """The run log's update lines: [(step, total_loss)] in the order written (both launches)."""
+  return updates_of([json.loads(line[5:]) for line in path.read_text().splitlines()
+                     if line.startswith("DLLL ")])
 
 
 def training_ranks(root_pid):
@@ -113,15 +117,17 @@ def test_killed_rank_is_relaunched_and_the_run_finishes(killed_rank_run):
 def test_resumed_run_continues_with_the_losses_of_an_uninterrupted_run(killed_rank_run):
   run = killed_rank_run
   assert run["code"] == 0, run["output"][-6000:]
-  supervised_log = log_entries(run["out"] / "bert_dllog.json")
   reference = dict(log_entries(run["reference"] / "bert_dllog.json"))
-  steps = [step for step, _ in supervised_log]
-  # The relaunch goes back to a checkpointed update (a multiple of SAVE_STEPS, after 0).
-  back = [i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]]
-  assert len(back) == 1, steps
-  resumed_at = steps[back[0]]
-  assert resumed_at > SAVE_STEPS // 2 and steps[-1] == UPDATES
-  assert sorted(set(steps)) == sorted(reference)
+  assert sorted(reference) == list(range(1, UPDATES + 1))
+  lines = [json.loads(line[5:]) for line in (run["out"] / "bert_dllog.json").read_text()
+           .splitlines() if line.startswith("DLLL ")]
+  restarts = [i for i, l in enumerate(lines) if l["step"] == "RESTART"]
+  assert len(restarts) == 1, lines  # one relaunch, from a checkpoint after the first
+  resumed_from = lines[restarts[0]]["data"]["resumed_from_step"]
+  assert resumed_from >= SAVE_STEPS and resumed_from % SAVE_STEPS == 0
+  supervised_log = updates_of(lines)
+  assert [s for s, _ in updates_of(lines[restarts[0]:])] == list(range(resumed_from + 1,
+                                                                         UPDATES + 1))
   # Deterministic run: every update, before the kill and after the relaunch, as the reference.
   for step, loss in supervised_log:
     assert loss == reference[step], (step, loss, reference[step])

@@ -29,6 +29,7 @@ import collections
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -39,6 +40,9 @@ from utils.core import errors
 # The launcher's flags for the number of workers and for the host list, by launcher.
 NP_FLAGS = ("-np", "--num-proc", "-n", "--np")
 HOSTS_FLAGS = ("-H", "--hosts", "--host")
+# horovodrun's interface flags: with only local hosts left it uses the loopback and refuses any
+# other interface ("No interface is found for address 127.0.0.1"), so they are dropped then.
+HOROVODRUN_NIC_FLAGS = ("--network-interface", "--network-interfaces")
 # The training script's flags that the supervisor rewrites, and their defaults there
 # (utils/training/flags.py; tests/test_runtime_supervisor.py checks they agree).
 SCRIPT_DEFAULTS = {"train_batch_size": 32, "num_accumulation_steps": 1, "learning_rate": 5e-5}
@@ -85,6 +89,17 @@ def _set_flag(argv, names, value, append_as=None):
   else:
     argv[i + 1] = str(value)
   return argv
+
+
+def _drop_flag(argv, names):
+  """A copy of `argv` without the flags of `names` (and their values)."""
+  argv = list(argv)
+  while True:
+    found = _find_flag(argv, names)
+    if found is None:
+      return argv
+    i, _, uses_equals = found
+    del argv[i:i + (1 if uses_equals else 2)]
 
 
 def _script_index(argv):
@@ -166,13 +181,15 @@ def worker_counts_that_fit(global_batch, train_batch_size, max_workers):
   return [w for w in range(1, max_workers + 1) if global_batch % (train_batch_size * w) == 0]
 
 
-def shrink(argv, alive_hosts, lost_hosts):
+def shrink(argv, alive_hosts, lost_hosts, is_local=None):
   """The command that runs the same job on `alive_hosts` only, and the line that says so.
 
   Args:
     argv: the launcher command (with -np and -H; the script's flags as `script_values` reads).
     alive_hosts: [(host, slots)] that still answer (in the order of -H).
     lost_hosts: names of the hosts dropped.
+    is_local: function(host) -> bool, the host is the machine the launcher runs on; when every
+      host left is, horovodrun's --network-interface is dropped (HOROVODRUN_NIC_FLAGS).
 
   Returns:
     (new argv, log line).
@@ -200,6 +217,13 @@ def shrink(argv, alive_hosts, lost_hosts):
   launcher, script = argv[:end], argv[end:]
   launcher = _set_flag(launcher, NP_FLAGS, new_workers)
   launcher = _set_flag(launcher, HOSTS_FLAGS, format_hosts(alive_hosts))
+  note = ""
+  if (is_local is not None and launcher and launcher[0].endswith("horovodrun")
+      and _find_flag(launcher, HOROVODRUN_NIC_FLAGS) is not None
+      and all(is_local(host) for host, _ in alive_hosts)):
+    launcher = _drop_flag(launcher, HOROVODRUN_NIC_FLAGS)
+    note = ("; horovodrun's --network-interface dropped (only this machine is left: horovodrun "
+            "uses the loopback)")
   script = _set_flag(script, ("--num_accumulation_steps",), new_accumulation,
                      append_as="--num_accumulation_steps")
   script = _set_flag(script, ("--learning_rate",), _format_float(new_lr),
@@ -209,7 +233,7 @@ def shrink(argv, alive_hosts, lost_hosts):
               new_workers, "host " + ", ".join(lost_hosts) if len(lost_hosts) == 1 else
               "hosts " + ", ".join(lost_hosts), accumulation, new_accumulation, global_batch,
               _format_float(old_lr), _format_float(new_lr), _format_float(new_lr), new_workers,
-              _format_float(new_lr * new_workers)))
+              _format_float(new_lr * new_workers))) + note
   return launcher + script, line
 
 
@@ -271,7 +295,7 @@ def probe_hosts(hosts, probe):
 
 
 def supervise(argv, launch, probe, sleep, log, max_restarts=3, backoff_secs=10.0,
-              max_backoff_secs=600.0, min_workers=None):
+              max_backoff_secs=600.0, min_workers=None, is_local=None):
   """Runs `argv` until it succeeds or may not be restarted; returns the exit status.
 
   Args:
@@ -284,6 +308,7 @@ def supervise(argv, launch, probe, sleep, log, max_restarts=3, backoff_secs=10.0
     backoff_secs, max_backoff_secs: see `backoff`.
     min_workers: None: always relaunch the same command; else drop dead hosts and continue while
       at least this many workers remain.
+    is_local: see `shrink`.
 
   Returns:
     0, or the status the job ended with (horovodrun's worker status when it printed one).
@@ -324,7 +349,7 @@ def supervise(argv, launch, probe, sleep, log, max_restarts=3, backoff_secs=10.0
           log("the job ended with status %d; %s lost, %d worker(s) left, below --min_workers=%d: "
               "giving up" % (code, ", ".join(lost), remaining, min_workers))
           return code
-        argv, line = shrink(argv, alive, lost)
+        argv, line = shrink(argv, alive, lost, is_local)
         log(line)
     delay = backoff(restarts, backoff_secs, max_backoff_secs)
     log("the job ended with status %d (a lost worker or host): restart %d of %d in %g s, "
@@ -391,6 +416,21 @@ class ProcessLauncher(object):
     if code < 0:  # killed by a signal: the shell's convention
       code = 128 - code
     return LaunchResult(code, list(tail), self._signalled)
+
+
+def is_this_machine(host):
+  """Whether `host` resolves to an address of this machine (a socket can bind to it)."""
+  if host in LOCAL_HOSTS:
+    return True
+  try:
+    address = socket.gethostbyname(host)
+    if address.startswith("127."):
+      return True
+    with socket.socket() as sock:
+      sock.bind((address, 0))
+    return True
+  except OSError:
+    return False
 
 
 def real_sleep(seconds):
