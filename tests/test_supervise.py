@@ -81,15 +81,16 @@ def killed_rank_run(data, tmp_path_factory):  # noqa: F811
   uninterrupted run of the same command (run at the same time)."""
   root = tmp_path_factory.mktemp("supervise")
   out, reference = root / "out", root / "reference"
-  cmd = det.command(data, str(out), job._horovodrun(2),  # pylint: disable=protected-access
-                    num_train_steps=UPDATES, save_checkpoints_steps=SAVE_STEPS, horovod=True)
-  ref_cmd = det.command(data, str(reference), job._horovodrun(2),  # pylint: disable=protected-access
-                        num_train_steps=UPDATES, save_checkpoints_steps=SAVE_STEPS, horovod=True)
+  launch = job._horovodrun(2)  # pylint: disable=protected-access
+  cmd, ref_cmd = (det.command(data, str(directory), launch, num_train_steps=UPDATES,
+                              save_checkpoints_steps=SAVE_STEPS, horovod=True)
+                  for directory in (out, reference))
   output = root / "supervise.out"
   _, _, proc = det.start(supervised(cmd, "--max_restarts=2"), output)
   ref = det.start(ref_cmd, root / "reference.out")
   try:
-    det._wait_for_step(out / "bert_dllog.json", proc, KILL_AFTER)  # pylint: disable=protected-access
+    # pylint: disable=protected-access
+    det._wait_for_step(out / "bert_dllog.json", proc, KILL_AFTER)
     victim = wait_for_ranks(proc.pid, proc)[1]
     killed_pid = victim.pid
     victim.send_signal(signal.SIGKILL)

@@ -76,7 +76,8 @@ def _find_flag(argv, names):
 
 
 def _set_flag(argv, names, value, append_as=None):
-  """A copy of `argv` with the flag of `names` set to `value` (appended as `append_as` if absent)."""
+  """A copy of `argv` with the flag of `names` set to `value` (appended as `append_as` if
+  absent)."""
   argv = list(argv)
   found = _find_flag(argv, names)
   if found is None:
