@@ -177,3 +177,21 @@ def test_sigterm_to_the_supervisor_goes_to_the_job_and_ends_supervision(tmp_path
   assert proc.returncode == 143, err
   assert "not restarted" in err
   assert counter.read_text().split() == ["x"]
+
+
+def test_processes_a_killed_launcher_leaves_behind_are_ended(tmp_path):
+  # The "launcher" starts a worker that keeps its output open, then dies as if SIGKILLed: the
+  # supervisor kills the orphan, then relaunches (the second launch finds the marker and exits 0).
+  marker = tmp_path / "first"
+  orphan_pid = tmp_path / "orphan.pid"
+  script = ("if [ -e {m} ]; then exit 0; fi; touch {m}; sleep 120 & echo $! > {p}; kill -9 $$"
+            .format(m=marker, p=orphan_pid))
+  start = time.time()
+  proc = subprocess.run(supervised(["sh", "-c", script], "--max_restarts=1"),
+                        capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  assert "killing what it left running" in proc.stdout
+  assert "status 137" in proc.stderr
+  pid = int(orphan_pid.read_text())
+  assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+  assert time.time() - start < 30

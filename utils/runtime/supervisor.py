@@ -26,6 +26,7 @@ it is tested without processes.
 """
 
 import collections
+import os
 import re
 import shlex
 import signal
@@ -53,6 +54,8 @@ DEFAULT_PROBE = "ssh -o BatchMode=yes -o ConnectTimeout=5 {host} true"
 _HOROVODRUN_EXIT = re.compile(r"Exit code:\s*(-?\d+)")
 # Launcher output lines kept to find that report.
 TAIL_LINES = 200
+# Seconds after the launcher's end within which its output must close (ProcessLauncher.launch).
+LEFTOVER_GRACE_SECS = 5
 
 # What one launch gave: its exit status, the last lines of its output, and whether the
 # supervisor forwarded a signal to it.
@@ -388,7 +391,8 @@ class ProcessLauncher(object):
     self._stream = stream or sys.stdout
     self._proc = None
     self._signalled = False
-    self._lock = threading.Lock()
+    # Re-entrant: the signal handler runs in the main thread, which may hold it.
+    self._lock = threading.RLock()
 
   def install_signal_handlers(self):
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -401,22 +405,42 @@ class ProcessLauncher(object):
         self._proc.send_signal(signum)
 
   def launch(self, argv):
-    """Runs `argv` to its end; returns a LaunchResult."""
+    """Runs `argv` to its end; returns a LaunchResult.
+
+    Processes the launcher leaves behind in its session that still hold its output
+    `LEFTOVER_GRACE_SECS` after it ended (a worker orphaned by a killed launcher, which would
+    keep the output directory's lock) are SIGKILLed before the next launch.
+    """
     tail = collections.deque(maxlen=TAIL_LINES)
     with self._lock:
       if self._signalled:
         return LaunchResult(128 + signal.SIGTERM, [], True)
-      self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-    for raw in iter(self._proc.stdout.readline, b""):
-      self._stream.write(raw.decode("utf-8", "replace"))
-      self._stream.flush()
-      tail.append(raw.decode("utf-8", "replace"))
-    self._proc.stdout.close()
-    code = self._proc.wait()
+      self._proc = proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
+    reader = threading.Thread(target=self._copy, args=(proc.stdout, tail), daemon=True)
+    reader.start()
+    code = proc.wait()
+    reader.join(LEFTOVER_GRACE_SECS)
+    if reader.is_alive():
+      self._stream.write("supervise: the launcher ended; killing what it left running\n")
+      try:
+        os.killpg(proc.pid, signal.SIGKILL)
+      except OSError:
+        pass
+      reader.join(LEFTOVER_GRACE_SECS)
     if code < 0:  # killed by a signal: the shell's convention
       code = 128 - code
     return LaunchResult(code, list(tail), self._signalled)
+
+  def _copy(self, pipe, tail):
+    """Copies the lines of `pipe` to the stream and into `tail` until its end."""
+    for raw in iter(pipe.readline, b""):
+      line = raw.decode("utf-8", "replace")
+      self._stream.write(line)
+      self._stream.flush()
+      tail.append(line)
+    pipe.close()
 
 
 def is_this_machine(host):
