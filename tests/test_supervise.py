@@ -1,0 +1,197 @@
+"""scripts/supervise.py end to end on this machine (docs/LONG_RUNS.md "Supervisor").
+
+`horovodrun --gloo -np 2 -H localhost:2` under the supervisor; one rank is SIGKILLed mid-run:
+the supervisor relaunches the same command, which resumes from the newest checkpoint and
+finishes (its last checkpoint is of update num_train_steps). The deterministic run then gives
+the losses of an uninterrupted run from the resumed update on, bit for bit. Bad input ends the
+supervisor with status 2 before anything is launched; a job stopped by a signal (75) is not
+relaunched.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import tensorflow as tf
+
+from tests import helpers
+from tests import test_run_pretraining as job
+from tests import test_run_pretraining_deterministic as det
+from tests.test_run_pretraining_deterministic import data  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.e2e
+
+SUPERVISE = os.path.join(job.REPO_ROOT, "scripts", "supervise.py")
+UPDATES = 40
+SAVE_STEPS = 5
+KILL_AFTER = 8  # an update logged after the checkpoint of update 5
+
+
+def supervised(cmd, *flags):
+  return [sys.executable, SUPERVISE, "--backoff_secs=1"] + list(flags) + ["--"] + cmd
+
+
+def updates_of(entries):
+  """[(step, total_loss)] of the update lines among run-log entries, in the order written."""
+  return [(e["step"], e["data"]["total_loss"]) for e in entries
+          if isinstance(e["step"], int) and "total_loss" in e["data"]]
+
+
+def log_entries(path):
+  """The run log's update lines: [(step, total_loss)] in the order written (both launches)."""
+  return updates_of([json.loads(line[5:]) for line in path.read_text().splitlines()
+                     if line.startswith("DLLL ")])
+
+
+def training_ranks(root_pid):
+  """{rank: psutil.Process} of the run_pretraining.py processes under `root_pid`."""
+  ranks = {}
+  for child in psutil.Process(root_pid).children(recursive=True):
+    try:
+      cmdline = child.cmdline()
+      if any(arg.endswith("run_pretraining.py") for arg in cmdline) and \
+          "horovodrun" not in " ".join(cmdline):
+        rank = child.environ().get("HOROVOD_RANK")
+        if rank is not None:
+          ranks[int(rank)] = child
+    except psutil.NoSuchProcess:
+      pass
+  return ranks
+
+
+def wait_for_ranks(root_pid, proc, count=2, timeout=120):
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    assert proc.poll() is None, "the supervisor ended before its ranks were found"
+    ranks = training_ranks(root_pid)
+    if len(ranks) == count:
+      return ranks
+    time.sleep(0.2)
+  raise AssertionError("no %d training ranks under pid %d" % (count, root_pid))
+
+
+@pytest.fixture(scope="module")
+def killed_rank_run(data, tmp_path_factory):  # noqa: F811
+  """The supervised 2-worker run whose rank 1 is SIGKILLed after update KILL_AFTER, and an
+  uninterrupted run of the same command (run at the same time)."""
+  root = tmp_path_factory.mktemp("supervise")
+  out, reference = root / "out", root / "reference"
+  launch = job._horovodrun(2)  # pylint: disable=protected-access
+  cmd, ref_cmd = (det.command(data, str(directory), launch, num_train_steps=UPDATES,
+                              save_checkpoints_steps=SAVE_STEPS, horovod=True)
+                  for directory in (out, reference))
+  output = root / "supervise.out"
+  _, _, proc = det.start(supervised(cmd, "--max_restarts=2"), output)
+  ref = det.start(ref_cmd, root / "reference.out")
+  try:
+    # pylint: disable=protected-access
+    det._wait_for_step(out / "bert_dllog.json", proc, KILL_AFTER)
+    victim = wait_for_ranks(proc.pid, proc)[1]
+    killed_pid = victim.pid
+    victim.send_signal(signal.SIGKILL)
+    code = proc.wait(timeout=600)
+    det.finish([ref], timeout=600)
+  finally:
+    helpers.kill_session(proc)
+    helpers.kill_session(ref[2])
+  return {"code": code, "output": output.read_text(), "out": out, "reference": reference,
+          "killed_pid": killed_pid}
+
+
+def test_killed_rank_is_relaunched_and_the_run_finishes(killed_rank_run):
+  run = killed_rank_run
+  assert run["code"] == 0, run["output"][-6000:]
+  text = run["output"]
+  assert "supervise.py: launch 1:" in text and "supervise.py: launch 2:" in text
+  assert "supervise.py: launch 3:" not in text
+  assert "restart 1 of 2 in 1 s, resuming from the newest checkpoint" in text
+  assert "supervise.py: the job finished" in text
+  assert int(tf.train.load_variable(tf.train.latest_checkpoint(str(run["out"])),
+                                    "global_step")) == UPDATES
+
+
+def test_resumed_run_continues_with_the_losses_of_an_uninterrupted_run(killed_rank_run):
+  run = killed_rank_run
+  assert run["code"] == 0, run["output"][-6000:]
+  reference = dict(log_entries(run["reference"] / "bert_dllog.json"))
+  assert sorted(reference) == list(range(1, UPDATES + 1))
+  lines = [json.loads(line[5:]) for line in (run["out"] / "bert_dllog.json").read_text()
+           .splitlines() if line.startswith("DLLL ")]
+  restarts = [i for i, l in enumerate(lines) if l["step"] == "RESTART"]
+  assert len(restarts) == 1, lines  # one relaunch, from a checkpoint after the first
+  resumed_from = lines[restarts[0]]["data"]["resumed_from_step"]
+  assert resumed_from >= SAVE_STEPS and resumed_from % SAVE_STEPS == 0
+  supervised_log = updates_of(lines)
+  assert [s for s, _ in updates_of(lines[restarts[0]:])] == list(range(resumed_from + 1,
+                                                                         UPDATES + 1))
+  # Deterministic run: every update, before the kill and after the relaunch, as the reference.
+  for step, loss in supervised_log:
+    assert loss == reference[step], (step, loss, reference[step])
+
+
+def test_bad_input_exits_2_before_any_launch(tmp_path):
+  marker = tmp_path / "launched"
+  script = tmp_path / "job.py"
+  script.write_text("open(%r, 'w').close()\n" % str(marker))
+  cmd = ["horovodrun", "-np", "2", "-H", "localhost:2", sys.executable, str(script)]
+  for flags, message in ((["--max_restarts=-1"], "--max_restarts=-1"),
+                         (["--min_workers=3"], "--min_workers=3 is above")):
+    proc = subprocess.run(supervised(cmd, *flags), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]  # one line
+    assert message in proc.stderr
+  assert not marker.exists()
+
+
+def test_no_relaunch_after_a_graceful_stop_or_bad_input(tmp_path):
+  counter = tmp_path / "count"
+  for status in (75, 2):
+    script = "echo x >> %s; exit %d" % (counter, status)
+    proc = subprocess.run(supervised(["sh", "-c", script], "--max_restarts=3"),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == status
+  assert counter.read_text().split() == ["x", "x"]
+
+
+def test_sigterm_to_the_supervisor_goes_to_the_job_and_ends_supervision(tmp_path):
+  started = tmp_path / "started"
+  counter = tmp_path / "count"
+  # The job records its start, then waits; SIGTERM ends it (status 143).
+  script = "echo x >> %s; touch %s; exec sleep 60" % (counter, started)
+  proc = subprocess.Popen(supervised(["sh", "-c", script], "--max_restarts=3"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True)
+  try:
+    deadline = time.time() + 30
+    while not started.exists() and time.time() < deadline:
+      time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+  finally:
+    helpers.kill_session(proc)
+  assert proc.returncode == 143, err
+  assert "not restarted" in err
+  assert counter.read_text().split() == ["x"]
+
+
+def test_processes_a_killed_launcher_leaves_behind_are_ended(tmp_path):
+  # The "launcher" starts a worker that keeps its output open, then dies as if SIGKILLed: the
+  # supervisor kills the orphan, then relaunches (the second launch finds the marker and exits 0).
+  marker = tmp_path / "first"
+  orphan_pid = tmp_path / "orphan.pid"
+  script = ("if [ -e {m} ]; then exit 0; fi; touch {m}; sleep 120 & echo $! > {p}; kill -9 $$"
+            .format(m=marker, p=orphan_pid))
+  start = time.time()
+  proc = subprocess.run(supervised(["sh", "-c", script], "--max_restarts=1"),
+                        capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  assert "killing what it left running" in proc.stdout
+  assert "status 137" in proc.stderr
+  pid = int(orphan_pid.read_text())
+  assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+  assert time.time() - start < 30
