@@ -144,6 +144,54 @@ def write_batch_records(path, batch):
       writer.write(example_from_arrays(values).SerializeToString())
 
 
+def outputs_in_two_precisions(build, config, batch, compute_type, checkpoint):
+  """Builds the pretraining graph in fp32 and in `compute_type` on one set of random weights
+  (scale 0.1, saved to `checkpoint` by the fp32 graph, restored by the other).
+
+  Args:
+    build: build(config, batch, compute_type) -> the dict of build_pretraining_model.
+    compute_type: tf.float16 or tf.bfloat16.
+
+  Returns:
+    (weights: {variable name: value}, {tf.float32: outputs, compute_type: outputs}), each
+    outputs a dict of fp32 arrays: sequence [batch, seq, hidden], pooled [batch, hidden],
+    mlm_loss and nsp_loss (scalars).
+  """
+  results = {}
+  for dtype in (tf.float32, compute_type):
+    with tf.Graph().as_default():
+      built = build(config, batch, dtype)
+      with _tf1.Session() as sess:
+        sess.run(_tf1.global_variables_initializer())
+        if dtype == tf.float32:
+          randomize_variables(sess, _tf1.trainable_variables(), np.random.RandomState(2),
+                              scale=0.1)
+          _tf1.train.Saver().save(sess, checkpoint)
+          weights = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
+        else:
+          _tf1.train.Saver().restore(sess, checkpoint)
+        model = built["model"]
+        results[dtype] = sess.run({
+            "sequence": tf.cast(model.get_sequence_output(), tf.float32),
+            "pooled": tf.cast(model.get_pooled_output(), tf.float32),
+            "mlm_loss": built["mlm_loss"], "nsp_loss": built["nsp_loss"]})
+  return weights, results
+
+
+class ScriptedClock(object):
+  """A clock that returns the given times, one per call (an IndexError when called once too
+  often)."""
+
+  def __init__(self, times):
+    self._times = list(times)
+    self.calls = 0
+
+  def __call__(self):
+    value = self._times[self.calls]
+    self.calls += 1
+    return value
+
+
 def read_eval_results(path):
   """eval_results.txt (`key = value` lines) -> dict of floats."""
   result = {}

@@ -96,31 +96,9 @@ def test_gradients_reach_the_optimizer_in_fp32(graph):
 
 
 def _weights_and_outputs(tmp_path, config, batch):
-  """Runs the fp32 graph and the bf16 graph on one checkpoint (random weights, scale 0.1).
-
-  Returns:
-    (weights dict for numpy_bert, {tf.float32: outputs, tf.bfloat16: outputs}).
-  """
-  ckpt = str(tmp_path / "model.ckpt")
-  results = {}
-  for compute_type in (tf.float32, tf.bfloat16):
-    with tf.Graph().as_default():
-      built = _build(config, batch, compute_type)
-      with _tf1.Session() as sess:
-        sess.run(_tf1.global_variables_initializer())
-        if compute_type == tf.float32:
-          helpers.randomize_variables(sess, _tf1.trainable_variables(),
-                                      np.random.RandomState(2), scale=0.1)
-          _tf1.train.Saver().save(sess, ckpt)
-          weights = {v.op.name: sess.run(v) for v in _tf1.global_variables()}
-        else:
-          _tf1.train.Saver().restore(sess, ckpt)
-        model = built["model"]
-        results[compute_type] = sess.run({
-            "sequence": tf.cast(model.get_sequence_output(), tf.float32),
-            "pooled": tf.cast(model.get_pooled_output(), tf.float32),
-            "mlm_loss": built["mlm_loss"], "nsp_loss": built["nsp_loss"]})
-  return weights, results
+  """The fp32 graph and the bf16 graph on one checkpoint (helpers.outputs_in_two_precisions)."""
+  return helpers.outputs_in_two_precisions(_build, config, batch, tf.bfloat16,
+                                           str(tmp_path / "model.ckpt"))
 
 
 def test_bf16_forward_of_a_checkpoint_within_bf16_tolerance(tmp_path):

@@ -56,26 +56,8 @@ def test_variables_fp32_and_encoder_matmuls_fp16(graph):
 def test_fp16_outputs_close_to_fp32_on_same_weights(tmp_path):
   config = helpers.tiny_config()
   batch = helpers.random_batch(np.random.RandomState(1), 2, 8, config.vocab_size, 3)
-  ckpt = str(tmp_path / "model.ckpt")
-  results = {}
-  for compute_type in (tf.float32, tf.float16):
-    with tf.Graph().as_default():
-      built = _build(config, batch, compute_type)
-      with _tf1.Session() as sess:
-        sess.run(_tf1.global_variables_initializer())
-        if compute_type == tf.float32:
-          helpers.randomize_variables(sess, _tf1.trainable_variables(),
-                                      np.random.RandomState(2), scale=0.1)
-          _tf1.train.Saver().save(sess, ckpt)
-        else:
-          _tf1.train.Saver().restore(sess, ckpt)
-        model = built["model"]
-        results[compute_type] = sess.run({
-            "sequence": tf.cast(model.get_sequence_output(), tf.float32),
-            "pooled": tf.cast(model.get_pooled_output(), tf.float32),
-            "mlm_loss": built["mlm_loss"],
-            "nsp_loss": built["nsp_loss"],
-        })
+  _, results = helpers.outputs_in_two_precisions(_build, config, batch, tf.float16,
+                                                 str(tmp_path / "model.ckpt"))
   fp32, fp16 = results[tf.float32], results[tf.float16]
   for key in fp32:
     np.testing.assert_allclose(fp16[key], fp32[key], atol=2e-2, err_msg=key)

@@ -10,22 +10,10 @@ import sys
 
 import pytest
 
+from tests.helpers import ScriptedClock
 from utils.runlog import meter as meter_lib
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class ScriptedClock(object):
-  """Returns the given times, one per call; fails when called more often."""
-
-  def __init__(self, times):
-    self._times = list(times)
-    self.calls = 0
-
-  def __call__(self):
-    value = self._times[self.calls]
-    self.calls += 1
-    return value
 
 
 def values(step, total_loss=5.0, learning_rate=1e-3, **more):

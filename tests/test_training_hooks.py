@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
+from tests.helpers import ScriptedClock
 from utils.runlog import dllogger_setup
 from utils.training import hooks
 
@@ -24,19 +25,6 @@ FED_TENSORS = ("total_loss", "mlm_loss", "nsp_loss", "learning_rate", "global_no
                "loss_scale", "skipped_updates")
 # The tensors the optimizer creates only when it scales the loss.
 LOSS_SCALING = ("loss_scale", "skipped_updates")
-
-
-class ScriptedClock(object):
-  """A clock that returns pre-computed times, one per call."""
-
-  def __init__(self, times):
-    self._times = list(times)
-    self.calls = 0
-
-  def __call__(self):
-    value = self._times[self.calls]
-    self.calls += 1
-    return value
 
 
 def clock_for(durations, gap=0.25):
