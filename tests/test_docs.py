@@ -126,7 +126,8 @@ def tree(tmp_path):
     (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / name).write_text("")
   (tmp_path / "docs").mkdir()
-  (tmp_path / "docs" / "A.md").write_text("# Topic A\n\n## 2. Layout\n\n```\n# not a heading\n```\n")
+  (tmp_path / "docs" / "A.md").write_text(
+      "# Topic A\n\n## 2. Layout\n\n```\n# not a heading\n```\n")
   return tmp_path
 
 

@@ -7,8 +7,9 @@ resume" and exit status 75; the same command then continues with the losses of a
 deterministic run. A second signal exits at once (128 + its number); one before the first update
 saves nothing. --save_checkpoints_secs writes checkpoints by time.
 
-The runs use the tiny deterministic configuration of tests/test_run_pretraining_deterministic.py; each waits
-for a logged update before it is signalled.
+The runs use the tiny deterministic configuration of
+tests/test_run_pretraining_deterministic.py; each waits for a logged update before it is
+signalled.
 """
 
 import json

@@ -68,7 +68,8 @@ def test_weight_sync_averages_weights_before_the_train_op(tmp_path, tf1):
   rng = np.random.RandomState(7)
   scenarios = [weight_sync_scenario(rng, num_accumulation_steps=1, iterations=3),
                weight_sync_scenario(rng, num_accumulation_steps=3, iterations=7)]
-  results = helpers.launch_horovod_workers(WEIGHT_SYNC_WORKER, {"scenarios": scenarios, "tf1": tf1}, tmp_path)
+  results = helpers.launch_horovod_workers(WEIGHT_SYNC_WORKER,
+                                           {"scenarios": scenarios, "tf1": tf1}, tmp_path)
   for rank in range(NUM_WORKERS):
     for scenario in results[rank]["scenarios"]:
       assert scenario["ref_variables"] == [tf1] * len(scenario["ref_variables"])
