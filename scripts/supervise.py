@@ -8,8 +8,9 @@ supervision with that status; any other failure (a lost rank or host, a kill) re
 command, which resumes from the newest checkpoint of its --output_dir, after an exponential
 back-off, at most --max_restarts times. With --min_workers the hosts of -H are probed before a
 relaunch; dead ones are dropped and --num_accumulation_steps and --learning_rate rewritten so that
-the global batch and the job's learning rate stay the same. SIGTERM / SIGINT to the supervisor go
-to the launcher, and nothing is relaunched after them. Needs no TensorFlow.
+the global batch and the job's learning rate stay the same. SIGTERM / SIGINT / SIGUSR1 to the
+supervisor go to the job's workers on this machine (the graceful stop, exit 75; the launcher when
+none is found), and nothing is relaunched after them. Needs no TensorFlow.
 """
 
 import argparse

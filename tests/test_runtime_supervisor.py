@@ -1,5 +1,7 @@
 """utils/runtime/supervisor.py without processes: a fake launcher, probe and clock."""
 
+import os
+
 import pytest
 
 from utils.core import errors
@@ -65,6 +67,59 @@ def test_a_signalled_launcher_is_not_restarted():
   fake = Fake([supervisor.LaunchResult(143, [], True), 0])
   assert fake.run(max_restarts=5) == 143
   assert len(fake.launched) == 1
+
+
+def test_a_signalled_job_that_stopped_gracefully_ends_with_75_under_horovodrun():
+  # The workers got the signal, saved and exited 75; horovodrun itself exits 1 naming it.
+  fake = Fake([supervisor.LaunchResult(1, ["Exit code: 75\n"], True), 0])
+  assert fake.run(max_restarts=5) == 75
+  assert len(fake.launched) == 1
+  assert any("status 75 (stopped, checkpoint written" in line for line in fake.lines)
+
+
+# A machine's processes: (pid, parent pid, arguments).
+PROCESSES = [
+    (1, 0, ["/sbin/init"]),
+    (10, 1, ["python", "supervise.py", "--", "horovodrun", "python", "run_pretraining.py"]),
+    (11, 10, ["/usr/bin/python3", "/usr/bin/horovodrun", "-np", "2", "python",
+              "run_pretraining.py", "--output_dir=/o"]),
+    (12, 11, ["/bin/sh", "-c", "cd /w && python run_pretraining.py --output_dir=/o"]),
+    (13, 12, ["python", "run_pretraining.py", "--output_dir=/o"]),
+    (14, 11, ["/bin/sh", "-c", "python run_pretraining.py --output_dir=/o"]),
+    (15, 14, ["/venv/bin/python", "/w/run_pretraining.py", "--output_dir=/o"]),
+    (16, 11, ["ssh", "hostB", "python", "run_pretraining.py"]),  # the remote ones' ssh
+    (17, 15, ["python", "-c", "from multiprocessing.spawn import spawn_main"]),
+    (20, 1, ["python", "run_pretraining.py", "--output_dir=/other"]),  # another job's
+    (30, 1, ["mpirun", "-np", "2", "python", "run_pretraining.py"]),
+    (31, 30, ["orted", "run_pretraining.py"]),
+    (32, 30, ["python", "run_pretraining.py"]),
+]
+
+
+def test_signals_go_to_the_launchers_workers_not_to_launchers_shells_or_other_jobs():
+  assert supervisor.worker_pids(11, "run_pretraining.py", PROCESSES) == [13, 15]
+  assert supervisor.worker_pids(11, "/w/run_pretraining.py", PROCESSES) == [13, 15]
+  assert supervisor.worker_pids(30, "run_pretraining.py", PROCESSES) == [32]
+  assert supervisor.worker_pids(11, "other.py", PROCESSES) == []
+  assert supervisor.worker_pids(11, None, PROCESSES) == []
+  assert supervisor.worker_pids(99, "run_pretraining.py", PROCESSES) == []
+
+
+def test_processes_are_read_from_proc(tmp_path):
+  def write(pid, stat, args):
+    (tmp_path / str(pid)).mkdir()
+    (tmp_path / str(pid) / "stat").write_text(stat)
+    (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in args) + b"\0")
+  write(7, "7 (python) S 3 7 7 0", ["python", "run_pretraining.py", "--x=a b"])
+  write(8, "8 (odd) name) R 7 8 8 0", ["odd"])  # a process name with ") "
+  (tmp_path / "self").mkdir()  # not a pid
+  (tmp_path / "9").mkdir()  # ended while being read: no files
+  assert sorted(supervisor.list_processes(str(tmp_path))) == [
+      (7, 3, ["python", "run_pretraining.py", "--x=a b"]), (8, 7, ["odd"])]
+  assert supervisor.list_processes(str(tmp_path / "none")) == []
+  # This process is found under its parent, with its own arguments.
+  me = [p for p in supervisor.list_processes() if p[0] == os.getpid()]
+  assert me == [(os.getpid(), os.getppid(), me[0][2])] and me[0][2]
 
 
 def test_failures_restart_with_exponential_backoff_until_success():

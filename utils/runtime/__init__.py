@@ -2,9 +2,10 @@
 
 The scripts' command-line entry with its logging and exit codes (`cli`), Horovod (`hvd_utils`, the
 one module that imports it), the workers of a job and their output directories (`workers`), the
-session config (`session_config`), the output-directory lock (`output_lock`), the watcher of the
-stop signals (`stop_signals`: SIGTERM, SIGINT, SIGUSR1), the process pool of the data generator
-(`worker_pool`) and the supervisor that relaunches a job after a lost worker or host
+session config (`session_config`), the output-directory lock (`output_lock`), the free space of
+its disk (`disk_space`), the watcher of the stop signals (`stop_signals`: SIGTERM, SIGINT,
+SIGUSR1), the process pool of the data generator (`worker_pool`) and the supervisor that
+relaunches a job after a lost worker or host and passes a scheduler's stop signal to its workers
 (`supervisor`, run by scripts/supervise.py). Imports `utils.core` and the release's modules
 (`gpu_environment`).
 """

@@ -8,7 +8,9 @@ newest checkpoint of its `--output_dir` by itself. The rules (docs/LONG_RUNS.md 
   exit 2 (USAGE_EXIT_CODE)    bad input or a full disk: never restarted (a rerun repeats it)
   exit 75 (STOP_EXIT_CODE)    stopped by a signal with its state saved: not restarted (whoever
                               sent the signal wants the job stopped; it resumes when run again)
-  the supervisor signalled    SIGTERM / SIGINT are forwarded to the launcher, nothing restarted
+  the supervisor signalled    SIGTERM / SIGINT / SIGUSR1 go to the job's workers on this machine
+                              (the graceful stop: they agree on the update to stop at, save it
+                              and exit 75), else to the launcher; nothing is restarted
   anything else               a lost rank or host, a kill: restarted, at most `max_restarts`
                               times, after `backoff_secs` x 2^(n-1) seconds (capped)
 
@@ -56,6 +58,12 @@ _HOROVODRUN_EXIT = re.compile(r"Exit code:\s*(-?\d+)")
 TAIL_LINES = 200
 # Seconds after the launcher's end within which its output must close (ProcessLauncher.launch).
 LEFTOVER_GRACE_SECS = 5
+# The signals the supervisor passes on (the graceful stop's, utils/runtime/stop_signals.py).
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+# Programs that start workers and are not workers themselves, though their command lines name the
+# training script: a forwarded signal skips them (they would kill the workers a few seconds later).
+LAUNCHER_PROGRAMS = frozenset(["horovodrun", "mpirun", "mpiexec", "orterun", "orted", "prterun",
+                               "prted", "ssh", "srun"])
 
 # What one launch gave: its exit status, the last lines of its output, and whether the
 # supervisor forwarded a signal to it.
@@ -112,6 +120,62 @@ def _script_index(argv):
     if arg.endswith(".py"):
       return i
   return None
+
+
+def worker_pids(launcher_pid, script, processes):
+  """The pids of the job's workers on this machine: the descendants of the launcher that run
+  `script`.
+
+  Args:
+    launcher_pid: the launcher's pid.
+    script: the training script of the command (`run_pretraining.py` or a path to it); None: none.
+    processes: [(pid, parent pid, [command-line arguments])] of this machine's processes.
+
+  Returns:
+    Sorted pids of the processes below `launcher_pid` with an argument naming `script` (a whole
+    argument, so a shell running `-c "... run_pretraining.py ..."` is not one), none of whose
+    first two arguments is a launcher program (horovodrun, mpirun, orted, ssh, ...: they name the
+    script too). Empty when `script` is None.
+  """
+  if script is None:
+    return []
+  name = os.path.basename(script)
+  children = collections.defaultdict(list)
+  for pid, ppid, args in processes:
+    children[ppid].append((pid, args))
+  found, pending = [], [launcher_pid]
+  while pending:
+    for pid, args in children.get(pending.pop(), ()):
+      pending.append(pid)
+      programs = {os.path.basename(a) for a in args[:2]}
+      if (any(os.path.basename(a) == name for a in args)
+          and not programs & LAUNCHER_PROGRAMS):
+        found.append(pid)
+  return sorted(found)
+
+
+def list_processes(proc_root="/proc"):
+  """[(pid, parent pid, [arguments])] of this machine's processes, read from /proc (empty where
+  there is none); processes that end while being read are left out."""
+  processes = []
+  try:
+    entries = os.listdir(proc_root)
+  except OSError:
+    return processes
+  for entry in entries:
+    if not entry.isdigit():
+      continue
+    try:
+      with open(os.path.join(proc_root, entry, "stat"), "rb") as f:
+        stat = f.read().decode("utf-8", "replace")
+      with open(os.path.join(proc_root, entry, "cmdline"), "rb") as f:
+        args = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+      continue
+    # stat: "pid (comm) state ppid ...", where comm may hold spaces and parentheses.
+    ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+    processes.append((int(entry), ppid, args))
+  return processes
 
 
 def parse_hosts(value):
@@ -328,9 +392,10 @@ def supervise(argv, launch, probe, sleep, log, max_restarts=3, backoff_secs=10.0
     result = launch(argv)
     code = effective_exit_code(result.returncode, result.output_tail)
     if result.signalled:
-      log("the launcher was sent the supervisor's signal and ended with status %d: not "
-          "restarted" % result.returncode)
-      return result.returncode
+      log("the job was sent the supervisor's signal and ended with status %d%s: not restarted"
+          % (code, " (stopped, checkpoint written; run the same command to resume)"
+             if code == errors.STOP_EXIT_CODE else ""))
+      return code
     if code == 0:
       log("the job finished")
       return 0
@@ -382,26 +447,42 @@ def command_probe(template, timeout=30):
 
 class ProcessLauncher(object):
   """Runs a command in its own session, copying its output (stdout and stderr, merged) to
-  `stream`, and forwards SIGTERM / SIGINT sent to this process to it.
+  `stream`, and passes SIGTERM / SIGINT / SIGUSR1 sent to this process on to the job.
+
+  The signal goes to the job's workers on this machine (`worker_pids`), not to the launcher:
+  horovodrun SIGKILLs its workers 5 s after passing a SIGTERM on and mpirun 1 s after, too soon for
+  the graceful stop (docs/LONG_RUNS.md "Launchers"), while one worker's signal is enough for all of
+  them to stop at the same update. With no worker found here (the command names no .py script, or
+  runs none on this machine) the launcher gets the signal.
 
   Call `install_signal_handlers()` once, from the main thread; then `launch` as `supervise` wants.
   """
 
-  def __init__(self, stream=None):
+  def __init__(self, stream=None, processes=list_processes):
     self._stream = stream or sys.stdout
+    self._processes = processes
     self._proc = None
+    self._script = None
     self._signalled = False
     # Re-entrant: the signal handler runs in the main thread, which may hold it.
     self._lock = threading.RLock()
 
   def install_signal_handlers(self):
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in FORWARDED_SIGNALS:
       signal.signal(signum, self._forward)
 
   def _forward(self, signum, _):
     with self._lock:
       self._signalled = True
-      if self._proc is not None and self._proc.poll() is None:
+      if self._proc is None or self._proc.poll() is not None:
+        return
+      workers = worker_pids(self._proc.pid, self._script, self._processes())
+      for pid in workers:
+        try:
+          os.kill(pid, signum)
+        except OSError:  # ended meanwhile
+          pass
+      if not workers:
         self._proc.send_signal(signum)
 
   def launch(self, argv):
@@ -415,6 +496,8 @@ class ProcessLauncher(object):
     with self._lock:
       if self._signalled:
         return LaunchResult(128 + signal.SIGTERM, [], True)
+      index = _script_index(argv)
+      self._script = argv[index] if index is not None else None
       self._proc = proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                            start_new_session=True)
