@@ -235,6 +235,37 @@ def test_health_names_the_weights_that_went_bad_and_the_checkpoint_before(tmp_pa
   assert "--resume_from_step=1" in message
 
 
+def test_a_loss_that_explodes_before_it_is_nan_marks_the_weights_before_it(tmp_path):
+  # lr 1e6 in fp32: update 2 blows the weights up; their loss (update 3) is 1e11, still finite,
+  # and only update 4's is NaN. The checkpoint of step 2 holds the blown-up weights.
+  _write_checkpoints(tmp_path, [1, 2, 3])
+  hook = _health_hook(str(tmp_path))
+  for step, loss, norm in ((1, 5.50, 2.6), (2, 5.54, 2.9), (3, 1.0e11, 6.0e6)):
+    _run(hook, loss, step, norm)
+    hook.listener.after_save(None, step)
+  assert hook.bad_step == 2  # 1e11 > 100 x 5.52: the weights of step 2 went bad
+  _run(hook, float("nan"), 3, float("nan"))
+  assert hook.bad_step == 2  # the NaN continues the streak
+  records = json.loads((tmp_path / "checkpoint_health.json").read_text())["checkpoints"]
+  assert [(r["step"], r["finite"], r["exploded"]) for r in records] == [
+      (1, True, False), (2, True, False), (3, True, True)]
+  step, prefix, _ = recovery.newest_good_checkpoint(str(tmp_path), hook.bad_step)
+  assert step == 1 and prefix.endswith("model.ckpt-1")
+  # Without a known bad step the exploded record is passed over too.
+  assert recovery.newest_good_checkpoint(str(tmp_path), None)[0] == 2
+
+
+def test_an_ordinary_spike_is_not_an_explosion(tmp_path):
+  hook = _health_hook(None)
+  # Fine-tuning near a loss of 0: a batch with loss 50 is under 100 x max(median, 1).
+  for step, loss in enumerate([0.02, 0.01, 0.015, 50.0, 0.01], start=1):
+    _run(hook, loss, step, 1.0)
+    assert hook.bad_step is None, (step, loss)
+  assert not hook.loss_exploded(100.0) and hook.loss_exploded(100.5)
+  # The first update has nothing to compare with.
+  assert not _health_hook(None).loss_exploded(1e30)
+
+
 def test_health_streak_ends_with_a_finite_applied_update(tmp_path):
   hook = _health_hook(str(tmp_path), loss_scaled=True)
   _run(hook, 9.6, 0, float("inf"))   # a loss-scale overflow while the scale settles

@@ -125,9 +125,13 @@ def test_full_disk_one_line_partial_removed_relaunch_refused_then_resumed(big_vo
   assert "removed the partial model.ckpt-%d_temp" % (newest_step + 2) in line
   for text in ("Traceback", "report_tensor_allocations_upon_oom", "OOM"):
     assert text not in first.stderr
-  # No partial checkpoint left, the index names a complete one and every tensor reads back.
+  # No partial checkpoint left, the index names complete ones only and every tensor reads back.
   assert not [name for name in os.listdir(out) if "_temp" in name]
   assert int(_read_all(newest)["global_step"]) == newest_step
+  state = tf.train.get_checkpoint_state(str(out))
+  for path in state.all_model_checkpoint_paths:
+    assert "_temp" not in path and os.path.exists(path + ".index"), path
+    _read_all(path)
   log_lines = len(read_dllog(out / "bert_dllog.json"))
 
   relaunch = run_job(args, check=False, timeout=300)

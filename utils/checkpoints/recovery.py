@@ -22,6 +22,7 @@ which the loss or the gradient norm first became non-finite, and `newest_good_ch
 the newest checkpoint saved before it. docs/LONG_RUNS.md describes both for users.
 """
 
+import collections
 import datetime
 import json
 import math
@@ -50,6 +51,14 @@ _PREFIX_PATTERN = re.compile(r"^(?P<name>.+)-(?P<step>\d+)$")
 # while the scale settles (2^32 down to fp16's range takes about 16), so it allows more.
 SKIP_LIMIT_FP32 = 3
 SKIP_LIMIT_LOSS_SCALED = 64
+# A finite loss this many times the median of the recent sane updates' losses (at least 1) counts
+# as diverged too: weights blown up by a huge learning rate can give a loss of 1e11 for an update
+# or two before it becomes NaN (seen in fp32 on CPUs with AVX-512), and the checkpoint saved
+# between must not be named as the one to resume from. Far above any real batch-to-batch spread
+# (pretraining losses are ln(vocab) and below; a fine-tuning loss near 0 is compared with 1).
+LOSS_EXPLOSION_FACTOR = 100.0
+# How many recent sane updates' losses that median is taken over.
+LOSS_HISTORY = 20
 
 
 class UpdatesSkippedError(_tf1.train.NanLossDuringTrainingError):
@@ -351,14 +360,15 @@ def newest_good_checkpoint(directory, bad_step):
 
   Returns:
     (step, prefix, health record or None) of the newest checkpoint on disk with a step below
-    `bad_step` whose recorded loss and gradient norm are finite, or None when there is none.
+    `bad_step` whose recorded loss and gradient norm are finite and whose loss did not explode
+    (`CheckpointHealthHook.loss_exploded`), or None when there is none.
   """
   health = {r["step"]: r for r in read_health(directory)}
   for step, prefix in reversed(_all_checkpoints(directory)):
     if bad_step is not None and step >= bad_step:
       continue
     record = health.get(step)
-    if record is not None and not record.get("finite", True):
+    if record is not None and (not record.get("finite", True) or record.get("exploded", False)):
       continue
     return step, prefix, record
   return None
@@ -379,15 +389,16 @@ class CheckpointHealthHook(tf.estimator.SessionRunHook):
 
   As a SessionRunHook (run it on every worker: the gradient norm is the same everywhere, so all
   stop together) it fetches `total_loss`, `step_update` and, when the graph has them,
-  `global_norm`, `update_step` and `loss_scale`. A micro-step with a non-finite loss, or an update
-  skipped as non-finite, starts (or continues) a streak of bad values: `bad_step` is the global
-  step at its start (the weights that produced it); an applied update with finite values ends
-  it. After `SKIP_LIMIT_FP32` (fp32) or `SKIP_LIMIT_LOSS_SCALED` consecutive skipped updates it
+  `global_norm`, `update_step` and `loss_scale`. A micro-step with a non-finite loss, an update
+  whose loss exploded (over `LOSS_EXPLOSION_FACTOR` x the median of the last `LOSS_HISTORY` sane
+  ones, or 1) or an update skipped as non-finite starts (or continues) a streak of bad values:
+  `bad_step` is the global step at its start (the weights that produced it); an applied update
+  with finite values that did not explode ends it. After `SKIP_LIMIT_FP32` (fp32) or `SKIP_LIMIT_LOSS_SCALED` consecutive skipped updates it
   raises `UpdatesSkippedError`.
 
   Through `listener`, the saver's CheckpointSaverListener (the saving worker only), it appends
-  {step, loss, global_norm, finite, time} of the update that produced each checkpoint to
-  `directory`'s checkpoint_health.json. Put it before the saver in the hook list, so the values
+  {step, loss, global_norm, finite, exploded, time} of the update that produced each checkpoint
+  to `directory`'s checkpoint_health.json. Put it before the saver in the hook list, so the values
   of the saving update are in when the saver runs.
   """
 
@@ -412,6 +423,7 @@ class CheckpointHealthHook(tf.estimator.SessionRunHook):
     self._micro_steps = 0
     self._last_update = None
     self._loss_scaled = False
+    self._recent_losses = collections.deque(maxlen=LOSS_HISTORY)
     # Bytes of one checkpoint (the newest's size, else the variables'), known after start-up.
     self.checkpoint_bytes = None
     # The CheckpointSaverListener to give the saver.
@@ -473,19 +485,32 @@ class CheckpointHealthHook(tf.estimator.SessionRunHook):
     norm = results.get(graph_names.GLOBAL_NORM)
     norm = None if norm is None else float(norm)
     applied = self._last_step is None or step != self._last_step
-    if applied and math.isfinite(loss) and _finite(norm):
+    finite = math.isfinite(loss) and _finite(norm)
+    exploded = finite and self.loss_exploded(loss)
+    if applied and finite and not exploded:
       self.bad_step = None
       self._skips = 0
+      self._recent_losses.append(loss)
     else:
       self._mark_bad()
       self._skips += 0 if applied else 1
     self._last_step = step
     if applied:
-      self._last_update = {"step": step, "loss": loss, "global_norm": norm,
-                           "finite": math.isfinite(loss) and _finite(norm)}
+      self._last_update = {"step": step, "loss": loss, "global_norm": norm, "finite": finite,
+                           "exploded": exploded}
     if self.skipped_too_often:
       raise UpdatesSkippedError("%d consecutive updates skipped as non-finite from step %d"
                                 % (self._skips, self.bad_step))
+
+  def loss_exploded(self, loss):
+    """Whether a finite `loss` is over LOSS_EXPLOSION_FACTOR x the recent sane losses' median
+    (at least 1); never before a first sane update."""
+    if not self._recent_losses:
+      return False
+    recent = sorted(self._recent_losses)
+    middle = len(recent) // 2
+    median = recent[middle] if len(recent) % 2 else (recent[middle - 1] + recent[middle]) / 2
+    return loss > LOSS_EXPLOSION_FACTOR * max(median, 1.0)
 
   def after_save(self, session, global_step_value):
     """Appends the record of the checkpoint just saved (the saving worker)."""

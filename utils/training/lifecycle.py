@@ -431,8 +431,9 @@ def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False
     learning_rate: --learning_rate (per worker).
     manual_fp16: the encoder ran in fp16.
     init_loss_scale: --init_loss_scale (fp16).
-    bad_step: global step of the weights whose loss or gradient norm was first non-finite, when
-      known: the message then names the newest checkpoint saved before it.
+    bad_step: global step of the weights whose loss or gradient norm was first non-finite (or
+      whose loss exploded, `recovery.CheckpointHealthHook`), when known: the message then names
+      the newest checkpoint saved before it.
     skipped_updates: the run stopped for consecutive skipped updates, not a NaN loss.
     bf16: the encoder ran in bf16.
 
