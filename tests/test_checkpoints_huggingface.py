@@ -142,22 +142,31 @@ def corpus(root):
   return {"text": text, "lines": sentences, "vocab": vocabs}
 
 
-@pytest.fixture(scope="module")
-def trained(root, corpus):
+def train_two_updates(root, name, **overrides):
+  """Trains CONFIG two updates into root/name (records and config shared under root); returns
+  its config, checkpoint and directory. By default fp16 LAMB with accumulation 2: every kind of
+  optimizer state (slots, accumulators, loss scale)."""
   train_dir = root / "train"
-  train_dir.mkdir()
-  helpers.write_batch_records(train_dir / "part-0.tfrecord", helpers.random_batch(
-      np.random.RandomState(0), 16, SEQ, VOCAB_SIZE, PRED))
+  if not train_dir.exists():
+    train_dir.mkdir()
+    helpers.write_batch_records(train_dir / "part-0.tfrecord", helpers.random_batch(
+        np.random.RandomState(0), 16, SEQ, VOCAB_SIZE, PRED))
   config = root / "bert_config.json"
   config.write_text(json.dumps(CONFIG))
-  out = root / "run"
+  out = root / name
   flags = dict(bert_config_file=config, input_files_dir=train_dir, output_dir=out,
                max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=4,
                learning_rate=1e-2, num_warmup_steps=1, save_checkpoints_steps=2, do_train=True,
                num_train_steps=2, optimizer_type="lamb", manual_fp16=True,
                num_accumulation_steps=2)
-  run([SCRIPT] + ["--%s=%s" % item for item in flags.items()])
+  flags.update(overrides)
+  run([SCRIPT] + ["--%s=%s" % item for item in flags.items() if item[1] is not None])
   return {"config": str(config), "checkpoint": str(out / "model.ckpt-2"), "dir": out}
+
+
+@pytest.fixture(scope="module")
+def trained(root, corpus):
+  return train_two_updates(root, "run")
 
 
 @pytest.fixture(scope="module")
@@ -262,10 +271,11 @@ def test_export_config_and_tensors(trained, hf_dir):
 def test_transformers_tokenizer_gives_tokenization_py_ids_on_the_demo_corpus(
     corpus, trained, tmp_path, cased):
   out = tmp_path / "hf"
-  export_release("--format=huggingface", "--checkpoint=%s" % trained["checkpoint"],
-                 "--bert_config_file=%s" % trained["config"],
-                 "--vocab_file=%s" % corpus["vocab"][cased], "--output_dir=%s" % out,
-                 "--do_lower_case=%s" % (not cased))
+  proc = export_release("--format=huggingface", "--checkpoint=%s" % trained["checkpoint"],
+                        "--bert_config_file=%s" % trained["config"],
+                        "--vocab_file=%s" % corpus["vocab"][cased], "--output_dir=%s" % out,
+                        "--do_lower_case=%s" % (not cased))
+  assert "warning" not in proc.stderr  # each vocabulary with its own casing
   hf_client("tokenize", "--model_dir=%s" % out, "--text=%s" % corpus["text"],
             "--out=%s" % (tmp_path / "ids.json"))
   theirs = json.loads((tmp_path / "ids.json").read_text())
@@ -276,6 +286,21 @@ def test_transformers_tokenizer_gives_tokenization_py_ids_on_the_demo_corpus(
   assert theirs["ids"] == ours
   # The casing matters on this text: the two vocabularies' tokenizers differ.
   assert sum(len(ids) for ids in ours) > 5 * CORPUS_LINES
+
+
+def test_a_cased_vocabulary_exported_with_lower_casing_is_warned_about(corpus, trained, tmp_path):
+  cased_vocab = corpus["vocab"][True]
+  upper = [t for t in cased_vocab.read_text(encoding="utf-8").split("\n")
+           if t and t[0] != "[" and any(c.isupper() for c in t)]
+  assert len(upper) > 10  # the corpus has upper case ("HTTPServer", sentence starts)
+  proc = export_release("--format=huggingface", "--checkpoint=%s" % trained["checkpoint"],
+                        "--bert_config_file=%s" % trained["config"],
+                        "--vocab_file=%s" % cased_vocab, "--output_dir=%s" % (tmp_path / "hf"))
+  assert proc.stderr.count("warning") == 1, proc.stderr
+  assert ("%s has %d tokens with upper-case letters" % (cased_vocab, len(upper))) in proc.stderr
+  assert "--do_lower_case=false" in proc.stderr
+  # The export is still written (a warning, not a refusal): the user may want it so.
+  assert json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())["do_lower_case"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,6 +339,42 @@ def test_transformers_to_ours_to_transformers_is_bit_exact(hf_dir, corpus, tmp_p
     assert first[name].tobytes() == second[name].tobytes(), name
   for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
     assert (hf_dir / name).read_bytes() == (again / name).read_bytes(), name
+
+
+def _original_release_checkpoint(root):
+  """A checkpoint written by the original release's own code (tests/reference): its BertModel
+  and pretraining heads with random weights, bert_model.ckpt."""
+  out = root / "original"
+  out.mkdir()
+  np.savez(out / "batch.npz", **batch())
+  (out / "bert_config.json").write_text(json.dumps(CONFIG))
+  run(["-m", "tests.reference.original_bert", "model", "--config", str(out / "bert_config.json"),
+       "--batch", str(out / "batch.npz"), "--out", str(out), "--seed", "3"])
+  return {"config": str(out / "bert_config.json"), "checkpoint": str(out / "bert_model.ckpt")}
+
+
+@pytest.mark.parametrize("kind", ["fp32 adam", "bf16 lamb", "original release"])
+def test_every_kind_of_checkpoint_exports_to_what_transformers_loads(
+    root, corpus, tmp_path, kind):
+  if kind == "original release":
+    source = _original_release_checkpoint(tmp_path)
+  else:
+    source = train_two_updates(
+        root, kind.replace(" ", "_"), manual_fp16=None,
+        **({"optimizer_type": "adam", "num_accumulation_steps": 1} if kind == "fp32 adam"
+           else {"bf16": True}))
+  out = tmp_path / "hf"
+  proc = export_release("--format=huggingface", "--checkpoint=%s" % source["checkpoint"],
+                        "--bert_config_file=%s" % source["config"],
+                        "--vocab_file=%s" % corpus["vocab"][False], "--output_dir=%s" % out)
+  assert "exported 46 tensors" in proc.stdout
+  features = batch(seed=5)
+  theirs, info = transformers_outputs(out, features, tmp_path)
+  assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
+                  "error_msgs": []}, info
+  ours = our_outputs(modeling.BertConfig.from_json_file(source["config"]),
+                     source["checkpoint"], features)
+  assert_outputs_close(ours, theirs)
 
 
 def test_a_release_format_bundle_exports_to_the_same_tensors(trained, hf_dir, corpus, tmp_path):

@@ -3,11 +3,13 @@
 
 Each SavedModel is loaded in a fresh process (`tests/saved_model_run.py`: `tf.saved_model.load`,
 its `serving_default` signature) and gives what the job computed: the classifier's probabilities
-its Estimator wrote to test_results.tsv, SQuAD's start and end logits and the encoder's outputs of
+its Estimator wrote to test_results.tsv, SQuAD's start and end logits (those of our graph restored
+from the same checkpoint, and those of the Estimator's n-best spans) and the encoder's outputs of
 our graph restored from the same checkpoint (fp32, to 1e-5). The documented `saved_model_cli run`
 line runs on the encoder.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -139,7 +141,7 @@ def squad_logits(bert_config, checkpoint, features):
       return session.run([start, end])
 
 
-def test_squad_saved_model_gives_the_models_start_and_end_logits(files, tmp_path):
+def test_squad_saved_model_gives_the_models_and_the_estimators_start_and_end_logits(files, tmp_path):
   out, export = tmp_path / "out", tmp_path / "serving"
   run(["run_squad.py"] + flag_list(dict(
       SQUAD, vocab_file=files["vocab"], bert_config_file=files["config"],
@@ -158,6 +160,16 @@ def test_squad_saved_model_gives_the_models_start_and_end_logits(files, tmp_path
   cli = saved_model_cli_run(export, features, 2, tmp_path)
   np.testing.assert_allclose(cli["start_logits"], start[2:3], rtol=0, atol=TOLERANCE)
   np.testing.assert_allclose(cli["end_logits"], end[2:3], rtol=0, atol=TOLERANCE)
+  # The Estimator's own predictions: each n-best span's start and end logits are one feature's
+  # served logits at two of its positions.
+  nbest = json.loads((out / "nbest_predictions.json").read_text())
+  spans = [(e["start_logit"], e["end_logit"]) for entries in nbest.values() for e in entries
+           if e["text"] not in ("", "empty")]
+  assert len(spans) >= len(nbest)
+  for start_logit, end_logit in spans:
+    assert any(np.min(np.abs(served["start_logits"][f] - start_logit)) <= TOLERANCE
+               and np.min(np.abs(served["end_logits"][f] - end_logit)) <= TOLERANCE
+               for f in range(len(features["input_ids"]))), (start_logit, end_logit)
 
 
 def encoder_outputs(bert_config, checkpoint, features):

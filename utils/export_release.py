@@ -50,6 +50,13 @@ def _export_huggingface(args):
                               args.output_dir, do_lower_case=args.do_lower_case)
   print("exported %d tensors of %s to %s (transformers BertForPreTraining, do_lower_case=%s)"
         % (result["tensors"], result["checkpoint"], result["output_dir"], args.do_lower_case))
+  cased = result["cased_tokens"]
+  if args.do_lower_case and cased:
+    sys.stderr.write(
+        "export_release: warning: %s has %d tokens with upper-case letters (%s) but the tokenizer "
+        "was written with do_lower_case=true, so it never produces them; for a cased model "
+        "export again with --do_lower_case=false\n"
+        % (args.vocab_file, len(cased), ", ".join(cased[:3]) + (", ..." if len(cased) > 3 else "")))
   return 0
 
 

@@ -125,6 +125,18 @@ def to_hf_tensors(weights):
   return tensors
 
 
+def cased_tokens(vocab_file):
+  """The tokens of `vocab_file` with an upper-case letter, special tokens ([CLS], ...) aside.
+
+  A lower-casing tokenizer never produces them: a vocabulary that has some was built for a cased
+  model (the release's cased vocabularies have thousands; uncased ones none).
+  """
+  with open(vocab_file, encoding="utf-8") as f:
+    tokens = [line.rstrip("\n") for line in f]
+  return [t for t in tokens if not (t.startswith("[") and t.endswith("]"))
+          and t != t.lower()]
+
+
 def _write_json(path, value):
   with open(path, "w") as f:
     json.dump(value, f, indent=2)
@@ -143,7 +155,8 @@ def export(checkpoint, bert_config_file, vocab_file, output_dir, do_lower_case=T
     do_lower_case: the tokenizer's casing (as create_pretraining_data.py's --do_lower_case).
 
   Returns:
-    dict with "checkpoint" (the source prefix), "output_dir", "tensors" (number written).
+    dict with "checkpoint" (the source prefix), "output_dir", "tensors" (number written) and
+    "cased_tokens" (those of `cased_tokens`: a lower-casing tokenizer never uses them).
 
   Raises:
     errors.UsageError: naming the file and the problem; nothing is left in `output_dir`.
@@ -159,7 +172,8 @@ def export(checkpoint, bert_config_file, vocab_file, output_dir, do_lower_case=T
     shutil.copyfile(vocab_file, os.path.join(tmp, VOCAB_FILE))
     for name, value in tokenizer_files(do_lower_case, bert_config.max_position_embeddings).items():
       _write_json(os.path.join(tmp, name), value)
-  return {"checkpoint": checkpoint, "output_dir": output_dir, "tensors": len(tensors)}
+  return {"checkpoint": checkpoint, "output_dir": output_dir, "tensors": len(tensors),
+          "cased_tokens": cased_tokens(vocab_file)}
 
 
 # ---------------------------------------------------------------------------------------------
