@@ -92,6 +92,7 @@ def _run_classifier(data_dir, out, tmp_path, **extra):
     ("dev.tsv", 5, lambda row: row[:3], "line 5: 3 tab-separated column(s)"),
     ("test.tsv", 2, lambda row: row[:4], "line 2: 4 tab-separated column(s)"),
     ("train.tsv", 7, lambda row: ["yes"] + row[1:], "line 7: label 'yes' is not one of"),
+    ("train.tsv", 4, lambda row: row[:4], "line 4: 4 tab-separated column(s)"),
 ])
 def test_bad_row_of_any_split_ends_the_run_before_training(tmp_path, split, line, change,
                                                            expected):
