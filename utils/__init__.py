@@ -20,9 +20,11 @@
 A module imports its own package and the layers listed before it, never a later one nor another
 package of its own layer (runtime, runlog and data are siblings), and no library module imports an
 entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `tests/`);
-`tests/test_layering.py` checks both. Library modules take plain arguments: only a script's `main`
-reads parsed flags (`training/flags.py` and `finetuning/flags.py` define the flags the scripts
-share, and read none). Horovod is imported by `runtime/hvd_utils.py` only, and is optional
+`tests/test_layering.py` checks both. No library module reads absl's global `FLAGS` except
+`training/lifecycle.script_main`, which is each script's `main`: it parses them and passes the
+parsed values down as an argument (`f`) to the lifecycle's steps and fine-tuning's `task.py`, the
+two places that serve the scripts' shared flags; everything below them takes plain values
+(`training/flags.py` and `finetuning/flags.py` define the shared flags, and read none). Horovod is imported by `runtime/hvd_utils.py` only, and is optional
 everywhere. docs/DESIGN.md section 2 describes the layout.
 """
 
