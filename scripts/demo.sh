@@ -55,13 +55,19 @@ fi
 precision="${DEMO_PRECISION:-$(TF_CPP_MIN_LOG_LEVEL=2 "$py" -c \
   "import gpu_environment; print(gpu_environment.fastest_cpu_precision())")}"
 precision_flag=()
+if [ -n "${DEMO_PRECISION:-}" ]; then
+  chosen_by="set by DEMO_PRECISION"
+elif [ "$precision" = bf16 ]; then
+  chosen_by="this CPU has bf16 units (avx512_bf16 / amx_bf16); DEMO_PRECISION=fp32 for fp32"
+else
+  chosen_by="this CPU has no bf16 units (avx512_bf16 / amx_bf16); DEMO_PRECISION=bf16 forces bf16"
+fi
 case "$precision" in
-  bf16) precision_flag=(--bf16)
-        echo "demo: precision bf16 (DEMO_PRECISION=fp32 for fp32)" >&2 ;;
-  fp32) echo "demo: precision fp32 (bf16 by default where the CPU has avx512_bf16 or amx_bf16;" \
-             "DEMO_PRECISION=bf16 forces it)" >&2 ;;
+  bf16) precision_flag=(--bf16) ;;
+  fp32) ;;
   *) echo "demo: DEMO_PRECISION must be fp32 or bf16, got '$precision'" >&2; exit 2 ;;
 esac
+echo "demo: precision $precision ($chosen_by)" >&2
 
 # horovodrun loads TensorFlow itself: without this its native INFO lines open the demo's output (the
 # workers are quiet by default anyway, utils/runtime/cli.py).
