@@ -5,6 +5,7 @@
   $PY bench/micro_bench.py layer_norm                               # layer-norm formulations
   $PY bench/micro_bench.py matmul --batch 8                         # BERT-base matmul shapes
   $PY bench/micro_bench.py mlm_loss --batch 32                      # MLM loss formulations
+  $PY bench/micro_bench.py bf16_ops                                 # the ops --bf16 keeps in fp32
 
 `update` builds `optimization.create_optimizer` over variables with the shapes of the model's
 trainable variables and a loss whose gradients are stored tensors (so only the gradient path and
@@ -12,7 +13,9 @@ the optimizer run), and reports the time per update. `layer_norm` times the forw
 pass of three layer-norm formulations on a [batch * 128, 768] input and their deviations.
 `matmul` reports GFLOP/s of the encoder's and the MLM head's matmul shapes, forward and backward.
 `mlm_loss` times the forward and backward pass of MLM loss formulations over [batch * 20, 30522]
-logits (the one `run_pretraining.softmax_cross_entropy` uses and the alternatives).
+logits (the one `run_pretraining.softmax_cross_entropy` uses and the alternatives). `bf16_ops`
+times the ops --bf16 keeps in fp32 (layer norm, GELU, softmax, and dropout and the pooler's tanh
+for comparison) in fp32, in bf16 and as the fp32 island in the bf16 graph.
 """
 
 import argparse
@@ -195,9 +198,66 @@ def bench_mlm_loss(tf, np, args):
           % (fn.__name__, 1e3 * best, 1e3 * median, rows, vocab))
 
 
+def bench_bf16_ops(tf, np, args):
+  """The ops --bf16 keeps in fp32, timed three ways at BERT-base shapes, forward + backward:
+  all fp32; all bf16; and the fp32 island inside the bf16 graph (bf16 in, cast to fp32, the op,
+  cast back: what modeling.py does under compute_type=tf.bfloat16). The island's cost over bf16
+  is what running the op in bf16 would save; its max deviation from fp32 is bf16's input
+  rounding alone."""
+  import modeling  # pylint: disable=g-import-not-at-top
+  tf1 = tf.compat.v1
+  rows, hidden, intermediate, heads, seq = args.batch * 128, 768, 3072, 12, 128
+
+  def layer_norm(x):
+    return modeling.layer_norm(x)
+
+  def gelu(x):
+    return modeling.gelu(x)
+
+  def softmax(x):
+    return tf.nn.softmax(x)
+
+  def dropout(x):
+    return modeling.dropout(x, 0.1, seed=(1, 2))
+
+  def tanh(x):
+    return tf.tanh(x)
+
+  cases = ((layer_norm, (rows, hidden)), (gelu, (rows, intermediate)),
+           (softmax, (args.batch, heads, seq, seq)), (dropout, (rows, intermediate)),
+           (tanh, (args.batch, hidden)))
+  rng = np.random.RandomState(0)
+  for fn, shape in cases:
+    x_value = rng.normal(size=shape).astype(np.float32)
+    dy_value = rng.normal(size=shape).astype(np.float32)
+    results, times = {}, {}
+    for way in ("fp32", "bf16", "fp32 island"):
+      with tf.Graph().as_default():
+        with tf1.variable_scope("case", reuse=tf1.AUTO_REUSE):
+          x32 = tf1.get_variable("x", initializer=x_value)
+          dtype = tf.float32 if way == "fp32" else tf.bfloat16
+          x = tf.cast(x32, dtype) * tf.cast(1.0, dtype)  # a computed input, as in the model
+          if way == "fp32 island":
+            y = tf.cast(fn(tf.cast(x, tf.float32)), tf.bfloat16)
+          else:
+            y = fn(x)
+          dx = tf.gradients(y, x, grad_ys=tf.cast(tf.constant(dy_value), dtype))[0]
+          fetch = [tf.reduce_sum(tf.cast(y, tf.float32)), tf.reduce_sum(tf.cast(dx, tf.float32))]
+          with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            times[way], _ = _best_and_median(np, sess, fetch, args.runs)
+            results[way] = sess.run(tf.cast(y, tf.float32))
+    deviation = {w: float(np.abs(results[w] - results["fp32"]).max()) for w in results}
+    print("%-10s %-22s fp32 %7.2f ms | bf16 %7.2f ms (max dev %.2g) | fp32 island %7.2f ms "
+          "(max dev %.2g) | island - bf16 %+.2f ms" % (
+              fn.__name__, shape, 1e3 * times["fp32"], 1e3 * times["bf16"], deviation["bf16"],
+              1e3 * times["fp32 island"], deviation["fp32 island"],
+              1e3 * (times["fp32 island"] - times["bf16"])))
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("what", choices=("update", "layer_norm", "matmul", "mlm_loss"))
+  parser.add_argument("what", choices=("update", "layer_norm", "matmul", "mlm_loss", "bf16_ops"))
   parser.add_argument("--config", default="base")
   parser.add_argument("--optimizer", choices=("lamb", "adam"), default="lamb")
   parser.add_argument("--batch", type=int, default=8)
@@ -210,7 +270,7 @@ def main(argv=None):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.compat.v1.disable_eager_execution()
   {"update": bench_update, "layer_norm": bench_layer_norm, "matmul": bench_matmul,
-   "mlm_loss": bench_mlm_loss}[args.what](tf, np, args)
+   "mlm_loss": bench_mlm_loss, "bf16_ops": bench_bf16_ops}[args.what](tf, np, args)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 
 import modeling
 from bench import flops
+from bench import precision
 from bench import scaling
 from bench import throughput
 
@@ -82,3 +83,27 @@ def test_scaling_host_list_sets_workers_and_launcher():
   assert command[1:] == ["-np", "2", "-H", "hostA:1,hostB:1", "--gloo", "--disable-cache",
                          "--network-interface", "cl0"]
   assert "--network-interface" not in scaling.horovodrun_command("localhost:2")
+
+
+def test_precision_steady_rate_cancels_start_up_by_hand():
+  # 4 updates in 30 s, 14 in 80 s: 5 s per update, so 8 / 5 = 1.6 seq/s and 30 - 20 = 10 s start.
+  seq_per_s, per_update, startup = precision.steady(4, 14, 30.0, 80.0, 8)
+  assert (seq_per_s, per_update, startup) == (1.6, 5.0, 10.0)
+
+
+def test_precision_jobs_differ_only_in_what_the_variant_names():
+  args = precision.parse_args(["--batch", "8", "--variants", "original,fp32,bf16,bf16+rewrite"])
+  commands = {v: precision.job_command(v, args, "c.json", "/data", "/out", 14)
+              for v in args.variants}
+  original, env = commands["original"]
+  assert original[1:5] == ["-m", "tests.reference.original_bert", "run_pretraining", "--"]
+  assert "--input_file=/data/part-*.tfrecord" in original and env == {}
+  fp32, env = commands["fp32"]
+  assert fp32[1].endswith("run_pretraining.py") and env == {}
+  for flag in ("--num_train_steps=14", "--train_batch_size=8", "--bert_config_file=c.json"):
+    assert flag in original and flag in fp32
+  assert commands["bf16"][0] == fp32 + ["--bf16"] and commands["bf16"][1] == {}
+  assert commands["bf16+rewrite"] == (fp32 + ["--bf16"], {"ONEDNN_BF16_REWRITE": "1"})
+  for bad in (["--variants", "fp32,fp64"], ["--short", "5", "--long", "5"]):
+    with pytest.raises(SystemExit):
+      precision.parse_args(bad)

@@ -276,12 +276,15 @@ def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
     if np.issubdtype(value.dtype, np.floating):
       assert value.dtype == np.float32, name
   assert not [name for name in bf16_values if "loss_scale" in name]
-  # On a CPU without bf16 units: exactly one warning naming the flags that would make it fast.
+  # On a CPU without bf16 units: exactly one warning naming the flags that would make it fast;
+  # on one with them (or an unknown CPU), none.
   units = gpu_environment.bf16_units()
   if units == []:
     warnings = _bf16_warnings(bf16_err)
     assert len(warnings) == 1, bf16_err[-3000:]
     assert "avx512_bf16" in warnings[0] and "amx_bf16" in warnings[0]
+  else:
+    assert not _bf16_warnings(bf16_err), (units, bf16_err[-3000:])
   # Each run resumes in the other precision: the step continues from the checkpoint and the
   # weights (and LAMB slots) move on from it.
   fp32_err, bf16_err = _precision_runs_side_by_side([
