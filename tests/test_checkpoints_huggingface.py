@@ -12,6 +12,7 @@ round trips are bit for bit; bad input exits 2 naming the file and leaves nothin
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ import tensorflow as tf
 
 import modeling
 import tokenization
+from tests import finetuning_data
 from tests import helpers
 from utils.checkpoints import contents as ckpt
 from utils.checkpoints import huggingface
@@ -142,10 +144,10 @@ def corpus(root):
   return {"text": text, "lines": sentences, "vocab": vocabs}
 
 
-def train_two_updates(root, name, **overrides):
-  """Trains CONFIG two updates into root/name (records and config shared under root); returns
-  its config, checkpoint and directory. By default fp16 LAMB with accumulation 2: every kind of
-  optimizer state (slots, accumulators, loss scale)."""
+def train_two_updates_command(root, name, **overrides):
+  """The command that trains CONFIG two updates into root/name (records and config shared under
+  root), and what it will write (config, checkpoint, directory). By default fp16 LAMB with
+  accumulation 2: every kind of optimizer state (slots, accumulators, loss scale)."""
   train_dir = root / "train"
   if not train_dir.exists():
     train_dir.mkdir()
@@ -160,13 +162,33 @@ def train_two_updates(root, name, **overrides):
                num_train_steps=2, optimizer_type="lamb", manual_fp16=True,
                num_accumulation_steps=2)
   flags.update(overrides)
-  run([SCRIPT] + ["--%s=%s" % item for item in flags.items() if item[1] is not None])
-  return {"config": str(config), "checkpoint": str(out / "model.ckpt-2"), "dir": out}
+  command = [SCRIPT] + ["--%s=%s" % item for item in flags.items() if item[1] is not None]
+  return command, {"config": str(config), "checkpoint": str(out / "model.ckpt-2"), "dir": out}
+
+
+def run_together(commands, timeout=300):
+  """Runs python commands at once; each must exit 0. Returns their stderr, in order."""
+  procs = [subprocess.Popen([sys.executable] + list(args), cwd=REPO_ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE) for args in commands]
+  errs = []
+  try:
+    for args, proc in zip(commands, procs):
+      out, err = proc.communicate(timeout=timeout)
+      assert proc.returncode == 0, "exit %d: %s\n%s\n%s" % (proc.returncode, args[:3],
+                                                              out[-3000:], err[-5000:])
+      errs.append(err)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+  return errs
 
 
 @pytest.fixture(scope="module")
 def trained(root, corpus):
-  return train_two_updates(root, "run")
+  command, result = train_two_updates_command(root, "run")
+  run(command)
+  return result
 
 
 @pytest.fixture(scope="module")
@@ -341,28 +363,32 @@ def test_transformers_to_ours_to_transformers_is_bit_exact(hf_dir, corpus, tmp_p
     assert (hf_dir / name).read_bytes() == (again / name).read_bytes(), name
 
 
-def _original_release_checkpoint(root):
-  """A checkpoint written by the original release's own code (tests/reference): its BertModel
-  and pretraining heads with random weights, bert_model.ckpt."""
-  out = root / "original"
-  out.mkdir()
-  np.savez(out / "batch.npz", **batch())
-  (out / "bert_config.json").write_text(json.dumps(CONFIG))
-  run(["-m", "tests.reference.original_bert", "model", "--config", str(out / "bert_config.json"),
-       "--batch", str(out / "batch.npz"), "--out", str(out), "--seed", "3"])
-  return {"config": str(out / "bert_config.json"), "checkpoint": str(out / "bert_model.ckpt")}
+@pytest.fixture(scope="module")
+def checkpoint_kinds(root, trained):
+  """Checkpoints of other kinds than `trained`'s, made at once: "fp32 adam" (an fp32 AdamWeightDecay
+  run), "bf16 lamb" (a --bf16 run) and "original release" (written by the original release's own
+  code, tests/reference: its BertModel and pretraining heads with random weights)."""
+  del trained  # made first: it writes the shared records and config
+  fp32_adam, fp32_adam_result = train_two_updates_command(
+      root, "fp32_adam", manual_fp16=None, optimizer_type="adam", num_accumulation_steps=1)
+  bf16, bf16_result = train_two_updates_command(root, "bf16_lamb", manual_fp16=None, bf16=True)
+  original = root / "original"
+  original.mkdir()
+  np.savez(original / "batch.npz", **batch())
+  (original / "bert_config.json").write_text(json.dumps(CONFIG))
+  run_together([fp32_adam, bf16, [
+      "-m", "tests.reference.original_bert", "model",
+      "--config", str(original / "bert_config.json"), "--batch", str(original / "batch.npz"),
+      "--out", str(original), "--seed", "3"]])
+  return {"fp32 adam": fp32_adam_result, "bf16 lamb": bf16_result,
+          "original release": {"config": str(original / "bert_config.json"),
+                               "checkpoint": str(original / "bert_model.ckpt")}}
 
 
 @pytest.mark.parametrize("kind", ["fp32 adam", "bf16 lamb", "original release"])
 def test_every_kind_of_checkpoint_exports_to_what_transformers_loads(
-    root, corpus, tmp_path, kind):
-  if kind == "original release":
-    source = _original_release_checkpoint(tmp_path)
-  else:
-    source = train_two_updates(
-        root, kind.replace(" ", "_"), manual_fp16=None,
-        **({"optimizer_type": "adam", "num_accumulation_steps": 1} if kind == "fp32 adam"
-           else {"bf16": True}))
+    checkpoint_kinds, corpus, tmp_path, kind):
+  source = checkpoint_kinds[kind]
   out = tmp_path / "hf"
   proc = export_release("--format=huggingface", "--checkpoint=%s" % source["checkpoint"],
                         "--bert_config_file=%s" % source["config"],
@@ -424,6 +450,43 @@ def test_a_directory_transformers_wrote_imports_and_gives_transformers_outputs(
   assert kernel.shape == (CONFIG["hidden_size"], CONFIG["intermediate_size"])
   assert made_tensors["bert.encoder.layer.1.intermediate.dense.weight"].tobytes() == (
       np.ascontiguousarray(kernel.T).tobytes())
+
+
+def test_an_imported_directory_starts_pretraining_and_fine_tuning(root, trained, corpus,
+                                                                   tmp_path):
+  made = tmp_path / "made"
+  hf_client("save", "--config=%s" % hf_config_file(tmp_path / "config.json"),
+            "--out_dir=%s" % made, "--seed=5")
+  (made / "vocab.txt").write_bytes(corpus["vocab"][False].read_bytes())
+  bundle = tmp_path / "bundle"
+  export_release("--from_huggingface=%s" % made, "--output_dir=%s" % bundle)
+  init = str(bundle / "bert_model.ckpt")
+  weights = ckpt.read_tensors(init, ckpt.checkpoint_shapes(init))
+  # Pretraining from it: one update at learning rate 0 (warm-up 1) leaves every weight as imported.
+  out = tmp_path / "pretraining"
+  flags = dict(bert_config_file=bundle / "bert_config.json", input_files_dir=root / "train",
+               output_dir=out, init_checkpoint=init, max_seq_length=SEQ,
+               max_predictions_per_seq=PRED, train_batch_size=4, learning_rate=1e-2,
+               num_warmup_steps=1, num_train_steps=1, do_train=True)
+  # Fine-tuning from it (at the same time): run_classifier.py initialises every encoder and
+  # pooler variable.
+  data_dir = tmp_path / "mrpc"
+  finetuning_data.write_glue(str(data_dir), "mrpc", finetuning_data.rng(2), n_train=8, n_dev=4)
+  _, stderr = run_together([
+      [SCRIPT] + ["--%s=%s" % item for item in flags.items()],
+      ["run_classifier.py", "--task_name=mrpc", "--data_dir=%s" % data_dir,
+       "--vocab_file=%s" % (bundle / "vocab.txt"),
+       "--bert_config_file=%s" % (bundle / "bert_config.json"),
+       "--init_checkpoint=%s" % init, "--output_dir=%s" % (tmp_path / "classifier"),
+       "--max_seq_length=%d" % SEQ, "--train_batch_size=4", "--num_train_epochs=1",
+       "--do_train", "--verbose", "--verbose_logging"]])
+  after = ckpt.read_tensors(tf.train.latest_checkpoint(str(out)), list(weights))
+  assert len(weights) == 46
+  for name, value in weights.items():
+    assert after[name].tobytes() == value.tobytes(), name
+  initialised = {re.search(r"name = (\S+):0", line).group(1)
+                 for line in stderr.splitlines() if "*INIT_FROM_CKPT*" in line}
+  assert initialised == {name for name in weights if name.startswith("bert/")}, stderr[-3000:]
 
 
 # ---------------------------------------------------------------------------------------------
