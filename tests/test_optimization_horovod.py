@@ -29,10 +29,19 @@ TOLERANCES = {"fp32": dict(rtol=1e-5, atol=1e-6), "bf16": dict(rtol=2.0 ** -8, a
 VARIABLES = ["emb/table", "dense/kernel", "dense/bias"]
 
 
-def _run(args, timeout):
-  proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
-  assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-  return proc
+def _run_together(commands, timeout):
+  """Runs the commands at once (the one-process reference beside the Horovod job); each must
+  exit 0."""
+  procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO_ROOT) for args in commands]
+  try:
+    for proc in procs:
+      out, err = proc.communicate(timeout=timeout)
+      assert proc.returncode == 0, out[-4000:] + err[-4000:]
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
 
 
 # "resource": graph mode as elsewhere; "ref": TF1 behaviour (ref variables, v1 control flow).
@@ -40,9 +49,10 @@ def _run(args, timeout):
 def results(tmp_path_factory, request):
   out = tmp_path_factory.mktemp("optimizer_horovod_" + request.param)
   tf1 = ["--tf1"] if request.param == "ref" else []
-  _run([sys.executable, WORKER, "--out", str(out), "--global_workers", "2"] + tf1, timeout=300)
-  _run([HOROVODRUN, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, WORKER,
-        "--out", str(out), "--horovod"] + tf1, timeout=300)
+  _run_together([
+      [sys.executable, WORKER, "--out", str(out), "--global_workers", "2"] + tf1,
+      [HOROVODRUN, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, WORKER,
+       "--out", str(out), "--horovod"] + tf1], timeout=300)
   loaded = {name: dict(np.load(out / (name + ".npz"))) for name in ("single", "rank0", "rank1")}
   for name, values in loaded.items():
     for config in CONFIGS:

@@ -182,34 +182,42 @@ def test_sigterm_to_the_supervisor_goes_to_the_job_and_ends_supervision(tmp_path
   assert counter.read_text().split() == ["x"]
 
 
-@pytest.mark.parametrize("launcher", ["horovodrun", "mpirun"])
 def test_sigterm_to_the_supervisor_stops_the_job_gracefully_under_either_launcher(
-    data, tmp_path, launcher):  # noqa: F811
+    data, tmp_path):  # noqa: F811
   # Signalled themselves, horovodrun and mpirun SIGKILL the workers 5 s and 1 s after passing
   # SIGTERM on; the supervisor signals the workers instead, which stop at one update and save it.
-  launch = (job._horovodrun(2) if launcher == "horovodrun"  # pylint: disable=protected-access
-            else job._mpirun(2))  # pylint: disable=protected-access
-  out = tmp_path / "out"
-  cmd = det.command(data, str(out), launch, num_train_steps=100000, save_checkpoints_steps=1000,
-                    horovod=True)
-  _, output, proc = det.start(supervised(cmd, "--max_restarts=3"), tmp_path / "supervise.out")
+  # A 2-worker job under each launcher, both at once.
+  runs = {}
+  # (mpirun yields while it waits: with 4 workers on the cores a polling rank starves the others.)
+  for launcher, launch in (("horovodrun", det.LAUNCHERS["gloo"]()),
+                           ("mpirun", det.LAUNCHERS["mpirun"]())):
+    out = tmp_path / launcher
+    cmd = det.command(data, str(out), launch, num_train_steps=100000,
+                      save_checkpoints_steps=1000, horovod=True)
+    runs[launcher] = (out, det.start(supervised(cmd, "--max_restarts=3"),
+                                     tmp_path / (launcher + ".out")))
+  codes = {}
   try:
-    det._wait_for_step(out / "bert_dllog.json", proc, 2)  # pylint: disable=protected-access
-    proc.send_signal(signal.SIGTERM)
-    code = proc.wait(timeout=300)
+    for launcher, (out, (_, _, proc)) in runs.items():
+      det._wait_for_step(out / "bert_dllog.json", proc, 2)  # pylint: disable=protected-access
+      proc.send_signal(signal.SIGTERM)
+    for launcher, (_, (_, _, proc)) in runs.items():
+      codes[launcher] = proc.wait(timeout=300)
   finally:
-    helpers.kill_session(proc)
-  text = output.read_text()
-  assert code == errors.STOP_EXIT_CODE, text[-6000:]
-  lines = [(name, int(step)) for name, step in re.findall(
-      r"run_pretraining.py: stopped by (SIG\w+) at update (\d+); checkpoint written", text)]
-  assert lines and all(line == ("SIGTERM", lines[0][1]) for line in lines), text[-6000:]
-  update = lines[0][1]
-  assert update >= 2
-  assert stop.checkpoint_steps(out) == [update]  # rank 0's, of the update they agreed on
-  assert job.checkpoint_values(out)["micro_step"] == update * det.ACCUMULATION
-  assert "supervise.py: launch 2:" not in text
-  assert "status 75 (stopped, checkpoint written; run the same command to resume)" in text
+    for _, (_, (_, _, proc)) in runs.items():
+      helpers.kill_session(proc)
+  for launcher, (out, (_, output, _)) in runs.items():
+    text = output.read_text()
+    assert codes[launcher] == errors.STOP_EXIT_CODE, (launcher, text[-6000:])
+    lines = [(name, int(step)) for name, step in re.findall(
+        r"run_pretraining.py: stopped by (SIG\w+) at update (\d+); checkpoint written", text)]
+    assert lines and all(line == ("SIGTERM", lines[0][1]) for line in lines), text[-6000:]
+    update = lines[0][1]
+    assert update >= 2, launcher
+    assert stop.checkpoint_steps(out) == [update], launcher  # rank 0's, of the agreed update
+    assert job.checkpoint_values(out)["micro_step"] == update * det.ACCUMULATION
+    assert "supervise.py: launch 2:" not in text
+    assert "status 75 (stopped, checkpoint written; run the same command to resume)" in text
 
 
 def test_processes_a_killed_launcher_leaves_behind_are_ended(tmp_path):
