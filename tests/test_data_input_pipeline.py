@@ -19,13 +19,15 @@ import run_pretraining
 import tokenization
 from tests import test_create_pretraining_data as data_tests
 from utils.core import errors
+from utils.data import input_pipeline
+from utils.data import records
 
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ = 8
 PRED = 3
 
-# The original release's parsing spec (its run_pretraining.input_fn_builder), written out here.
+# The original release's parsing spec (its input_pipeline.input_fn_builder), written out here.
 ORIGINAL_SPEC = {
     "input_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
     "input_mask": tf.io.FixedLenFeature([SEQ], tf.int64),
@@ -99,7 +101,7 @@ def record_numbers(batches):
 
 def test_eval_reads_every_record_in_order_with_spec_dtypes(tmp_path):
   files = write_files(tmp_path, [5, 7, 3])
-  input_fn = run_pretraining.input_fn_builder(files, batch_size=4, max_seq_length=SEQ,
+  input_fn = input_pipeline.input_fn_builder(files, batch_size=4, max_seq_length=SEQ,
                                               max_predictions_per_seq=PRED, is_training=False)
   batches, structure = run_dataset(input_fn)
   assert record_numbers(batches) == list(range(15))
@@ -120,7 +122,7 @@ def test_eval_reads_every_record_in_order_with_spec_dtypes(tmp_path):
 
 def test_training_batches_have_static_shapes_and_repeat(tmp_path):
   files = write_files(tmp_path, [5, 7, 3])
-  input_fn = run_pretraining.input_fn_builder(files, batch_size=4, max_seq_length=SEQ,
+  input_fn = input_pipeline.input_fn_builder(files, batch_size=4, max_seq_length=SEQ,
                                               max_predictions_per_seq=PRED, is_training=True,
                                               num_cpu_threads=2)
   batches, structure = run_dataset(input_fn, max_batches=12)
@@ -140,7 +142,7 @@ def test_training_batches_have_static_shapes_and_repeat(tmp_path):
 
 def test_deterministic_mode_is_reproducible(tmp_path):
   files = write_files(tmp_path, [9, 9, 9, 9])
-  build = lambda seed: run_pretraining.input_fn_builder(  # noqa: E731
+  build = lambda seed: input_pipeline.input_fn_builder(  # noqa: E731
       files, batch_size=5, max_seq_length=SEQ, max_predictions_per_seq=PRED, is_training=True,
       deterministic=True, seed=seed)
   first = record_numbers(run_dataset(build(3), max_batches=10)[0])
@@ -154,7 +156,7 @@ def _shards(files, num_workers, is_training, batches_per_worker=None):
   """Record numbers read by each worker."""
   out = []
   for worker in range(num_workers):
-    input_fn = run_pretraining.input_fn_builder(
+    input_fn = input_pipeline.input_fn_builder(
         files, batch_size=2, max_seq_length=SEQ, max_predictions_per_seq=PRED,
         is_training=is_training, num_workers=num_workers, worker_index=worker,
         deterministic=is_training, seed=1)
@@ -206,7 +208,7 @@ def test_training_reads_every_record_once_per_epoch(tmp_path, sizes, num_workers
     shard = shards[worker]
     per_file = np.bincount([_file_of(n, sizes) for n in shard], minlength=len(sizes))
     for seed in (0, 1, 2):
-      input_fn = run_pretraining.input_fn_builder(
+      input_fn = input_pipeline.input_fn_builder(
           files, batch_size=1, max_seq_length=SEQ, max_predictions_per_seq=PRED,
           is_training=True, num_cpu_threads=2, num_workers=num_workers, worker_index=worker,
           deterministic=deterministic, seed=seed, shuffle_buffer_size=4)
@@ -225,19 +227,19 @@ def test_resolve_input_files_globs_and_directories(tmp_path):
   for name in ("a/x-2.tfrecord", "a/x-1.tfrecord", "b/y.tfrecord", "b/.hidden"):
     (tmp_path / name).write_bytes(b"")
   (tmp_path / "b" / "sub").mkdir()
-  files = run_pretraining.resolve_input_files(str(tmp_path / "a" / "x-*.tfrecord"),
+  files = input_pipeline.resolve_input_files(str(tmp_path / "a" / "x-*.tfrecord"),
                                               input_files_dir=str(tmp_path / "b"))
   assert files == [str(tmp_path / "a" / "x-1.tfrecord"), str(tmp_path / "a" / "x-2.tfrecord"),
                    str(tmp_path / "b" / "y.tfrecord")]
   with pytest.raises(ValueError, match=r"--input_file=.*none-\*.tfrecord, "
                                        r"--input_files_dir=.*empty"):
-    run_pretraining.resolve_input_files(str(tmp_path / "none-*.tfrecord"),
+    input_pipeline.resolve_input_files(str(tmp_path / "none-*.tfrecord"),
                                         input_files_dir=str(tmp_path / "empty"))
 
 
 def test_preflight_accepts_good_files(tmp_path):
   files = write_files(tmp_path, [2, 3])
-  run_pretraining.check_input_files(files, SEQ, PRED, vocab_size=50)
+  records.check_input_files(files, SEQ, PRED, vocab_size=50)
 
 
 @pytest.mark.parametrize("case, message", [
@@ -275,7 +277,7 @@ def test_preflight_errors_name_the_file(tmp_path, case, message):
     elif case != "empty":
       writer.write(make_example(values).SerializeToString())
   with pytest.raises(ValueError, match=message) as raised:
-    run_pretraining.check_input_files([good, str(bad)], SEQ, PRED, vocab_size=50)
+    records.check_input_files([good, str(bad)], SEQ, PRED, vocab_size=50)
   assert str(bad) in str(raised.value)
 
 
@@ -285,29 +287,29 @@ def test_corrupt_record_is_named(tmp_path):
   record_length = len(data) // 6
   data[2 * record_length + 20] ^= 0xFF  # inside record 2 of the second file
   open(files[1], "wb").write(bytes(data))
-  input_fn = run_pretraining.input_fn_builder(files, batch_size=2, max_seq_length=SEQ,
+  input_fn = input_pipeline.input_fn_builder(files, batch_size=2, max_seq_length=SEQ,
                                               max_predictions_per_seq=PRED, is_training=False)
   with pytest.raises(tf.errors.DataLossError) as raised:
     run_dataset(input_fn)
   # TF names the byte offset only; name_bad_input finds the file and the record.
   assert files[1] not in raised.value.message
-  named = run_pretraining.name_bad_input(raised.value, files)
+  named = records.name_bad_input(raised.value, files)
   assert isinstance(named, errors.UsageError) and named.__cause__ is raised.value
   assert "%s: record 2" % files[1] in str(named) and "corrupted record" in str(named)
-  assert run_pretraining.find_bad_record([files[0], files[2]]) is None
+  assert records.find_bad_record([files[0], files[2]]) is None
   # A truncated file is found too.
   truncated = tmp_path / "truncated.tfrecord"
   truncated.write_bytes(open(files[0], "rb").read()[:-7])
-  assert run_pretraining.find_bad_record([files[0], str(truncated)]).startswith(
+  assert records.find_bad_record([files[0], str(truncated)]).startswith(
       "%s: record 3" % truncated)
   # So is a file that ends inside a record's 12-byte header (too short to be read as a record).
   cut_header = tmp_path / "cut_header.tfrecord"
   cut_header.write_bytes(open(files[0], "rb").read() + b"\x05\x00\x00")
-  problem = run_pretraining.find_bad_record([str(cut_header)])
+  problem = records.find_bad_record([str(cut_header)])
   assert problem.startswith("%s: record 4" % cut_header) and "truncated" in problem, problem
   # With the lengths given, records that do not fit the model are found as well.
   wrong = write_records(tmp_path / "wrong.tfrecord", [0, 1], seq=SEQ + 1)
-  assert "record 0" in run_pretraining.find_bad_record([wrong], SEQ, PRED)
+  assert "record 0" in records.find_bad_record([wrong], SEQ, PRED)
 
 
 def _read_with_protobuf(path):
@@ -331,9 +333,9 @@ def test_records_of_the_original_generator_read_identically(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   expected = _read_with_protobuf(output)
   assert len(expected["input_ids"]) > 50
-  run_pretraining.check_input_files([output], data_tests.MAX_SEQ_LENGTH,
+  records.check_input_files([output], data_tests.MAX_SEQ_LENGTH,
                                     data_tests.MAX_PREDICTIONS, vocab_size=300)
-  input_fn = run_pretraining.input_fn_builder(
+  input_fn = input_pipeline.input_fn_builder(
       [output], batch_size=16, max_seq_length=data_tests.MAX_SEQ_LENGTH,
       max_predictions_per_seq=data_tests.MAX_PREDICTIONS, is_training=False)
   batches, _ = run_dataset(input_fn)
@@ -373,9 +375,17 @@ def test_directory_flags_also_take_file_patterns(tmp_path):
   directory.mkdir()
   for name in ("train-0.tfrecord", "train-1.tfrecord", "eval-0.tfrecord"):
     write_records(directory / name, [0])
-  files = run_pretraining.resolve_input_files(
+  files = input_pipeline.resolve_input_files(
       input_files_dir=str(directory / "eval-*.tfrecord"), dir_flag="eval_files_dir")
   assert files == [str(directory / "eval-0.tfrecord")]
   with pytest.raises(ValueError, match=r"--eval_files_dir=.*nothing-\*"):
-    run_pretraining.resolve_input_files(input_files_dir=str(directory / "nothing-*"),
+    input_pipeline.resolve_input_files(input_files_dir=str(directory / "nothing-*"),
                                         dir_flag="eval_files_dir")
+
+
+def test_run_pretraining_re_exports_the_pipeline_under_the_release_names():
+  # The release's interface (`run_pretraining.input_fn_builder`, ...) is these functions.
+  assert run_pretraining.input_fn_builder is input_pipeline.input_fn_builder
+  assert run_pretraining.resolve_input_files is input_pipeline.resolve_input_files
+  for name in ("check_input_files", "find_bad_record", "name_bad_input"):
+    assert getattr(run_pretraining, name) is getattr(records, name), name
