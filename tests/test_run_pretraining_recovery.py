@@ -11,6 +11,7 @@ import math
 import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -22,6 +23,8 @@ from tests.test_run_pretraining import _horovodrun
 from tests.test_run_pretraining import common_flags
 from tests.test_run_pretraining import data  # noqa: F401  (the module's data fixture)
 from tests.test_run_pretraining import read_dllog
+from tests.test_run_pretraining import REPO_ROOT
+from tests.test_run_pretraining import SCRIPT
 from tests.test_run_pretraining import run_job
 
 SEQ, PRED = 32, 5
@@ -203,38 +206,63 @@ def _largest_weight(prefix):
   return max(float(np.max(np.abs(v))) for name, v in values.items() if name.startswith("bert/"))
 
 
+def _run_jobs_together(argument_lists, timeout=300):
+  """Runs run_pretraining.py with each argument list at once; returns the CompletedProcess-like
+  (returncode, stderr) of each, in order."""
+  procs = [subprocess.Popen([sys.executable, SCRIPT] + args, cwd=REPO_ROOT, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+           for args in argument_lists]
+  results = []
+  try:
+    for proc in procs:
+      _, err = proc.communicate(timeout=timeout)
+      results.append((proc.returncode, err))
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+  return results
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("precision", [{"manual_fp16": True}, {}], ids=["fp16", "fp32"])
-def test_divergence_names_the_checkpoint_before_it_and_the_advice_works(data, tmp_path,
-                                                                       precision):
-  out = tmp_path / "out"
-  # Warm-up 1: the first update has learning rate 0, the second blows the weights up.
-  diverged = run_job(common_flags(data, out, do_train=True, num_train_steps=6,
-                                  save_checkpoints_steps=1, learning_rate=1e6, **precision),
-                     check=False, timeout=300)
-  assert diverged.returncode == 1, diverged.stderr[-4000:]
-  lines = _error_lines(diverged.stderr)
-  assert len(lines) == 1 and "Traceback" not in diverged.stderr
-  flag = re.search(r"run the same command with (--resume_from_step=(\d+))", lines[0])
-  assert flag, lines[0]
-  step = int(flag.group(2))
-  named = str(out / ("model.ckpt-%d" % step))
-  assert "resume from %s" % named in lines[0]
-  # The named checkpoint holds sane weights, every newer one blown-up weights.
-  assert _largest_weight(named) < 10
-  newer = [p for p in tf.train.get_checkpoint_state(str(out)).all_model_checkpoint_paths
-           if int(p.rsplit("-", 1)[1]) > step]
-  assert newer and all(_largest_weight(p) > 1e3 for p in newer)
+def test_divergence_names_the_checkpoint_before_it_and_the_advice_works(data, tmp_path):
+  # fp16 and fp32 side by side. Warm-up 1: the first update has learning rate 0, the second
+  # blows the weights up.
+  precisions = {"fp16": {"manual_fp16": True}, "fp32": {}}
+  outs = {name: tmp_path / name for name in precisions}
+  diverged = dict(zip(precisions, _run_jobs_together([
+      common_flags(data, outs[name], do_train=True, num_train_steps=6, save_checkpoints_steps=1,
+                   learning_rate=1e6, **flags) for name, flags in precisions.items()])))
+  advice = {}
+  for name, (code, stderr) in diverged.items():
+    out = outs[name]
+    assert code == 1, (name, stderr[-4000:])
+    lines = _error_lines(stderr)
+    assert len(lines) == 1 and "Traceback" not in stderr, name
+    flag = re.search(r"run the same command with (--resume_from_step=(\d+))", lines[0])
+    assert flag, (name, lines[0])
+    step = int(flag.group(2))
+    named = str(out / ("model.ckpt-%d" % step))
+    assert "resume from %s" % named in lines[0]
+    # The named checkpoint holds sane weights, every newer one blown-up weights.
+    assert _largest_weight(named) < 10, name
+    newer = [p for p in tf.train.get_checkpoint_state(str(out)).all_model_checkpoint_paths
+             if int(p.rsplit("-", 1)[1]) > step]
+    assert newer and all(_largest_weight(p) > 1e3 for p in newer), name
+    advice[name] = (flag.group(1), step)
 
   # The advice as printed, with a sane learning rate.
-  followed = run_job(common_flags(data, out, do_train=True, num_train_steps=6,
-                                  save_checkpoints_steps=1, learning_rate=1e-3, **precision)
-                     + [flag.group(1)], timeout=300)
-  assert "Traceback" not in followed.stderr
-  log = read_dllog(out / "bert_dllog.json")
-  restart = max(i for i, line in enumerate(log) if line["step"] == "RESTART")
-  assert log[restart]["data"] == {"resumed_from_step": step}
-  after = [line for line in log[restart:] if isinstance(line["step"], int)]
-  assert [line["step"] for line in after] == list(range(step + 1, 7))
-  assert all(math.isfinite(line["data"]["total_loss"]) for line in after)
-  assert _largest_weight(tf.train.latest_checkpoint(str(out))) < 10
+  followed = dict(zip(precisions, _run_jobs_together([
+      common_flags(data, outs[name], do_train=True, num_train_steps=6, save_checkpoints_steps=1,
+                   learning_rate=1e-3, **flags) + [advice[name][0]]
+      for name, flags in precisions.items()])))
+  for name, (code, stderr) in followed.items():
+    out, step = outs[name], advice[name][1]
+    assert code == 0 and "Traceback" not in stderr, (name, stderr[-4000:])
+    log = read_dllog(out / "bert_dllog.json")
+    restart = max(i for i, line in enumerate(log) if line["step"] == "RESTART")
+    assert log[restart]["data"] == {"resumed_from_step": step}
+    after = [line for line in log[restart:] if isinstance(line["step"], int)]
+    assert [line["step"] for line in after] == list(range(step + 1, 7))
+    assert all(math.isfinite(line["data"]["total_loss"]) for line in after)
+    assert _largest_weight(tf.train.latest_checkpoint(str(out))) < 10
