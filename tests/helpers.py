@@ -222,6 +222,29 @@ SCALAR_LOG_KEYS = {"learning_rate": "learning_rate", "total_loss": "total_loss",
                    "loss_scale": "loss_scaler", "skipped_updates": "skipped_updates"}
 
 
+def run_side_by_side(commands, timeout=300):
+  """Runs the commands (argument lists) at once from the repository root: end-to-end runs are
+  mostly start-up, so two cores take two at the same time.
+
+  Returns:
+    [(returncode, stdout, stderr)] in the order of `commands`. What is still running when one
+    times out is killed.
+  """
+  procs = [subprocess.Popen(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO_ROOT) for args in commands]
+  results = []
+  try:
+    for proc in procs:
+      out, err = proc.communicate(timeout=timeout)
+      results.append((proc.returncode, out, err))
+    return results
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def kill_session(proc, timeout=60):
   """SIGKILLs the session of `proc` (a Popen started with start_new_session=True: the process and
   what it started) if `proc` still runs, and reaps it; test clean-up."""

@@ -167,21 +167,13 @@ def train_two_updates_command(root, name, **overrides):
 
 
 def run_together(commands, timeout=300):
-  """Runs python commands at once; each must exit 0. Returns their stderr, in order."""
-  procs = [subprocess.Popen([sys.executable] + list(args), cwd=REPO_ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE) for args in commands]
-  errs = []
-  try:
-    for args, proc in zip(commands, procs):
-      out, err = proc.communicate(timeout=timeout)
-      assert proc.returncode == 0, "exit %d: %s\n%s\n%s" % (proc.returncode, args[:3],
-                                                              out[-3000:], err[-5000:])
-      errs.append(err)
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
-  return errs
+  """Runs python commands at once (`helpers.run_side_by_side`); each must exit 0. Returns their
+  stderr, in order."""
+  results = helpers.run_side_by_side([[sys.executable] + list(args) for args in commands],
+                                     timeout)
+  for args, (code, out, err) in zip(commands, results):
+    assert code == 0, "exit %d: %s\n%s\n%s" % (code, args[:3], out[-3000:], err[-5000:])
+  return [err for _, _, err in results]
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +231,18 @@ def transformers_outputs(model_dir, features, tmp_path):
   return dict(np.load(tmp_path / "out.npz")), info
 
 
+def assert_transformers_gives_our_outputs(model_dir, source, tmp_path, seed=1):
+  """transformers loads `model_dir` with every weight (none missing, unexpected or mismatched)
+  and gives our graph's outputs from `source`'s checkpoint on the same batch."""
+  features = batch(seed=seed)
+  theirs, info = transformers_outputs(model_dir, features, tmp_path)
+  assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
+                  "error_msgs": []}, info
+  ours = our_outputs(modeling.BertConfig.from_json_file(source["config"]),
+                     source["checkpoint"], features)
+  assert_outputs_close(ours, theirs)
+
+
 def assert_outputs_close(ours, theirs):
   for key in ("sequence_output", "pooled_output", "mlm_logits", "nsp_logits"):
     assert ours[key].shape == theirs[key].shape, key
@@ -255,13 +259,7 @@ def test_transformers_loads_the_export_with_every_weight_and_gives_our_outputs(
   assert sorted(os.listdir(hf_dir)) == sorted([
       "config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json",
       "special_tokens_map.json"])
-  features = batch()
-  theirs, info = transformers_outputs(hf_dir, features, tmp_path)
-  assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
-                  "error_msgs": []}, info
-  ours = our_outputs(modeling.BertConfig.from_json_file(trained["config"]),
-                     trained["checkpoint"], features)
-  assert_outputs_close(ours, theirs)
+  assert_transformers_gives_our_outputs(hf_dir, trained, tmp_path)
 
 
 def test_export_config_and_tensors(trained, hf_dir):
@@ -394,13 +392,7 @@ def test_every_kind_of_checkpoint_exports_to_what_transformers_loads(
                         "--bert_config_file=%s" % source["config"],
                         "--vocab_file=%s" % corpus["vocab"][False], "--output_dir=%s" % out)
   assert "exported 46 tensors" in proc.stdout
-  features = batch(seed=5)
-  theirs, info = transformers_outputs(out, features, tmp_path)
-  assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [],
-                  "error_msgs": []}, info
-  ours = our_outputs(modeling.BertConfig.from_json_file(source["config"]),
-                     source["checkpoint"], features)
-  assert_outputs_close(ours, theirs)
+  assert_transformers_gives_our_outputs(out, source, tmp_path, seed=5)
 
 
 def test_a_release_format_bundle_exports_to_the_same_tensors(trained, hf_dir, corpus, tmp_path):

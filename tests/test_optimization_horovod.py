@@ -7,11 +7,12 @@ under TF1 behaviour (ref variables).
 """
 
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from tests import helpers
 
 pytestmark = pytest.mark.e2e
 
@@ -32,16 +33,8 @@ VARIABLES = ["emb/table", "dense/kernel", "dense/bias"]
 def _run_together(commands, timeout):
   """Runs the commands at once (the one-process reference beside the Horovod job); each must
   exit 0."""
-  procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=REPO_ROOT) for args in commands]
-  try:
-    for proc in procs:
-      out, err = proc.communicate(timeout=timeout)
-      assert proc.returncode == 0, out[-4000:] + err[-4000:]
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
+  for code, out, err in helpers.run_side_by_side(commands, timeout):
+    assert code == 0, out[-4000:] + err[-4000:]
 
 
 # "resource": graph mode as elsewhere; "ref": TF1 behaviour (ref variables, v1 control flow).

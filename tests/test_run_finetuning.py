@@ -35,23 +35,10 @@ SQUAD = dict(max_seq_length=SEQ, doc_stride=16, max_query_length=12, n_best_size
 
 
 def run_side_by_side(commands, timeout=300):
-  """Runs python commands (argument lists) at once from the repository root: mostly start-up, so
-  two cores take two at the same time. Returns [(returncode, stderr)] in order; kills what is left
-  running when one times out."""
-  procs = [subprocess.Popen([sys.executable] + list(args), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
-           for args in commands]
-  results = []
-  try:
-    for proc in procs:
-      _, stderr = proc.communicate(timeout=timeout)
-      results.append((proc.returncode, stderr))
-    return results
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+  """Runs python commands (argument lists) at once (`helpers.run_side_by_side`); returns
+  [(returncode, stderr)] in order."""
+  return [(code, err) for code, _, err in helpers.run_side_by_side(
+      [[sys.executable] + list(args) for args in commands], timeout)]
 
 
 def run(args, timeout=300, launcher=()):

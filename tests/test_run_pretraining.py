@@ -240,19 +240,10 @@ def test_resume_restores_weights_slots_and_step(data, tmp_path):
 
 def _precision_runs_side_by_side(runs, timeout=300):
   """Runs run_pretraining.py argument lists at once; returns their stderr, in order."""
-  procs = [subprocess.Popen([sys.executable, SCRIPT] + args, cwd=REPO_ROOT, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for args in runs]
-  outputs = []
-  try:
-    for args, proc in zip(runs, procs):
-      _, err = proc.communicate(timeout=timeout)
-      assert proc.returncode == 0, "exit %d: %s\n%s" % (proc.returncode, args, err[-5000:])
-      outputs.append(err)
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
-  return outputs
+  results = helpers.run_side_by_side([[sys.executable, SCRIPT] + args for args in runs], timeout)
+  for args, (code, _, err) in zip(runs, results):
+    assert code == 0, "exit %d: %s\n%s" % (code, args, err[-5000:])
+  return [err for _, _, err in results]
 
 
 def _bf16_warnings(stderr):

@@ -23,7 +23,6 @@ from tests.test_run_pretraining import _horovodrun
 from tests.test_run_pretraining import common_flags
 from tests.test_run_pretraining import data  # noqa: F401  (the module's data fixture)
 from tests.test_run_pretraining import read_dllog
-from tests.test_run_pretraining import REPO_ROOT
 from tests.test_run_pretraining import SCRIPT
 from tests.test_run_pretraining import run_job
 
@@ -207,21 +206,10 @@ def _largest_weight(prefix):
 
 
 def _run_jobs_together(argument_lists, timeout=300):
-  """Runs run_pretraining.py with each argument list at once; returns the CompletedProcess-like
-  (returncode, stderr) of each, in order."""
-  procs = [subprocess.Popen([sys.executable, SCRIPT] + args, cwd=REPO_ROOT, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-           for args in argument_lists]
-  results = []
-  try:
-    for proc in procs:
-      _, err = proc.communicate(timeout=timeout)
-      results.append((proc.returncode, err))
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
-  return results
+  """Runs run_pretraining.py with each argument list at once; returns (returncode, stderr) of
+  each, in order."""
+  return [(code, err) for code, _, err in helpers.run_side_by_side(
+      [[sys.executable, SCRIPT] + args for args in argument_lists], timeout)]
 
 
 @pytest.mark.e2e
