@@ -141,7 +141,8 @@ def squad_logits(bert_config, checkpoint, features):
       return session.run([start, end])
 
 
-def test_squad_saved_model_gives_the_models_and_the_estimators_start_and_end_logits(files, tmp_path):
+def test_squad_saved_model_gives_the_models_and_the_estimators_start_and_end_logits(files,
+                                                                                  tmp_path):
   out, export = tmp_path / "out", tmp_path / "serving"
   run(["run_squad.py"] + flag_list(dict(
       SQUAD, vocab_file=files["vocab"], bert_config_file=files["config"],

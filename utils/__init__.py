@@ -24,8 +24,8 @@ entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `t
 `training/lifecycle.script_main`, which is each script's `main`: it parses them and passes the
 parsed values down as an argument (`f`) to the lifecycle's steps and fine-tuning's `task.py`, the
 two places that serve the scripts' shared flags; everything below them takes plain values
-(`training/flags.py` and `finetuning/flags.py` define the shared flags, and read none). Horovod is imported by `runtime/hvd_utils.py` only, and is optional
-everywhere. docs/DESIGN.md section 2 describes the layout.
+(`training/flags.py` and `finetuning/flags.py` define the shared flags, and read none). Horovod is
+imported by `runtime/hvd_utils.py` only, and is optional everywhere. docs/DESIGN.md section 2 describes the layout.
 """
 
 # The layers, lowest first: each a tuple of (package, its modules or packages); packages of one

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import re
+import statistics
 
 from absl import logging
 import numpy as np
@@ -393,8 +394,8 @@ class CheckpointHealthHook(tf.estimator.SessionRunHook):
   whose loss exploded (over `LOSS_EXPLOSION_FACTOR` x the median of the last `LOSS_HISTORY` sane
   ones, or 1) or an update skipped as non-finite starts (or continues) a streak of bad values:
   `bad_step` is the global step at its start (the weights that produced it); an applied update
-  with finite values that did not explode ends it. After `SKIP_LIMIT_FP32` (fp32) or `SKIP_LIMIT_LOSS_SCALED` consecutive skipped updates it
-  raises `UpdatesSkippedError`.
+  with finite values that did not explode ends it. After `SKIP_LIMIT_FP32` (fp32) or
+  `SKIP_LIMIT_LOSS_SCALED` consecutive skipped updates it raises `UpdatesSkippedError`.
 
   Through `listener`, the saver's CheckpointSaverListener (the saving worker only), it appends
   {step, loss, global_norm, finite, exploded, time} of the update that produced each checkpoint
@@ -507,10 +508,7 @@ class CheckpointHealthHook(tf.estimator.SessionRunHook):
     (at least 1); never before a first sane update."""
     if not self._recent_losses:
       return False
-    recent = sorted(self._recent_losses)
-    middle = len(recent) // 2
-    median = recent[middle] if len(recent) % 2 else (recent[middle - 1] + recent[middle]) / 2
-    return loss > LOSS_EXPLOSION_FACTOR * max(median, 1.0)
+    return loss > LOSS_EXPLOSION_FACTOR * max(statistics.median(self._recent_losses), 1.0)
 
   def after_save(self, session, global_step_value):
     """Appends the record of the checkpoint just saved (the saving worker)."""
