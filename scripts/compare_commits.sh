@@ -60,31 +60,28 @@ for name in before after; do
 done
 cd "$here"
 TF_CPP_MIN_LOG_LEVEL=2 "$py" - "$work" <<'EOF'
-import json, os, sys
+import os, sys
 import tensorflow as tf
+from utils.checkpoints import contents
+from utils.runlog import golden
 work = sys.argv[1]
-
-def losses(directory):
-  path = os.path.join(directory, "bert_dllog.json")
-  if not os.path.exists(path):
-    return []
-  records = [json.loads(line[5:]) for line in open(path) if line.startswith("DLLL ")]
-  return [(r["step"], r["data"]["total_loss"]) for r in records
-          if isinstance(r["step"], int) and "total_loss" in r["data"]]
 
 same = True
 for job in ("one", "two", "squad"):
   a, b = (os.path.join(work, "out-" + name, job) for name in ("before", "after"))
   ca, cb = tf.train.latest_checkpoint(a), tf.train.latest_checkpoint(b)
-  names_a, names_b = dict(tf.train.list_variables(ca)), dict(tf.train.list_variables(cb))
-  differing = [n for n in sorted(set(names_a) & set(names_b))
-               if tf.train.load_variable(ca, n).tobytes() != tf.train.load_variable(cb, n).tobytes()]
-  equal_losses = losses(a) == losses(b)
-  ok = names_a.keys() == names_b.keys() and not differing and equal_losses
+  shapes_a, shapes_b = contents.checkpoint_shapes(ca), contents.checkpoint_shapes(cb)
+  values_a, values_b = contents.read_tensors(ca, shapes_a), contents.read_tensors(cb, shapes_b)
+  differing = [n for n in sorted(set(values_a) & set(values_b))
+               if values_a[n].tobytes() != values_b[n].tobytes()]
+  # The golden-loss tool's comparison (docs/REGRESSION.md), tolerance 0: every tracked value.
+  entries_a, entries_b = (golden.log_entries(os.path.join(d, "bert_dllog.json")) for d in (a, b))
+  log_differences = golden.differences(entries_a, entries_b, tolerance=0)
+  ok = shapes_a == shapes_b and not differing and not log_differences
   same = same and ok
-  print("%s %s: %s / %s, %d variables, %d differ%s; %d logged losses, %s" % (
+  print("%s %s: %s / %s, %d variables, %d differ%s; %d logged steps, %d differences" % (
       "same" if ok else "DIFFERENT", job, os.path.basename(ca), os.path.basename(cb),
-      len(names_a), len(differing), (" (%s)" % ", ".join(differing[:5])) if differing else "",
-      len(losses(a)), "equal" if equal_losses else "different"))
+      len(shapes_a), len(differing), (" (%s)" % ", ".join(differing[:5])) if differing else "",
+      len(entries_a), len(log_differences)))
 sys.exit(0 if same else 1)
 EOF
