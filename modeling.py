@@ -5,9 +5,12 @@ code written against it works unchanged and the released checkpoints load and re
 outputs. On top of it, `BertModel(..., compute_type=tf.float16)` builds the same graph in half
 precision: variables stay fp32 (see `gpu_environment.py`), the encoder's matmuls run in fp16, layer
 norms use the fused kernel (`fused_layer_norm.py`) and the GELU is evaluated in fp32.
-`compute_type=tf.bfloat16` builds it in bf16 the same way, with the layer norms (statistics and
-all, the original formula) and the attention softmax evaluated in fp32 as well: bf16 keeps 8 bits
-of mantissa, too few for a mean over the hidden width or a sum of exponentials (docs/PRECISION.md).
+`compute_type=tf.bfloat16` runs only the encoder's matrix products in bf16 (each with its bias
+add; the query/key/value projections and the two attention products stay in bf16 between them)
+and keeps the activations, and every element-wise op on them (dropout, residual sums, layer norm,
+the attention softmax, GELU), in fp32: bf16 keeps 8 bits of mantissa, too few for a mean over the
+hidden width or a sum of exponentials, and on CPUs only the products gain from bf16 units
+(`activation_and_matmul_types`, docs/PRECISION.md).
 """
 
 import collections
@@ -218,7 +221,7 @@ class BertModel(object):
         instead of a gather.
       scope: variable scope; default "bert".
       compute_type: tf.float32, or tf.float16 / tf.bfloat16 for reduced precision (variables stay
-        fp32).
+        fp32; see `activation_and_matmul_types` for what each computes in).
       dropout_key: optional int64 Tensor [2]: every dropout mask becomes a pure function of this
         key, the layer and the dropout site (stateless random ops), independent of op scheduling
         and thread count; None keeps TensorFlow's stateful dropout.
@@ -241,8 +244,10 @@ class BertModel(object):
     if token_type_ids is None:
       token_type_ids = tf.zeros([batch_size, seq_length], dtype=tf.int32)
 
+    # bf16: fp32 variables and activations, each product casts its operands (dense_layer).
+    activation_type, matmul_type = activation_and_matmul_types(compute_type)
     with _tf1.variable_scope(scope, default_name="bert",
-                             custom_getter=gpu_environment.get_custom_getter(compute_type)):
+                             custom_getter=gpu_environment.get_custom_getter(activation_type)):
       with _tf1.variable_scope("embeddings"):
         # Embeddings are looked up and summed in fp32 and normalised before the cast.
         (self.embedding_output, self.embedding_table) = embedding_lookup(
@@ -268,8 +273,8 @@ class BertModel(object):
       with _tf1.variable_scope("encoder"):
         attention_mask = create_attention_mask_from_input_mask(input_ids, input_mask)
         self.all_encoder_layers = transformer_model(
-            input_tensor=tf.cast(self.embedding_output, compute_type),
-            attention_mask=tf.cast(attention_mask, compute_type),
+            input_tensor=tf.cast(self.embedding_output, activation_type),
+            attention_mask=tf.cast(attention_mask, activation_type),
             hidden_size=config.hidden_size,
             num_hidden_layers=config.num_hidden_layers,
             num_attention_heads=config.num_attention_heads,
@@ -279,7 +284,8 @@ class BertModel(object):
             attention_probs_dropout_prob=config.attention_probs_dropout_prob,
             initializer_range=config.initializer_range,
             do_return_all_layers=True,
-            dropout_key=dropout_key)
+            dropout_key=dropout_key,
+            matmul_dtype=matmul_type)
       self.sequence_output = self.all_encoder_layers[-1]
 
       with _tf1.variable_scope("pooler"):
@@ -287,14 +293,16 @@ class BertModel(object):
         first_token_tensor = tf.squeeze(self.sequence_output[:, 0:1, :], axis=1)
         self.pooled_output = dense_layer(
             first_token_tensor, config.hidden_size, activation=tf.tanh, name="dense",
-            initializer_range=config.initializer_range)
+            initializer_range=config.initializer_range, matmul_dtype=matmul_type)
 
   def get_pooled_output(self):
-    """Pooled [CLS] representation, [batch_size, hidden_size], in the compute type."""
+    """Pooled [CLS] representation, [batch_size, hidden_size]: fp16 with fp16 compute, else
+    fp32."""
     return self.pooled_output
 
   def get_sequence_output(self):
-    """Final encoder layer, [batch_size, seq_length, hidden_size], in the compute type."""
+    """Final encoder layer, [batch_size, seq_length, hidden_size]: fp16 with fp16 compute, else
+    fp32 (bf16 computes only the products in bf16)."""
     return self.sequence_output
 
   def get_all_encoder_layers(self):
@@ -308,6 +316,29 @@ class BertModel(object):
   def get_embedding_table(self):
     """The fp32 word embedding table, [vocab_size, hidden_size]."""
     return self.embedding_table
+
+
+def activation_and_matmul_types(compute_type):
+  """The dtypes the encoder computes in for a model's `compute_type`.
+
+  fp32 and fp16 compute everything but their fp32 islands (fp16: layer norm statistics, GELU) in
+  their own type. bf16 computes the matrix products (each with its bias add, which oneDNN fuses
+  into the product) in bf16 and keeps the activations and everything element-wise on them
+  (dropout, residual sums, layer norm, softmax, GELU) in fp32: on CPUs with bf16 units oneDNN's
+  bf16 products run about twice as fast as fp32 ones while TensorFlow's element-wise kernels run
+  slower in bf16 than in fp32, and fp32 activations keep bf16's rounding out of the residual
+  stream (docs/PRECISION.md, docs/DECISIONS.md).
+
+  Args:
+    compute_type: tf.float32, tf.float16 or tf.bfloat16.
+
+  Returns:
+    (activation dtype, matmul dtype or None): None means the products run in the activation
+    dtype.
+  """
+  if tf.as_dtype(compute_type) == tf.bfloat16:
+    return tf.float32, tf.bfloat16
+  return compute_type, None
 
 
 _GELU_SCALE = math.sqrt(2.0 / math.pi)
@@ -353,9 +384,55 @@ def _gelu_gradient(op, dy, *unused_dinputs):
   # otherwise the executor would run it during the forward pass (it only needs x) and keep
   # its results alive, which is what the recomputation is meant to avoid.
   with tf.control_dependencies([dy]):
-    t = _gelu_tanh(x)
-    inner_derivative = _GELU_SCALE * (1.0 + (3.0 * _GELU_CUBIC) * (x * x))
-  return [None, dy * (0.5 * (1.0 + t) + (0.5 * x) * ((1.0 - t * t) * inner_derivative))]
+    return [None, dy * _gelu_derivative(x)]
+
+
+def _gelu_derivative(x):
+  """d gelu(x) / dx = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t as in
+  `_gelu_tanh`."""
+  t = _gelu_tanh(x)
+  inner_derivative = _GELU_SCALE * (1.0 + (3.0 * _GELU_CUBIC) * (x * x))
+  return 0.5 * (1.0 + t) + (0.5 * x) * ((1.0 - t * t) * inner_derivative)
+
+
+def _gelu_in_fp32_forward(x):
+  """gelu(x) for a reduced-precision x, evaluated in fp32 and rounded once to x's dtype."""
+  x32 = tf.cast(x, tf.float32)
+  return tf.cast(x32 * (0.5 * (1.0 + _gelu_tanh(x32))), x.dtype)
+
+
+def _gelu_in_fp32_backward(x, dy):
+  """dy * gelu'(x) for reduced-precision x and dy, evaluated in fp32, rounded once."""
+  return tf.cast(tf.cast(dy, tf.float32) * _gelu_derivative(tf.cast(x, tf.float32)), x.dtype)
+
+
+# XLA compiles each into one element-wise loop: the casts and the ~10 element-wise ops of the
+# formula become one pass over the [rows, intermediate_size] tensor instead of ten
+# (docs/PERFORMANCE.md, "bf16").
+_GELU_IN_FP32_FORWARD = tf.function(_gelu_in_fp32_forward, jit_compile=True, autograph=False)
+_GELU_IN_FP32_BACKWARD = tf.function(_gelu_in_fp32_backward, jit_compile=True, autograph=False)
+
+
+def gelu_fused_in_fp32(x):
+  """GELU (as `gelu`) of a bf16 or fp16 Tensor, computed in fp32 inside one compiled kernel
+  forward and one backward, each reading and writing x's dtype.
+
+  Args:
+    x: bf16 or fp16 Tensor.
+
+  Returns:
+    Tensor of x's shape and dtype: gelu(x) evaluated in fp32, rounded once.
+  """
+  return _with_registered_gradient(_GELU_FUSED_GRADIENT, _GELU_IN_FP32_FORWARD(x), [x])
+
+
+_GELU_FUSED_GRADIENT = "BertGeluFusedInFp32Gradient"
+
+
+@tf.RegisterGradient(_GELU_FUSED_GRADIENT)
+def _gelu_fused_gradient(op, dy, *unused_dinputs):
+  """Gradient of `gelu_fused_in_fp32`; op.inputs are (gelu(x), x)."""
+  return [None, _GELU_IN_FP32_BACKWARD(op.inputs[1], dy)]
 
 
 def _with_registered_gradient(gradient_name, output, inputs):
@@ -533,29 +610,45 @@ def create_initializer(initializer_range=0.02):
   return _tf1.truncated_normal_initializer(stddev=initializer_range)
 
 
-def dense_layer(input_tensor, units, activation=None, name=None, initializer_range=0.02):
+def dense_layer(input_tensor, units, activation=None, name=None, initializer_range=0.02,
+                matmul_dtype=None, output_dtype=None):
   """Fully connected layer with variables `<name>/kernel` [in, units] and `<name>/bias` [units].
 
   Args:
-    input_tensor: float Tensor [rows, in] in the compute type.
+    input_tensor: float Tensor [rows, in].
     units: output width.
     activation: optional function applied to the output.
     name: variable scope of the layer.
     initializer_range: stddev of the kernel's truncated-normal initialiser.
+    matmul_dtype: optional dtype of the product and bias add (bf16): the variables are fp32
+      masters, and the input (unless already in it), kernel and bias are cast to it. None: the
+      product, bias add and variables in the dtype of `input_tensor`, no cast.
+    output_dtype: dtype of the result, cast to from the product's when they differ; None: the
+      dtype of `input_tensor`.
 
   Returns:
-    Tensor [rows, units] in the dtype of `input_tensor`.
+    Tensor [rows, units] in `output_dtype`.
   """
   width = tf.compat.dimension_value(input_tensor.shape[-1])
+  variable_dtype = input_tensor.dtype if matmul_dtype is None else tf.float32
   with _tf1.variable_scope(name, default_name="dense"):
-    kernel, bias = _dense_variables(width, units, input_tensor.dtype, initializer_range)
+    kernel, bias = _dense_variables(width, units, variable_dtype, initializer_range)
+    x, kernel, bias = (_cast_to(t, matmul_dtype) for t in (input_tensor, kernel, bias))
     if units > width:
-      output = _widening_dense(input_tensor, kernel, bias)
+      output = _widening_dense(x, kernel, bias)
     else:
-      output = tf.nn.bias_add(tf.matmul(input_tensor, kernel), bias)
+      output = tf.nn.bias_add(tf.matmul(x, kernel), bias)
+    output = _cast_to(output, output_dtype or input_tensor.dtype)
   if activation is not None:
     output = activation(output)
   return output
+
+
+def _cast_to(tensor, dtype):
+  """`tensor` cast to `dtype`; the tensor itself (no op) when `dtype` is None or its dtype."""
+  if dtype is None or tensor.dtype == tf.as_dtype(dtype):
+    return tensor
+  return tf.cast(tensor, dtype)
 
 
 def _dense_variables(width, units, dtype, initializer_range):
@@ -577,7 +670,7 @@ def _widening_dense(x, kernel, bias):
   The forward pass and the other gradients (`_widening_dense_gradient`) are what autodiff builds.
 
   Args:
-    x: [rows, in]; kernel: [in, units]; bias: [units]; all in the compute type.
+    x: [rows, in]; kernel: [in, units]; bias: [units]; all in the product's dtype.
 
   Returns:
     Tensor [rows, units].
@@ -704,7 +797,7 @@ def create_attention_mask_from_input_mask(from_tensor, to_mask):
   return broadcast_ones * to_mask
 
 
-def _fused_projection(input_2d, units, names, initializer_range):
+def _fused_projection(input_2d, units, names, initializer_range, matmul_dtype=None):
   """Dense layers `names` on the same input as one matmul; their variables stay separate.
 
   The kernels `<name>/kernel` [in, units] and biases `<name>/bias` [units] are created by
@@ -713,13 +806,16 @@ def _fused_projection(input_2d, units, names, initializer_range):
   concatenation hands each variable its own slice.
 
   Args:
-    input_2d: float Tensor [rows, in] in the compute type.
+    input_2d: float Tensor [rows, in] in the activations' dtype.
     units: output width of each layer.
     names: variable scope names of the layers, in output order.
     initializer_range: stddev of the kernels' truncated-normal initialiser.
+    matmul_dtype: optional dtype of the product and bias add (see `dense_layer`); the output
+      stays in it. None: the dtype of `input_2d`.
 
   Returns:
-    Tensor [rows, len(names) * units]: the layers' outputs side by side.
+    Tensor [rows, len(names) * units]: the layers' outputs side by side, in `matmul_dtype` (or
+    the dtype of `input_2d`).
   """
   width = tf.compat.dimension_value(input_2d.shape[-1])
   kernels, biases = [], []
@@ -728,7 +824,9 @@ def _fused_projection(input_2d, units, names, initializer_range):
       kernel, bias = _dense_variables(width, units, input_2d.dtype, initializer_range)
     kernels.append(kernel)
     biases.append(bias)
-  return _widening_dense(input_2d, tf.concat(kernels, axis=1), tf.concat(biases, axis=0))
+  return _widening_dense(_cast_to(input_2d, matmul_dtype),
+                         _cast_to(tf.concat(kernels, axis=1), matmul_dtype),
+                         _cast_to(tf.concat(biases, axis=0), matmul_dtype))
 
 
 def _split_heads(tensor_2d, batch_size, seq_length, num_heads, head_size):
@@ -741,7 +839,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
                     size_per_head=512, query_act=None, key_act=None, value_act=None,
                     attention_probs_dropout_prob=0.0, initializer_range=0.02,
                     do_return_2d_tensor=False, batch_size=None, from_seq_length=None,
-                    to_seq_length=None, dropout_seed=None):
+                    to_seq_length=None, dropout_seed=None, matmul_dtype=None):
   """Multi-head scaled dot-product attention from `from_tensor` to `to_tensor`.
 
   Args:
@@ -757,6 +855,9 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     do_return_2d_tensor: return [batch*from_seq, N*D] instead of [batch, from_seq, N*D].
     batch_size, from_seq_length, to_seq_length: needed for 2D inputs.
     dropout_seed: optional seed of the stateless attention-probability mask (see `dropout`).
+    matmul_dtype: optional dtype of the projections (with their bias adds) and of the two
+      attention products; the scores are scaled, masked, normalised and dropped out in the dtype
+      of `from_tensor`. None: everything in the dtype of `from_tensor`.
 
   Returns:
     float Tensor [batch_size, from_seq_length, N*D] (or 2D, see above), dtype of `from_tensor`.
@@ -781,21 +882,24 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     # Self-attention: one matmul against the three kernels side by side (a wider matmul uses
     # the cores better than three narrow ones), one bias add, and one transpose that puts the
     # projection axis first, so that unstacking it costs no copy.
-    qkv = _fused_projection(from_2d, width, ("query", "key", "value"), initializer_range)
+    qkv = _fused_projection(from_2d, width, ("query", "key", "value"), initializer_range,
+                            matmul_dtype)
     qkv = tf.reshape(qkv, [batch_size, from_seq_length, 3, num_attention_heads, size_per_head])
     query, key, value = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]), axis=0)
     query, key, value = (act(t) if act is not None else t
                          for act, t in ((query_act, query), (key_act, key), (value_act, value)))
   else:
-    query = dense_layer(from_2d, width, query_act, "query", initializer_range)
-    key = dense_layer(to_2d, width, key_act, "key", initializer_range)
-    value = dense_layer(to_2d, width, value_act, "value", initializer_range)
+    query, key, value = (
+        _cast_to(dense_layer(tensor, width, act, name, initializer_range, matmul_dtype),
+                 matmul_dtype)
+        for tensor, act, name in ((from_2d, query_act, "query"), (to_2d, key_act, "key"),
+                                  (to_2d, value_act, "value")))
     query = _split_heads(query, batch_size, from_seq_length, num_attention_heads, size_per_head)
     key = _split_heads(key, batch_size, to_seq_length, num_attention_heads, size_per_head)
     value = _split_heads(value, batch_size, to_seq_length, num_attention_heads, size_per_head)
 
   # [batch, heads, from_seq, to_seq]
-  scores = tf.matmul(query, key, transpose_b=True)
+  scores = _cast_to(tf.matmul(query, key, transpose_b=True), from_tensor.dtype)
   scores = scores * tf.cast(1.0 / math.sqrt(float(size_per_head)), scores.dtype)
 
   if attention_mask is not None:
@@ -805,20 +909,24 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
 
   probs = dropout(_softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
 
-  context = tf.transpose(tf.matmul(probs, value), [0, 2, 1, 3])  # [batch, from_seq, heads, D]
+  context = tf.matmul(_cast_to(probs, value.dtype), value)
+  context = tf.transpose(context, [0, 2, 1, 3])  # [batch, from_seq, heads, D]
   if do_return_2d_tensor:
-    return tf.reshape(context, [batch_size * from_seq_length, width])
-  return tf.reshape(context, [batch_size, from_seq_length, width])
+    context = tf.reshape(context, [batch_size * from_seq_length, width])
+  else:
+    context = tf.reshape(context, [batch_size, from_seq_length, width])
+  return _cast_to(context, from_tensor.dtype)
 
 
 def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072, intermediate_act_fn=gelu,
                       hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                      initializer_range=0.02, do_return_all_layers=False, dropout_key=None):
+                      initializer_range=0.02, do_return_all_layers=False, dropout_key=None,
+                      matmul_dtype=None):
   """The Transformer encoder of "Attention is All You Need" as BERT uses it.
 
   Args:
-    input_tensor: float Tensor [batch_size, seq_length, hidden_size] in the compute type.
+    input_tensor: float Tensor [batch_size, seq_length, hidden_size] in the activations' dtype.
     attention_mask: optional Tensor [batch_size, seq_length, seq_length], 1 = may attend.
     hidden_size: width H.
     num_hidden_layers: number of layers L.
@@ -831,6 +939,8 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
     do_return_all_layers: return every layer's output instead of the last one.
     dropout_key: optional int Tensor [2]: stateless dropout, each layer's and site's mask seeded
       by `dropout_site_key(dropout_key, layer, site)`; None: stateful dropout.
+    matmul_dtype: optional dtype of every matrix product and its bias add (bf16 with fp32
+      activations, see `activation_and_matmul_types`); None: that of `input_tensor`.
 
   Returns:
     Tensor [batch_size, seq_length, H] (the last layer), or a list of L of them.
@@ -861,23 +971,33 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
               attention_probs_dropout_prob=attention_probs_dropout_prob,
               initializer_range=initializer_range, do_return_2d_tensor=True,
               batch_size=batch_size, from_seq_length=seq_length, to_seq_length=seq_length,
-              dropout_seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_PROBS_SITE))
+              dropout_seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_PROBS_SITE),
+              matmul_dtype=matmul_dtype)
         with _tf1.variable_scope("output"):
           attention_output = dense_layer(attention_output, hidden_size, name="dense",
-                                         initializer_range=initializer_range)
+                                         initializer_range=initializer_range,
+                                         matmul_dtype=matmul_dtype)
           attention_output = dropout(
               attention_output, hidden_dropout_prob,
               seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_OUTPUT_SITE))
           attention_output = layer_norm(attention_output + layer_input)
 
       with _tf1.variable_scope("intermediate"):
-        intermediate_output = dense_layer(attention_output, intermediate_size, name="dense",
-                                          initializer_range=initializer_range)
-        intermediate_output = _activation_in_fp32(intermediate_act_fn, intermediate_output)
+        # Between two reduced-precision products GELU reads and writes their dtype and computes
+        # in fp32 inside one compiled kernel; otherwise in fp32 (fp16: as an island).
+        fused_gelu = matmul_dtype is not None and intermediate_act_fn is gelu
+        intermediate_output = dense_layer(
+            attention_output, intermediate_size, name="dense", initializer_range=initializer_range,
+            matmul_dtype=matmul_dtype, output_dtype=matmul_dtype if fused_gelu else None)
+        if fused_gelu:
+          intermediate_output = gelu_fused_in_fp32(intermediate_output)
+        else:
+          intermediate_output = _activation_in_fp32(intermediate_act_fn, intermediate_output)
 
       with _tf1.variable_scope("output"):
         layer_output = dense_layer(intermediate_output, hidden_size, name="dense",
-                                   initializer_range=initializer_range)
+                                   initializer_range=initializer_range, matmul_dtype=matmul_dtype,
+                                   output_dtype=attention_output.dtype)
         layer_output = dropout(
             layer_output, hidden_dropout_prob,
             seed=dropout_site_key(dropout_key, layer_idx, _LAYER_OUTPUT_SITE))

@@ -1,13 +1,15 @@
-"""bf16 compute (--bf16): fp32 master variables, bf16 encoder matmuls, fp32 layer norm, softmax,
-GELU, heads, losses and update; its numerics against float64 numpy and against the fp32 graph.
+"""bf16 compute (--bf16): fp32 master variables and activations, bf16 encoder products, fp32
+element-wise ops (dropout, residual sums, layer norm, softmax, GELU), heads, losses and update;
+its numerics against float64 numpy and against the fp32 graph.
 
 Tolerances come from bf16's format: 8 significant bits (7 stored), so rounding one value to bf16
 has a relative error of at most u = 2^-8 (round to nearest). A matmul with bf16 operands and fp32
-accumulation rounds its two operands and its output: <= 3u relative per element (plus the fp32 sum,
-negligible). A value of the encoder passes about 3 such roundings per sub-layer (projection,
-scores/context, output dense; the layer norm after it renormalises and does not grow the error), so
-after L layers a layer-normalised element (|x| <~ 4) carries <= 3 * 3u * L * 4 absolute error in the
-worst case; errors of independent roundings mostly cancel, so the mean error is near u.
+accumulation rounds its two operands and its output, and the bias add after it (in bf16) rounds
+once more: <= 4u relative per element (plus the fp32 sum, negligible). A value of the encoder
+passes about 3 such products per sub-layer (projection, scores/context, output dense; the layer
+norm after it renormalises and does not grow the error), so after L layers a layer-normalised
+element (|x| <~ 4) carries <= 3 * 4u * L * 4 absolute error in the worst case; errors of
+independent roundings mostly cancel, so the mean error is near u.
 
 These build tiny models on the CPU (bf16 is emulated here, slow) and never skip.
 """
@@ -39,7 +41,20 @@ def _matmul_dtype(op):
   return op.get_attr("T") if op.type != "BatchMatMulV3" else op.get_attr("Ta")
 
 
-def test_variables_fp32_encoder_matmuls_bf16_the_rest_fp32(graph):
+# The op types that may output bf16 in the encoder's forward pass: the products with their bias
+# adds, the casts into and out of them, the reshapes between the projections and the attention
+# products, and the compiled GELU between the intermediate and output products (bf16 in and out,
+# fp32 inside). Every other element-wise op (dropout, residual sums, layer norm, softmax) must
+# stay fp32.
+BF16_FORWARD_TYPES = {"Cast", "MatMul", "BatchMatMulV2", "BiasAdd", "IdentityN", "Reshape",
+                      "Transpose", "Unpack", "PartitionedCall"}
+
+
+def _outputs_bf16(op):
+  return any(output.dtype == tf.bfloat16 for output in op.outputs)
+
+
+def test_variables_fp32_encoder_products_bf16_everything_element_wise_fp32(graph):
   config = helpers.tiny_config()
   batch = helpers.random_batch(np.random.RandomState(0), 2, 8, config.vocab_size, 3)
   built = _build(config, batch, tf.bfloat16, is_training=True)
@@ -49,8 +64,8 @@ def test_variables_fp32_encoder_matmuls_bf16_the_rest_fp32(graph):
   assert all(v.dtype.base_dtype == tf.float32 for v in _tf1.global_variables()
              if v.dtype.base_dtype.is_floating)
   forward = [op for op in ops if not op.name.startswith("gradients")]
-  encoder_matmuls = [op for op in forward if op.type in MATMULS
-                     and op.name.startswith("bert/encoder/")]
+  encoder = [op for op in forward if op.name.startswith("bert/encoder/")]
+  encoder_matmuls = [op for op in encoder if op.type in MATMULS]
   # Per layer: fused q/k/v, scores, context, attention output, intermediate, output = 6.
   assert len(encoder_matmuls) == 6 * config.num_hidden_layers
   assert all(_matmul_dtype(op) == tf.bfloat16 for op in encoder_matmuls)
@@ -59,26 +74,58 @@ def test_variables_fp32_encoder_matmuls_bf16_the_rest_fp32(graph):
               and "/bert/encoder/" in op.name]
   assert len(backward) >= 2 * len(encoder_matmuls)
   assert all(_matmul_dtype(op) == tf.bfloat16 for op in backward)
-  # The pooler runs in bf16 as well; the heads' matmuls are fp32.
+  # Nothing but the products (and the casts and reshapes around them) computes in bf16.
+  assert {op.type for op in encoder if _outputs_bf16(op)} <= BF16_FORWARD_TYPES
+  bias_adds = [op for op in encoder if op.type == "BiasAdd"]
+  assert len(bias_adds) == 4 * config.num_hidden_layers  # fused q/k/v and the three dense
+  assert all(op.get_attr("T") == tf.bfloat16 for op in bias_adds)
+  for kind in ("AddV2", "Mul", "Softmax", "Mean", "SelectV2"):
+    kind_ops = [op for op in encoder if op.type == kind]
+    assert kind_ops and all(op.outputs[0].dtype == tf.float32 for op in kind_ops), kind
+  dropout_ops = [op for op in encoder if "dropout" in op.name and op.type == "Mul"]
+  assert dropout_ops and all(op.get_attr("T") == tf.float32 for op in dropout_ops)
+  # The casts per layer. Into bf16: the 3 fp32 inputs of the projections (the layer input, the
+  # attention context, the attention output's layer norm), the 4 kernels and 4 biases (each fp32
+  # variable read once and cast once per step), and the attention probabilities: 12. Back to
+  # fp32: the scores, the context and the outputs of the attention-output and output dense
+  # layers: 4. (The intermediate product stays bf16 into the compiled GELU, which hands bf16 to
+  # the output product.)
+  casts = [op for op in encoder if op.type == "Cast"]
+  to_bf16 = [op for op in casts if op.outputs[0].dtype == tf.bfloat16]
+  to_fp32 = [op for op in casts if op.inputs[0].dtype == tf.bfloat16
+             and op.outputs[0].dtype == tf.float32]
+  assert len(to_bf16) == 12 * config.num_hidden_layers
+  assert len(to_fp32) == 4 * config.num_hidden_layers
+  # The pooler's product runs in bf16 as well; the heads' matmuls are fp32.
   pooler = [op for op in forward if op.type in MATMULS and op.name.startswith("bert/pooler/")]
   assert [_matmul_dtype(op) for op in pooler] == [tf.bfloat16]
   heads = [op for op in forward if op.type in MATMULS and op.name.startswith("cls/")]
   assert heads and all(_matmul_dtype(op) == tf.float32 for op in heads)
   # Softmax of every attention layer, layer-norm statistics, GELU: fp32.
-  softmax = [op for op in forward if op.type == "Softmax" and op.name.startswith("bert/encoder/")]
+  softmax = [op for op in encoder if op.type == "Softmax"]
   assert len(softmax) == config.num_hidden_layers
-  assert all(op.get_attr("T") == tf.float32 for op in softmax)
-  norm_means = [op for op in forward if op.type == "Mean" and "LayerNorm" in op.name
-                and op.name.startswith("bert/encoder/")]
+  norm_means = [op for op in encoder if op.type == "Mean" and "LayerNorm" in op.name]
   assert len(norm_means) == 2 * 2 * config.num_hidden_layers  # mean and variance, 2 per layer
-  assert all(op.get_attr("T") == tf.float32 for op in norm_means)
   assert not [op for op in forward if op.type.startswith("FusedBatchNorm")]
-  gelu_tanh = [op for op in forward if op.type == "Tanh" and "/intermediate/" in op.name]
-  assert gelu_tanh and all(op.get_attr("T") == tf.float32 for op in gelu_tanh)
-  # Losses fp32; no loss scale anywhere (bf16 has fp32's range).
+  # GELU: one compiled call per layer, bf16 in and out, its tanh (forward and backward) in fp32.
+  gelu_calls = [op for op in encoder if op.type == "PartitionedCall"]
+  assert len(gelu_calls) == config.num_hidden_layers
+  assert all("/intermediate/" in op.name and op.get_attr("_XlaMustCompile")
+             and op.inputs[0].dtype == op.outputs[0].dtype == tf.bfloat16 for op in gelu_calls)
+  library = {f.signature.name: f for f in graph.as_graph_def().library.function}
+  for call in gelu_calls + [op for op in ops if op.type == "PartitionedCall"
+                            and op.name.startswith("gradients")]:
+    body = library[call.get_attr("f").name].node_def
+    tanh = [node for node in body if node.op == "Tanh"]
+    assert len(tanh) == 1 and tanh[0].attr["T"].type == tf.float32.as_datatype_enum
+  # The activations between the layers, the outputs and the losses are fp32; no loss scale
+  # anywhere (bf16 has fp32's range).
+  model = built["model"]
+  assert all(layer.dtype == tf.float32 for layer in model.get_all_encoder_layers())
+  assert model.get_sequence_output().dtype == tf.float32
+  assert model.get_pooled_output().dtype == tf.float32
   assert built["total_loss"].dtype == tf.float32
   assert built["mlm_log_probs"].dtype == tf.float32
-  assert built["model"].get_sequence_output().dtype == tf.bfloat16
   assert not [v for v in _tf1.global_variables() if "loss_scale" in v.op.name]
 
 
@@ -91,7 +138,7 @@ def test_gradients_reach_the_optimizer_in_fp32(graph):
                                                1, use_tpu=False)
   assert len(grads) == len(_tf1.trainable_variables())
   for grad, var in zip(grads, tvars):
-    # The cast op in the graph is the getter's read: the gradient arrives through it as fp32.
+    # Each product casts its fp32 variable: the gradient arrives through that cast as fp32.
     assert grad.dtype == tf.float32 and var.dtype.base_dtype == tf.float32, var.op.name
 
 
@@ -115,9 +162,9 @@ def test_bf16_forward_of_a_checkpoint_within_bf16_tolerance(tmp_path):
     fp32_error = np.abs(fp32[key] - want)
     bf16_error = np.abs(bf16[key] - want)
     assert fp32_error.max() < 1e-4, key
-    # Worst case of the module docstring: 3 sub-layer roundings of <= 3u each per layer (+1 for
-    # the cast of the output itself), on values of at most max|x|.
-    bound = (3 * 3 * layers_count + 1) * U * max(1.0, np.abs(want).max())
+    # Worst case of the module docstring: 3 products of <= 4u each per layer, on values of at
+    # most max|x|.
+    bound = 3 * 4 * layers_count * U * max(1.0, np.abs(want).max())
     assert bf16_error.max() <= bound, (key, bf16_error.max(), bound)
     # Typical error: near u on O(1) values, not the worst case.
     assert bf16_error.mean() <= 4 * U, (key, bf16_error.mean())
@@ -140,6 +187,29 @@ def test_bf16_layer_norm_uses_the_fp32_formula(graph):
   expected = numpy_bert.layer_norm(x_bf16, np.ones(48), np.zeros(48), epsilon=1e-12)
   # Input rounded to bf16 (exactly what the graph sees), statistics in fp32, output rounded once.
   np.testing.assert_allclose(got, expected, atol=U * np.abs(expected).max())
+
+
+def test_fused_gelu_is_the_fp32_formula_rounded_once(graph):
+  # gelu_fused_in_fp32 (the compiled kernel between the bf16 products) against float64 numpy on
+  # the same bf16 inputs: forward and gradient (a central difference of numpy's gelu) within one
+  # bf16 rounding of the result (u relative) plus fp32's tanh error.
+  rng = np.random.RandomState(5)
+  x = (rng.normal(size=(64, 48)) * 3.0).astype(np.float32)
+  dy = rng.normal(size=(64, 48)).astype(np.float32)
+  x_bf16, dy_bf16 = tf.cast(tf.constant(x), tf.bfloat16), tf.cast(tf.constant(dy), tf.bfloat16)
+  y = modeling.gelu_fused_in_fp32(x_bf16)
+  (dx,) = tf.gradients(y, [x_bf16], grad_ys=dy_bf16)
+  assert y.dtype == dx.dtype == tf.bfloat16
+  with _tf1.Session() as sess:
+    got_y, got_dx, x64, dy64 = (v.astype(np.float64) for v in sess.run(
+        [tf.cast(t, tf.float32) for t in (y, dx, x_bf16, dy_bf16)]))
+  want_y = numpy_bert.gelu(x64)
+  h = 1e-6
+  want_dx = dy64 * (numpy_bert.gelu(x64 + h) - numpy_bert.gelu(x64 - h)) / (2 * h)
+  for got, want in ((got_y, want_y), (got_dx, want_dx)):
+    np.testing.assert_array_less(np.abs(got - want), U * np.abs(want) + 1e-5)
+  # ... and it did round to bf16 (fp32 results would be within 1e-5 everywhere).
+  assert np.abs(got_y - want_y).max() > 1e-3
 
 
 def _train_losses(config, batches, compute_type, init_ckpt, steps):
@@ -255,4 +325,4 @@ def test_tpu_lookup_keeps_the_embeddings_fp32_and_the_encoder_bf16(graph):
   assert len(encoder) == 6 * config.num_hidden_layers
   assert all(_matmul_dtype(op) == tf.bfloat16 for op in encoder)
   assert model.get_embedding_output().dtype == tf.float32
-  assert model.get_sequence_output().dtype == tf.bfloat16
+  assert model.get_sequence_output().dtype == tf.float32

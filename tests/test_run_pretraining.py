@@ -252,9 +252,10 @@ def _bf16_warnings(stderr):
 
 @pytest.mark.e2e
 def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
-  # One record repeated, no dropout: every update sees the same batch.
+  # One record repeated, no dropout: every update sees the same batch; --deterministic_run: the
+  # same initial weights in both precisions.
   flags = dict(input_files_dir=data["same_dir"], bert_config_file=data["no_dropout_config"],
-               do_train=True)
+               do_train=True, deterministic_run=True)
   fp32_out, bf16_out = tmp_path / "fp32", tmp_path / "bf16"
   _, bf16_err = _precision_runs_side_by_side([
       common_flags(data, fp32_out, num_train_steps=2, **flags),
@@ -267,6 +268,13 @@ def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
     if np.issubdtype(value.dtype, np.floating):
       assert value.dtype == np.float32, name
   assert not [name for name in bf16_values if "loss_scale" in name]
+  # The script really computed in bf16: from the same weights and batch its first loss differs
+  # from fp32's, by no more than bf16's rounding (8u relative, as in tests/test_bf16.py).
+  first_losses = [[l["data"]["total_loss"] for l in read_dllog(out / "bert_dllog.json")
+                   if l["step"] != [] and "total_loss" in l["data"]][0]
+                  for out in (fp32_out, bf16_out)]
+  assert first_losses[0] != first_losses[1]
+  np.testing.assert_allclose(first_losses[1], first_losses[0], rtol=8 * 2.0**-8)
   # On a CPU without bf16 units: exactly one warning naming the flags that would make it fast;
   # on one with them (or an unknown CPU), none.
   units = gpu_environment.bf16_units()
