@@ -1,31 +1,35 @@
 """bf16 against fp32 and against the original release, side by side in one run: the whole job.
 
   PY=$(make -s python-path | tail -n1)
-  $PY bench/precision.py --config base --batch 8 --short 4 --long 14 --rounds 2
+  $PY bench/precision.py --config base --batch 8 --steps 20 --warmup 5 --rounds 2
 
 Each variant is a real training job on the same cached random TFRecords (bench/throughput.py's),
-run in a fresh process for `--short` and for `--long` updates, the variants interleaved round after
-round so that drift of the machine falls on all of them alike:
+run in a fresh process for `--steps` updates, the variants interleaved round after round so that
+drift of the machine falls on all of them alike:
 
 * `original`: the original release's fp32 `run_pretraining.py` (PyPI bert-tensorflow, through
   tests/reference/original_bert.py; TPUEstimator on the CPU, AdamWeightDecay);
 * `fp32`: ours, `run_pretraining.py` (LAMB);
-* `bf16`: ours with `--bf16` (the bf16 graph);
+* `bf16`: ours with `--bf16`;
 * `rewrite`: ours in fp32 with the oneDNN bf16 graph rewrite on (ONEDNN_BF16_REWRITE=1);
 * `bf16+rewrite`: both.
 
-The same measure for every variant, the original included (which logs no per-update throughput):
-steady sequences/s = batch x (long - short) / (wall(long) - wall(short)), the whole job (input
-pipeline, hooks, the update) with start-up and the final checkpoint cancelled out; start-up =
-wall(short) - short x the steady time per update (interpreter, imports, graph, session, first
-update's compilation and the final save); peak RSS of the job's process (os.wait4). MFU is taken
-against the fp32 and the bf16 matmul peak measured in the same run (bench/flops.py). Speed claims
-are the ratios inside one run; absolute figures differ from machine to machine.
+Speed is measured per update inside the job, the input pipeline, hooks and update included, from
+what each job logs itself: ours its run log's per-update `throughput_train`, the original its
+TPUEstimator's per-update "global_step/sec" line (x batch). A variant's figure is the median over
+the updates after `--warmup`, in each round; the rounds' figures are reported and their median
+taken. (Differences of whole-job wall times were tried first: a job's start-up varies by
+several seconds, more than 10-20 updates' differences absorb.) Start-up: process start to the end
+of the first update (ours: its first run-log line; the original: its first "global_step/sec"
+line). Peak RSS of the job's process (os.wait4). MFU is taken against the fp32 and the bf16
+matmul peak measured in the same run (bench/flops.py). Speed claims are the ratios inside one
+run; absolute figures differ from machine to machine.
 """
 
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -38,8 +42,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench import flops  # noqa: E402
 from bench import throughput  # noqa: E402
+from utils.runlog import dllogger_setup  # noqa: E402
 
 VARIANTS = ("original", "fp32", "bf16", "rewrite", "bf16+rewrite")
+# The per-update line of the original's TPUEstimator (a step counter hook's log).
+ORIGINAL_RATE = re.compile(r"global_step/sec: ([0-9.]+(?:[eE][-+]?[0-9]+)?)")
 
 
 def parse_args(argv=None):
@@ -49,8 +56,9 @@ def parse_args(argv=None):
   parser.add_argument("--seq", type=int, default=128)
   parser.add_argument("--predictions", type=int, default=20)
   parser.add_argument("--batch", type=int, default=8)
-  parser.add_argument("--short", type=int, default=4, help="updates of the short job")
-  parser.add_argument("--long", type=int, default=14, help="updates of the long job")
+  parser.add_argument("--steps", type=int, default=20, help="updates per job")
+  parser.add_argument("--warmup", type=int, default=5,
+                      help="first updates left out of the per-update median")
   parser.add_argument("--rounds", type=int, default=1)
   parser.add_argument("--variants", default="original,fp32,bf16",
                       help="comma separated, of: " + ", ".join(VARIANTS))
@@ -60,14 +68,15 @@ def parse_args(argv=None):
   unknown = [v for v in args.variants if v not in VARIANTS]
   if unknown:
     parser.error("--variants: unknown %s (expected some of %s)" % (unknown, ", ".join(VARIANTS)))
-  if not 0 < args.short < args.long:
-    parser.error("--short and --long: expected 0 < short < long, got %d and %d"
-                 % (args.short, args.long))
+  if not 0 <= args.warmup < args.steps:
+    parser.error("--warmup and --steps: expected 0 <= warmup < steps, got %d and %d"
+                 % (args.warmup, args.steps))
   return args
 
 
 def job_command(variant, args, config_path, data_dir, out_dir, steps):
-  """(argv, extra environment) of one training job of `steps` updates."""
+  """(argv, extra environment) of one training job of `steps` updates; ours log every update
+  to `out_dir`/bert_dllog.json."""
   common = ["--bert_config_file=%s" % config_path, "--output_dir=%s" % out_dir,
             "--train_batch_size=%d" % args.batch, "--max_seq_length=%d" % args.seq,
             "--max_predictions_per_seq=%d" % args.predictions,
@@ -79,7 +88,7 @@ def job_command(variant, args, config_path, data_dir, out_dir, steps):
              "--do_train=true"] + common, {})
   argv = [sys.executable, os.path.join(REPO_ROOT, "run_pretraining.py"),
           "--input_files_dir=%s" % data_dir, "--do_train", "--optimizer_type=lamb",
-          "--display_loss_steps=%d" % steps] + common
+          "--display_loss_steps=1"] + common
   if variant.startswith("bf16"):
     argv.append("--bf16")
   env = {"ONEDNN_BF16_REWRITE": "1"} if variant.endswith("rewrite") else {}
@@ -87,24 +96,66 @@ def job_command(variant, args, config_path, data_dir, out_dir, steps):
 
 
 def run_job(argv, extra_env):
-  """(wall seconds, peak RSS in GB) of one job; exits naming the job when it fails."""
+  """Runs one job; returns (start time.time(), its stderr lines, peak RSS in GB), or exits
+  naming the job when it fails."""
   env = dict(os.environ, **extra_env)
-  start = time.perf_counter()
+  start = time.time()
   proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
   stderr = proc.stderr.read()
   _, status, usage = os.wait4(proc.pid, 0)
-  wall = time.perf_counter() - start
   proc.returncode = os.waitstatus_to_exitcode(status)
   if proc.returncode != 0:
     raise SystemExit("job failed (%d): %s\n%s" % (proc.returncode, " ".join(argv), stderr[-4000:]))
-  return wall, usage.ru_maxrss / 2**20
+  return start, stderr.splitlines(), usage.ru_maxrss / 2**20
 
 
-def steady(short, long_, wall_short, wall_long, batch):
-  """(sequences/s, seconds per update, start-up seconds) from the two jobs' wall times."""
-  per_update = (wall_long - wall_short) / (long_ - short)
-  return batch / per_update, per_update, wall_short - short * per_update
+def original_rates(stderr_lines, batch):
+  """Sequences/s of each update the original logs: its "global_step/sec: X" lines x batch (the
+  absl-stamped copy of each; TensorFlow also prints an unstamped "INFO:tensorflow:" one)."""
+  return [float(match.group(1)) * batch for line in stderr_lines
+          for match in [ORIGINAL_RATE.search(line)] if match and absl_time(line, 2000)]
+
+
+def absl_time(line, year):
+  """time.time() of an absl log line ("I1125 18:08:10.824156 ..."), or None for other lines."""
+  match = re.match(r"[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) ", line)
+  if not match:
+    return None
+  stamp = time.strptime("%d%s %s" % (year, match.group(1), match.group(2).split(".")[0]),
+                        "%Y%m%d %H:%M:%S")
+  return time.mktime(stamp) + float("0." + match.group(2).split(".")[1])
+
+
+def original_first_update_end(stderr_lines, year):
+  """time.time() of the original's first "global_step/sec" line (absl's stamp), or None."""
+  for line in stderr_lines:
+    stamp = absl_time(line, year)
+    if stamp is not None and ORIGINAL_RATE.search(line):
+      return stamp
+  return None
+
+
+def our_updates(out_dir):
+  """(sequences/s of each update, time.time() of the first update's end) from our run log."""
+  with open(os.path.join(out_dir, "bert_dllog.json")) as reader:
+    lines = [record for record in map(dllogger_setup.parse_log_line, reader) if record]
+  steps = [line for line in lines if line["step"] != [] and "throughput_train" in line["data"]]
+  return ([line["data"]["throughput_train"] for line in steps],
+          float(steps[0]["timestamp"]) if steps else None)
+
+
+def job_figures(variant, args, start, stderr_lines, out_dir):
+  """(median seq/s over the updates after --warmup, start-up seconds) of one finished job."""
+  if variant == "original":
+    rates = original_rates(stderr_lines, args.batch)
+    first_end = original_first_update_end(stderr_lines, time.localtime(start).tm_year)
+  else:
+    rates, first_end = our_updates(out_dir)
+  if len(rates) <= args.warmup or first_end is None:
+    raise SystemExit("%s: %d per-update figures logged, expected more than --warmup %d"
+                     % (variant, len(rates), args.warmup))
+  return statistics.median(rates[args.warmup:]), first_end - start
 
 
 def main(argv=None):
@@ -117,33 +168,30 @@ def main(argv=None):
   peaks = {dtype: flops.measure_matmul_peak(args.peak_runs, dtype=dtype)
            for dtype in ("float32", "bfloat16")}
   flops_per_seq = flops.config_flops_per_sequence(config, args.seq, args.predictions)
-  walls = {(v, s): [] for v in args.variants for s in (args.short, args.long)}
+  figures = {v: [] for v in args.variants}
   rss = {v: [] for v in args.variants}
   with tempfile.TemporaryDirectory(prefix="bench_precision_") as work:
     for round_index in range(args.rounds):
-      for steps in (args.short, args.long):
-        for variant in args.variants:
-          out_dir = os.path.join(work, "%s-%d-%d" % (variant.replace("+", "_"), steps,
-                                                     round_index))
-          wall, peak_rss = run_job(*job_command(variant, args, config_path, data_dir, out_dir,
-                                                steps))
-          walls[(variant, steps)].append(wall)
-          rss[variant].append(peak_rss)
-          print("round %d  %-13s %3d updates  %7.1f s  %.2f GB" % (
-              round_index + 1, variant, steps, wall, peak_rss), flush=True)
+      for variant in args.variants:
+        out_dir = os.path.join(work, "%s-%d" % (variant.replace("+", "_"), round_index))
+        start, stderr_lines, peak_rss = run_job(*job_command(variant, args, config_path,
+                                                             data_dir, out_dir, args.steps))
+        seq_per_s, startup = job_figures(variant, args, start, stderr_lines, out_dir)
+        figures[variant].append((seq_per_s, startup))
+        rss[variant].append(peak_rss)
+        print("round %d  %-13s %6.2f seq/s  start-up %5.1f s  %.2f GB" % (
+            round_index + 1, variant, seq_per_s, startup, peak_rss), flush=True)
   result = {"config": args.config, "batch": args.batch, "seq": args.seq,
-            "predictions": args.predictions, "short": args.short, "long": args.long,
+            "predictions": args.predictions, "steps": args.steps, "warmup": args.warmup,
             "rounds": args.rounds, "bf16_units": gpu_environment.bf16_units(),
             "matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
             "model_flops_per_seq": flops_per_seq, "variants": {}}
   for variant in args.variants:
-    per_round = [steady(args.short, args.long, ws, wl, args.batch) for ws, wl in
-                 zip(walls[(variant, args.short)], walls[(variant, args.long)])]
-    seq_per_s = statistics.median(r[0] for r in per_round)
+    seq_per_s = statistics.median(f[0] for f in figures[variant])
     result["variants"][variant] = {
         "seq_per_s": round(seq_per_s, 3),
-        "seq_per_s_rounds": [round(r[0], 3) for r in per_round],
-        "startup_s": round(statistics.median(r[2] for r in per_round), 1),
+        "seq_per_s_rounds": [round(f[0], 3) for f in figures[variant]],
+        "startup_s": round(statistics.median(f[1] for f in figures[variant]), 1),
         "peak_rss_gb": round(max(rss[variant]), 2),
         "mfu_fp32_peak": round(flops.mfu(seq_per_s, flops_per_seq, peaks["float32"]), 4),
         "mfu_bf16_peak": round(flops.mfu(seq_per_s, flops_per_seq, peaks["bfloat16"]), 4),

@@ -3,6 +3,8 @@
 (Speed itself is measured by bench/, never asserted in tests.)
 """
 
+import time
+
 import numpy as np
 import pytest
 
@@ -85,10 +87,44 @@ def test_scaling_host_list_sets_workers_and_launcher():
   assert "--network-interface" not in scaling.horovodrun_command("localhost:2")
 
 
-def test_precision_steady_rate_cancels_start_up_by_hand():
-  # 4 updates in 30 s, 14 in 80 s: 5 s per update, so 8 / 5 = 1.6 seq/s and 30 - 20 = 10 s start.
-  seq_per_s, per_update, startup = precision.steady(4, 14, 30.0, 80.0, 8)
-  assert (seq_per_s, per_update, startup) == (1.6, 5.0, 10.0)
+ORIGINAL_LOG = """INFO:tensorflow:Saving checkpoints for 0 into /out/model.ckpt.
+I1125 18:08:09.771528 1396 basic_session_run_hooks.py:632] Saving checkpoints for 0 into /out
+INFO:tensorflow:global_step/sec: 2.5
+I1125 18:08:10.824156 1396 tpu_estimator.py:2391] global_step/sec: 2.5
+INFO:tensorflow:examples/sec: 20.0
+I1125 18:08:10.824300 1396 tpu_estimator.py:2392] examples/sec: 20.0
+I1125 18:08:11.324156 1396 tpu_estimator.py:2391] global_step/sec: 0.5
+I1125 18:08:13.324156 1396 tpu_estimator.py:2391] global_step/sec: 1.25e-1
+I1125 18:08:13.524156 1396 estimator.py:361] Loss for final step: 11.067584.""".splitlines()
+
+
+def test_precision_reads_the_originals_per_update_lines_by_hand():
+  # One rate per update (the stamped copies only), x batch 8: 2.5 -> 20, 0.5 -> 4, 0.125 -> 1.
+  assert precision.original_rates(ORIGINAL_LOG, 8) == [20.0, 4.0, 1.0]
+  # Its first update ends at the first stamped rate line: 18:08:10.824156 of that day.
+  end = precision.original_first_update_end(ORIGINAL_LOG, 2026)
+  assert end == time.mktime((2026, 11, 25, 18, 8, 10, 0, 0, -1)) + 0.824156
+  assert precision.original_first_update_end(ORIGINAL_LOG[:2], 2026) is None
+
+
+def test_precision_job_figures_median_after_warmup(tmp_path):
+  args = precision.parse_args(["--batch", "8", "--steps", "4", "--warmup", "1"])
+  start = time.mktime((2026, 11, 25, 18, 8, 0, 0, 0, -1))
+  # The original: updates at 20, 4, 1 seq/s; after 1 warm-up update the median of 4 and 1.
+  seq_per_s, startup = precision.job_figures("original", args, start, ORIGINAL_LOG, None)
+  assert seq_per_s == 2.5 and abs(startup - 10.824156) < 1e-6
+  # Ours: the run log's per-update throughput; start-up to its first update's timestamp.
+  lines = ['DLLL {"timestamp": "%.3f", "type": "LOG", "step": "PARAMETER", "data": {}}' % start]
+  for step, rate in enumerate([3.0, 9.0, 5.0, 7.0], 1):
+    lines.append('DLLL {"timestamp": "%.3f", "type": "LOG", "step": %d, "data": '
+                 '{"throughput_train": %s}}' % (start + 12 + step, step, rate))
+  (tmp_path / "bert_dllog.json").write_text("\n".join(lines) + "\n")
+  seq_per_s, startup = precision.job_figures("bf16", args, start, [], str(tmp_path))
+  assert seq_per_s == 7.0 and abs(startup - 13.0) < 1e-3
+  # Too few updates logged to leave the warm-up out: an error naming the variant.
+  short = precision.parse_args(["--steps", "6", "--warmup", "4"])
+  with pytest.raises(SystemExit, match="fp32: 4 per-update figures logged"):
+    precision.job_figures("fp32", short, start, [], str(tmp_path))
 
 
 def test_precision_jobs_differ_only_in_what_the_variant_names():
@@ -104,6 +140,7 @@ def test_precision_jobs_differ_only_in_what_the_variant_names():
     assert flag in original and flag in fp32
   assert commands["bf16"][0] == fp32 + ["--bf16"] and commands["bf16"][1] == {}
   assert commands["bf16+rewrite"] == (fp32 + ["--bf16"], {"ONEDNN_BF16_REWRITE": "1"})
-  for bad in (["--variants", "fp32,fp64"], ["--short", "5", "--long", "5"]):
+  assert "--display_loss_steps=1" in fp32
+  for bad in (["--variants", "fp32,fp64"], ["--steps", "5", "--warmup", "5"]):
     with pytest.raises(SystemExit):
       precision.parse_args(bad)
