@@ -3,7 +3,7 @@
   PY=$(make -s python-path | tail -n1)
   $PY bench/micro_bench.py update --config base --optimizer lamb   # optimizer path alone
   $PY bench/micro_bench.py layer_norm                               # layer-norm formulations
-  $PY bench/micro_bench.py matmul --batch 8                         # BERT-base matmul shapes
+  $PY bench/micro_bench.py matmul --batch 8 [--dtype bfloat16]      # BERT-base matmul shapes
   $PY bench/micro_bench.py mlm_loss --batch 32                      # MLM loss formulations
   $PY bench/micro_bench.py bf16_ops                                 # the ops --bf16 keeps in fp32
 
@@ -11,11 +11,13 @@
 trainable variables and a loss whose gradients are stored tensors (so only the gradient path and
 the optimizer run), and reports the time per update. `layer_norm` times the forward and backward
 pass of three layer-norm formulations on a [batch * 128, 768] input and their deviations.
-`matmul` reports GFLOP/s of the encoder's and the MLM head's matmul shapes, forward and backward.
+`matmul` reports GFLOP/s of the encoder's and the MLM head's matmul shapes, forward and backward,
+in `--dtype`; the input gradients (dX) of the widening layers also as the `BatchMatMulV2` with
+`adj_y` that `modeling._widening_dense` uses.
 `mlm_loss` times the forward and backward pass of MLM loss formulations over [batch * 20, 30522]
 logits (the one `run_pretraining.softmax_cross_entropy` uses and the alternatives). `bf16_ops`
-times the ops --bf16 keeps in fp32 (layer norm, GELU, softmax, and dropout and the pooler's tanh
-for comparison) in fp32, in bf16 and as the fp32 island in the bf16 graph.
+times the ops --bf16 keeps in fp32 (layer norm, GELU, softmax, dropout, the pooler's tanh) in
+fp32, in bf16 and as an fp32 island between bf16 tensors, and GELU as --bf16 runs it (compiled).
 """
 
 import argparse
@@ -128,7 +130,8 @@ def bench_layer_norm(tf, np, args):
 
 
 def bench_matmul(tf, np, args):
-  """GFLOP/s of BERT-base matmul shapes (M, K, N, transpose_a, transpose_b)."""
+  """GFLOP/s of BERT-base matmul shapes (M, K, N, transpose_a, transpose_b) in `args.dtype`;
+  "as BMM" rows: the same product as `BatchMatMulV2(a, b, adj_y=True)`."""
   tf1 = tf.compat.v1
   rows = args.batch * 128
   predictions = args.batch * 20
@@ -145,6 +148,8 @@ def bench_matmul(tf, np, args):
       (rows, 2304, 768, False, True, "dX fused QKV"),
       (rows, 3072, 768, False, True, "dX intermediate"),
       (rows, 768, 3072, False, True, "dX output"),
+      (rows, 2304, 768, False, "bmm", "dX fused QKV as BMM"),
+      (rows, 3072, 768, False, "bmm", "dX intermediate as BMM"),
       (predictions, 768, 30522, False, True, "MLM logits"),
       (predictions, 30522, 768, False, False, "MLM dX"),
       (30522, predictions, 768, True, False, "MLM dW (embedding table)"),
@@ -152,10 +157,13 @@ def bench_matmul(tf, np, args):
   with tf.Graph().as_default():
     ops = []
     for i, (m, k, n, transpose_a, transpose_b, label) in enumerate(shapes):
-      a = tf1.get_variable("a%d" % i, [k, m] if transpose_a else [m, k])
-      b = tf1.get_variable("b%d" % i, [n, k] if transpose_b else [k, n])
-      ops.append((tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b).op,
-                  2.0 * m * k * n, label, (m, k, n)))
+      a = tf1.get_variable("a%d" % i, [k, m] if transpose_a else [m, k], dtype=args.dtype)
+      b = tf1.get_variable("b%d" % i, [n, k] if transpose_b else [k, n], dtype=args.dtype)
+      if transpose_b == "bmm":
+        product = tf.raw_ops.BatchMatMulV2(x=a, y=b, adj_y=True)
+      else:
+        product = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+      ops.append((product.op, 2.0 * m * k * n, label, (m, k, n)))
     with tf1.Session() as sess:
       sess.run(tf1.global_variables_initializer())
       for op, flops, label, mkn in ops:
@@ -201,9 +209,10 @@ def bench_mlm_loss(tf, np, args):
 def bench_bf16_ops(tf, np, args):
   """The ops --bf16 keeps in fp32, timed three ways at BERT-base shapes, forward + backward:
   all fp32; all bf16; and the fp32 island inside the bf16 graph (bf16 in, cast to fp32, the op,
-  cast back: what modeling.py does under compute_type=tf.bfloat16). The island's cost over bf16
-  is what running the op in bf16 would save; its max deviation from fp32 is bf16's input
-  rounding alone."""
+  cast back, as the fp16 graph does). The island's cost over bf16 is what running the op in
+  bf16 would save; its max deviation from fp32 is bf16's input rounding alone. GELU also a
+  fourth way, what --bf16 runs between its two bf16 products: `modeling.gelu_fused_in_fp32`, the
+  island compiled by XLA into one kernel forward and one backward."""
   import modeling  # pylint: disable=g-import-not-at-top
   tf1 = tf.compat.v1
   rows, hidden, intermediate, heads, seq = args.batch * 128, 768, 3072, 12, 128
@@ -218,7 +227,8 @@ def bench_bf16_ops(tf, np, args):
     x_value = rng.normal(size=shape).astype(np.float32)
     dy_value = rng.normal(size=shape).astype(np.float32)
     results, times = {}, {}
-    for way in ("fp32", "bf16", "fp32 island"):
+    ways = ("fp32", "bf16", "fp32 island") + (("compiled",) if name == "gelu" else ())
+    for way in ways:
       with tf.Graph().as_default():
         with tf1.variable_scope("case", reuse=tf1.AUTO_REUSE):
           x32 = tf1.get_variable("x", initializer=x_value)
@@ -226,6 +236,8 @@ def bench_bf16_ops(tf, np, args):
           x = tf.cast(x32, dtype) * tf.cast(1.0, dtype)  # a computed input, as in the model
           if way == "fp32 island":
             y = tf.cast(fn(tf.cast(x, tf.float32)), tf.bfloat16)
+          elif way == "compiled":
+            y = modeling.gelu_fused_in_fp32(x)
           else:
             y = fn(x)
           dx = tf.gradients(y, x, grad_ys=tf.cast(tf.constant(dy_value), dtype))[0]
@@ -240,6 +252,9 @@ def bench_bf16_ops(tf, np, args):
               name, shape, 1e3 * times["fp32"], 1e3 * times["bf16"], deviation["bf16"],
               1e3 * times["fp32 island"], deviation["fp32 island"],
               1e3 * (times["fp32 island"] - times["bf16"])))
+    if "compiled" in times:
+      print("%-10s %-22s compiled fp32 island (modeling.gelu_fused_in_fp32) %7.2f ms "
+            "(max dev %.2g)" % (name, shape, 1e3 * times["compiled"], deviation["compiled"]))
 
 
 def main(argv=None):
@@ -249,6 +264,8 @@ def main(argv=None):
   parser.add_argument("--optimizer", choices=("lamb", "adam"), default="lamb")
   parser.add_argument("--batch", type=int, default=8)
   parser.add_argument("--runs", type=int, default=10)
+  parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                      help="matmul: the operands' dtype")
   args = parser.parse_args(argv)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   if _REPO_ROOT not in sys.path:
