@@ -4,8 +4,9 @@ Small pieces the model and the training script need for reduced precision and ac
 
 * `get_custom_getter(compute_type)`: a variable-scope custom getter that stores every trainable
   variable in fp32 (the "master" copy the optimizer updates) and hands the model an fp16 or bf16
-  cast of it when the model asks for one. Checkpoints therefore always hold fp32 values under the
-  original names, whatever the compute type.
+  cast of it when the model asks for one (the fp16 model does; the bf16 model asks for fp32 and
+  casts per product, `modeling.dense_layer`). Checkpoints therefore always hold fp32 values under
+  the original names, whatever the compute type.
 * `bf16_units(cpuinfo_path)` / `warn_if_bf16_is_emulated(...)`: whether this CPU has bf16 units
   (AVX512-BF16 or AMX-BF16); without them (and without a GPU) TensorFlow emulates bf16, slowly.
 * `pin_to_local_gpu(session_config, local_rank)`: makes a process see only the GPU of its local

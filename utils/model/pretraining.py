@@ -164,7 +164,8 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
       [batch, seq]; masked_lm_positions, masked_lm_ids, masked_lm_weights [batch, predictions];
       next_sentence_labels [batch, 1].
     is_training: apply dropout.
-    compute_type: tf.float32 or tf.float16 for the encoder.
+    compute_type: tf.float32, tf.float16 or tf.bfloat16 for the encoder
+      (`modeling.activation_and_matmul_types`).
     use_one_hot_embeddings: one-hot word embedding lookup (TPU).
     dropout_key: optional int64 Tensor [2]: stateless dropout keyed on it (see
       `modeling.BertModel`).
