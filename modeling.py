@@ -818,10 +818,11 @@ def _fused_projection(input_2d, units, names, initializer_range, matmul_dtype=No
     the dtype of `input_2d`).
   """
   width = tf.compat.dimension_value(input_2d.shape[-1])
+  variable_dtype = input_2d.dtype if matmul_dtype is None else tf.float32  # as in dense_layer
   kernels, biases = [], []
   for name in names:
     with _tf1.variable_scope(name):
-      kernel, bias = _dense_variables(width, units, input_2d.dtype, initializer_range)
+      kernel, bias = _dense_variables(width, units, variable_dtype, initializer_range)
     kernels.append(kernel)
     biases.append(bias)
   return _widening_dense(_cast_to(input_2d, matmul_dtype),
