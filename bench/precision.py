@@ -42,11 +42,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench import flops  # noqa: E402
 from bench import throughput  # noqa: E402
-from utils.runlog import dllogger_setup  # noqa: E402
 
 VARIANTS = ("original", "fp32", "bf16", "rewrite", "bf16+rewrite")
 # The per-update line of the original's TPUEstimator (a step counter hook's log).
 ORIGINAL_RATE = re.compile(r"global_step/sec: ([0-9.]+(?:[eE][-+]?[0-9]+)?)")
+# absl's stamp at the start of a log line: "I1125 18:08:10.824156 ".
+ABSL_STAMP = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(\.\d+) ")
 
 
 def parse_args(argv=None):
@@ -110,37 +111,25 @@ def run_job(argv, extra_env):
   return start, stderr.splitlines(), usage.ru_maxrss / 2**20
 
 
-def original_rates(stderr_lines, batch):
-  """Sequences/s of each update the original logs: its "global_step/sec: X" lines x batch (the
-  absl-stamped copy of each; TensorFlow also prints an unstamped "INFO:tensorflow:" one)."""
-  return [float(match.group(1)) * batch for line in stderr_lines
-          for match in [ORIGINAL_RATE.search(line)] if match and absl_time(line, 2000)]
-
-
-def absl_time(line, year):
-  """time.time() of an absl log line ("I1125 18:08:10.824156 ..."), or None for other lines."""
-  match = re.match(r"[IWEF](\d{4}) (\d\d:\d\d:\d\d\.\d+) ", line)
-  if not match:
-    return None
-  stamp = time.strptime("%d%s %s" % (year, match.group(1), match.group(2).split(".")[0]),
-                        "%Y%m%d %H:%M:%S")
-  return time.mktime(stamp) + float("0." + match.group(2).split(".")[1])
-
-
-def original_first_update_end(stderr_lines, year):
-  """time.time() of the original's first "global_step/sec" line (absl's stamp), or None."""
+def original_updates(stderr_lines, batch, year):
+  """(sequences/s of each update, time.time() of the first update's end) from the original's
+  stderr: its absl-stamped "global_step/sec: X" lines, X x batch (TensorFlow also prints an
+  unstamped "INFO:tensorflow:" copy of each, left out). absl's stamp has no year: `year`."""
+  rates, first_end = [], None
   for line in stderr_lines:
-    stamp = absl_time(line, year)
-    if stamp is not None and ORIGINAL_RATE.search(line):
-      return stamp
-  return None
+    stamp, rate = ABSL_STAMP.match(line), ORIGINAL_RATE.search(line)
+    if stamp and rate:
+      rates.append(float(rate.group(1)) * batch)
+      if first_end is None:
+        month, day, hour, minute, second = (int(g) for g in stamp.groups()[:5])
+        first_end = time.mktime((year, month, day, hour, minute, second, 0, 0, -1)) + float(
+            stamp.group(6))
+  return rates, first_end
 
 
 def our_updates(out_dir):
   """(sequences/s of each update, time.time() of the first update's end) from our run log."""
-  with open(os.path.join(out_dir, "bert_dllog.json")) as reader:
-    lines = [record for record in map(dllogger_setup.parse_log_line, reader) if record]
-  steps = [line for line in lines if line["step"] != [] and "throughput_train" in line["data"]]
+  steps = throughput.logged_updates(os.path.join(out_dir, "bert_dllog.json"))
   return ([line["data"]["throughput_train"] for line in steps],
           float(steps[0]["timestamp"]) if steps else None)
 
@@ -148,8 +137,7 @@ def our_updates(out_dir):
 def job_figures(variant, args, start, stderr_lines, out_dir):
   """(median seq/s over the updates after --warmup, start-up seconds) of one finished job."""
   if variant == "original":
-    rates = original_rates(stderr_lines, args.batch)
-    first_end = original_first_update_end(stderr_lines, time.localtime(start).tm_year)
+    rates, first_end = original_updates(stderr_lines, args.batch, time.localtime(start).tm_year)
   else:
     rates, first_end = our_updates(out_dir)
   if len(rates) <= args.warmup or first_end is None:

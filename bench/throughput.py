@@ -186,12 +186,17 @@ def run_training(args, config_path, data_dir, work_dir, launcher=(), extra_flags
   max_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
   if proc.returncode != 0:
     raise SystemExit("run_pretraining.py failed (%d):\n%s" % (proc.returncode, proc.stderr[-5000:]))
-  with open(log_path) as f:
-    lines = [record for record in map(dllogger_setup.parse_log_line, f) if record]
-  steps = [line for line in lines if line["step"] != [] and "throughput_train" in line["data"]]
+  steps = logged_updates(log_path)
   if max_rss_kib == before:
     max_rss_kib = None  # an earlier child had a larger peak: not measurable here
   return steps, start, max_rss_kib
+
+
+def logged_updates(log_path):
+  """The per-update lines (those with `throughput_train`) of run_pretraining.py's run log."""
+  with open(log_path) as f:
+    lines = [record for record in map(dllogger_setup.parse_log_line, f) if record]
+  return [line for line in lines if line["step"] != [] and "throughput_train" in line["data"]]
 
 
 def summarise(values):

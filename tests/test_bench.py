@@ -100,11 +100,11 @@ I1125 18:08:13.524156 1396 estimator.py:361] Loss for final step: 11.067584.""".
 
 def test_precision_reads_the_originals_per_update_lines_by_hand():
   # One rate per update (the stamped copies only), x batch 8: 2.5 -> 20, 0.5 -> 4, 0.125 -> 1.
-  assert precision.original_rates(ORIGINAL_LOG, 8) == [20.0, 4.0, 1.0]
+  rates, end = precision.original_updates(ORIGINAL_LOG, 8, 2026)
+  assert rates == [20.0, 4.0, 1.0]
   # Its first update ends at the first stamped rate line: 18:08:10.824156 of that day.
-  end = precision.original_first_update_end(ORIGINAL_LOG, 2026)
   assert end == time.mktime((2026, 11, 25, 18, 8, 10, 0, 0, -1)) + 0.824156
-  assert precision.original_first_update_end(ORIGINAL_LOG[:2], 2026) is None
+  assert precision.original_updates(ORIGINAL_LOG[:2], 8, 2026) == ([], None)
 
 
 def test_precision_job_figures_median_after_warmup(tmp_path):
