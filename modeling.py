@@ -366,10 +366,14 @@ def _gelu_tanh(x):
   return tf.tanh(_GELU_SCALE * (x + _GELU_CUBIC * (x * x * x)))
 
 
+def _gelu_formula(x):
+  """x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), in x's dtype."""
+  return x * (0.5 * (1.0 + _gelu_tanh(x)))
+
+
 def _gelu_recomputing_gradient(x):
   """GELU whose gradient (`_gelu_gradient`) is computed from `x` alone."""
-  cdf = 0.5 * (1.0 + _gelu_tanh(x))
-  return _with_registered_gradient(_GELU_GRADIENT, x * cdf, [x])
+  return _with_registered_gradient(_GELU_GRADIENT, _gelu_formula(x), [x])
 
 
 _GELU_GRADIENT = "BertGeluRecomputingGradient"
@@ -397,8 +401,7 @@ def _gelu_derivative(x):
 
 def _gelu_in_fp32_forward(x):
   """gelu(x) for a reduced-precision x, evaluated in fp32 and rounded once to x's dtype."""
-  x32 = tf.cast(x, tf.float32)
-  return tf.cast(x32 * (0.5 * (1.0 + _gelu_tanh(x32))), x.dtype)
+  return tf.cast(_gelu_formula(tf.cast(x, tf.float32)), x.dtype)
 
 
 def _gelu_in_fp32_backward(x, dy):
@@ -630,9 +633,9 @@ def dense_layer(input_tensor, units, activation=None, name=None, initializer_ran
     Tensor [rows, units] in `output_dtype`.
   """
   width = tf.compat.dimension_value(input_tensor.shape[-1])
-  variable_dtype = input_tensor.dtype if matmul_dtype is None else tf.float32
   with _tf1.variable_scope(name, default_name="dense"):
-    kernel, bias = _dense_variables(width, units, variable_dtype, initializer_range)
+    kernel, bias = _dense_variables(width, units, input_tensor.dtype, matmul_dtype,
+                                    initializer_range)
     x, kernel, bias = (_cast_to(t, matmul_dtype) for t in (input_tensor, kernel, bias))
     if units > width:
       output = _widening_dense(x, kernel, bias)
@@ -651,9 +654,11 @@ def _cast_to(tensor, dtype):
   return tf.cast(tensor, dtype)
 
 
-def _dense_variables(width, units, dtype, initializer_range):
+def _dense_variables(width, units, input_dtype, matmul_dtype, initializer_range):
   """Creates `kernel` [width, units] (truncated normal) and `bias` [units] (zeros), in that
-  order, in the current variable scope; returns (kernel, bias)."""
+  order, in the current variable scope; returns (kernel, bias). Their dtype: fp32 masters when
+  the product runs in its own `matmul_dtype`, else the input's dtype."""
+  dtype = input_dtype if matmul_dtype is None else tf.float32
   kernel = _tf1.get_variable("kernel", [width, units], dtype=dtype,
                              initializer=create_initializer(initializer_range))
   bias = _tf1.get_variable("bias", [units], dtype=dtype, initializer=_tf1.zeros_initializer())
@@ -818,11 +823,11 @@ def _fused_projection(input_2d, units, names, initializer_range, matmul_dtype=No
     the dtype of `input_2d`).
   """
   width = tf.compat.dimension_value(input_2d.shape[-1])
-  variable_dtype = input_2d.dtype if matmul_dtype is None else tf.float32  # as in dense_layer
   kernels, biases = [], []
   for name in names:
     with _tf1.variable_scope(name):
-      kernel, bias = _dense_variables(width, units, variable_dtype, initializer_range)
+      kernel, bias = _dense_variables(width, units, input_2d.dtype, matmul_dtype,
+                                      initializer_range)
     kernels.append(kernel)
     biases.append(bias)
   return _widening_dense(_cast_to(input_2d, matmul_dtype),
@@ -891,8 +896,8 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
                          for act, t in ((query_act, query), (key_act, key), (value_act, value)))
   else:
     query, key, value = (
-        _cast_to(dense_layer(tensor, width, act, name, initializer_range, matmul_dtype),
-                 matmul_dtype)
+        dense_layer(tensor, width, act, name, initializer_range, matmul_dtype,
+                    output_dtype=matmul_dtype)
         for tensor, act, name in ((from_2d, query_act, "query"), (to_2d, key_act, "key"),
                                   (to_2d, value_act, "value")))
     query = _split_heads(query, batch_size, from_seq_length, num_attention_heads, size_per_head)
