@@ -1,6 +1,7 @@
 """The environment `make` builds: pinned TF, the estimator, Horovod with Gloo and MPI, launches."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +44,11 @@ def test_horovod_built_with_tensorflow_gloo_and_mpi():
 
 
 def _allreduce_ok(output):
-  return sum("allreduce ok sum=3.0" in line for line in output.splitlines()) == 2
+  # Searched in the whole output, not line by line: mpirun forwards each rank's output in the
+  # chunks it reads, so one rank's line can be cut in two by the other's (seen in CI:
+  # "rank 1 of 2: allreduce ok sum=3.0rank 0 of 2: allreduce ok sum=3.0").
+  ranks = re.findall(r"rank (\d+) of 2: allreduce ok sum=3\.0", output)
+  return sorted(ranks) == ["0", "1"]
 
 
 def test_horovodrun_gloo_two_worker_allreduce():
