@@ -214,7 +214,7 @@ def run(f):
         f, len(train_examples), lifecycle.global_batch_size(f, workers))
   if f.init_checkpoint:
     job_lib.check_init_checkpoint(f.init_checkpoint)
-  job = lifecycle.open_job(f, workers)
+  job = lifecycle.open_job(f, workers, "run_classifier.py")
   settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
   model_fn = lifecycle.build_model_fn(
       f, head_fn_builder(len(label_list)), bert_config, settings,

@@ -182,7 +182,7 @@ def run(f):
   if f.init_checkpoint:
     job_lib.check_init_checkpoint(f.init_checkpoint)
 
-  job = lifecycle.open_job(f, workers)
+  job = lifecycle.open_job(f, workers, "run_pretraining.py")
   settings = lifecycle.training_settings(f, workers, f.num_train_steps, f.num_warmup_steps)
   # A deterministic resume continues the input after the micro-steps done: always count them.
   model_fn = lifecycle.build_model_fn(

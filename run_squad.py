@@ -220,7 +220,7 @@ def run(f):
                                      f.version_2_with_negative) if f.do_predict else [])
   if f.init_checkpoint:
     job_lib.check_init_checkpoint(f.init_checkpoint)
-  job = lifecycle.open_job(f, workers)
+  job = lifecycle.open_job(f, workers, "run_squad.py")
   settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
   model_fn = lifecycle.build_model_fn(f, head_fn, bert_config, settings,
                                       lifecycle.dropout_seed(f, bert_config))

@@ -4,8 +4,8 @@ A signal (SIGTERM, SIGINT, SIGUSR1) to the training process, to one Horovod rank
 launcher ends the job at one update boundary shared by every worker, with a checkpoint of that
 update, the message "stopped by <signal> at update N; checkpoint written; run the same command to
 resume" and exit status 75; the same command then continues with the losses of an uninterrupted
-deterministic run. A second signal exits at once (128 + its number); one before the first update
-saves nothing. --save_checkpoints_secs writes checkpoints by time.
+deterministic run. A second signal exits at once (128 + its number), or, once the stop is saved,
+as the stop ends (its line, 75); one before the first update saves nothing. --save_checkpoints_secs writes checkpoints by time.
 
 The runs use the tiny deterministic configuration of
 tests/test_run_pretraining_deterministic.py; each waits for a logged update before it is
@@ -189,6 +189,32 @@ def test_a_second_signal_exits_at_once(data, tmp_path):
   assert "SIGTERM received again during the stop: exiting at once (status 143)" in output
   assert not stop_lines(output) and stop_records(out / "bert_dllog.json") == []
   assert checkpoint_steps(out) == []
+
+
+def test_a_signal_after_the_stop_is_saved_ends_the_run_as_the_stop_does(data, tmp_path):
+  # What a launcher does to the other workers once the first has exited with 75: a signal after
+  # the stop's checkpoint and STOP line, while the process is still ending.
+  out = tmp_path / "out"
+  run = det.start(command(data, out), tmp_path / "out.out")
+  wait_for_update(out / "bert_dllog.json", run[2])
+  run[2].send_signal(signal.SIGTERM)
+  deadline = time.time() + 120
+  while not (out / "bert_dllog.json").exists() or not stop_records(out / "bert_dllog.json"):
+    assert run[2].poll() is None and time.time() < deadline, (tmp_path / "out.out").read_text()
+    time.sleep(0.002)
+  signalled_while_running = run[2].poll() is None
+  run[2].send_signal(signal.SIGTERM)
+  code, output = finish(run, timeout=60)
+  assert signalled_while_running  # else this test saw nothing
+  # Ended by the watcher (75), or by the signal's default once the watcher was gone, after the
+  # line (the interpreter's exit): never "nothing saved", never without its line.
+  assert code in (errors.STOP_EXIT_CODE, -signal.SIGTERM), output[-4000:]
+  assert "nothing saved" not in output, output[-4000:]
+  last_lines = [line for line in output.splitlines() if line.startswith("run_pretraining.py: ")]
+  assert len(last_lines) == 1 and stop_lines(last_lines[0]), output[-4000:]
+  update = stop_lines(last_lines[0])[0][1]
+  assert checkpoint_steps(out) == [update]
+  assert [r["update"] for r in stop_records(out / "bert_dllog.json")] == [update]
 
 
 def test_a_signal_before_the_first_update_saves_nothing(data, tmp_path):

@@ -68,11 +68,30 @@ def test_watcher_books_real_signals_and_restores_the_handlers(signum):
     assert "stopping after the update in flight" in lines[0]
     os.kill(os.getpid(), signum)
     _wait(lambda: exits)
-    assert exits == [signum] and "exiting at once (status %d)" % (128 + signum) in lines[1]
+    assert exits == [128 + signum] and "exiting at once (status %d)" % (128 + signum) in lines[1]
+    assert "nothing saved" in lines[1]
   finally:
     watcher.close()
   assert {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS} == before
   assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd was given back
+
+
+def test_a_signal_after_the_stop_is_saved_ends_the_process_with_the_stops_line_and_status():
+  """A launcher signals the other workers as soon as one exits with the stop's status: a worker
+  whose stop is saved then ends as the stop ends it, not as a stop that saved nothing."""
+  exits, lines = [], []
+  watcher = stop_signals.watch_signals(exit_at_once=exits.append, announce=lines.append)
+  try:
+    os.kill(os.getpid(), signal.SIGUSR1)
+    _wait(lambda: watcher.stop_requested)
+    last_line = "prog.py: stopped by SIGUSR1 at update 7; checkpoint written; run it again"
+    watcher.stop_saved(last_line, 75)
+    assert exits == [] and len(lines) == 1  # nothing happens until a signal comes
+    os.kill(os.getpid(), signal.SIGTERM)
+    _wait(lambda: exits)
+    assert exits == [75] and lines[1:] == [last_line]
+  finally:
+    watcher.close()
 
 
 def test_second_signal_exits_from_the_reader_thread():

@@ -71,11 +71,32 @@ def test_stops_at_the_update_boundary(accumulation, signal_run, expected_runs):
   assert stop.stop_step == expected_runs // accumulation
 
 
+class EndRecorder(tf.estimator.SessionRunHook):
+  """Records, in `events`, that its `end()` ran."""
+
+  def __init__(self, events, name):
+    self._events, self._name = events, name
+
+  def end(self, session):
+    self._events.append(self._name)
+
+
+def test_on_saved_gets_the_signal_and_the_step_after_the_hooks_before_it_ended():
+  watcher, events = FakeWatcher(), []
+  stop = hooks.StopOnSignalHook(watcher, num_accumulation_steps=2, on_saved=lambda name, step:
+                                events.append(("on_saved", name, step)))
+  made = _train([SignalAtRun(watcher, 3), EndRecorder(events, "saver"), stop], 2)
+  assert made == 4  # signalled in update 2 (runs 3-4)
+  assert events == ["saver", ("on_saved", "SIGTERM", 2)]
+
+
 def test_no_signal_no_stop():
-  watcher = FakeWatcher()
-  stop = hooks.StopOnSignalHook(watcher, num_accumulation_steps=2)
+  watcher, saved = FakeWatcher(), []
+  stop = hooks.StopOnSignalHook(watcher, num_accumulation_steps=2,
+                                on_saved=lambda *args: saved.append(args))
   assert _train([stop], 2, max_runs=10) == 10
   assert not stop.stopped and stop.stop_step is None
+  assert saved == []
 
 
 def test_signal_before_the_first_update_raises():

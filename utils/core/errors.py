@@ -11,7 +11,8 @@
                          saving a checkpoint: exit 75 (STOP_EXIT_CODE, sysexits.h's EX_TEMPFAIL,
                          "temporary failure, retry"): running the same command resumes; schedulers
                          requeue on it (docs/LONG_RUNS.md). A second signal during the stop ends
-                         the process at once with 128 + the signal's number.
+                         the process at once with 128 + the signal's number; once the stop is
+                         saved, with its line and 75.
 
 Scripts and tools end through `run_reporting_errors`, which prints one line,
 "<program>: error: <message>", instead of a traceback (the traceback too with --verbose).
@@ -67,10 +68,22 @@ _EXIT_CODES = ((UsageError, USAGE_EXIT_CODE), (TrainingDivergedError, FAILURE_EX
                (StoppedBySignal, STOP_EXIT_CODE))
 
 
+def report_line(program, message, kind="error"):
+  """"<program>: <kind>: <message>"; no kind: "<program>: <message>"."""
+  return "%s: %s%s" % (program, "%s: " % kind if kind else "", message)
+
+
 def report(program, message, stream=None, kind="error"):
-  """Prints "<program>: <kind>: <message>" on `stream` (stderr); no kind: "<program>: <message>"."""
+  """Prints `report_line(program, message, kind)` on `stream` (stderr)."""
   stream = sys.stderr if stream is None else stream
-  print("%s: %s%s" % (program, "%s: " % kind if kind else "", message), file=stream, flush=True)
+  print(report_line(program, message, kind), file=stream, flush=True)
+
+
+def ending_line(program, error):
+  """The line `run_reporting_errors` ends a run with for `error`, one of this module's errors:
+  "<program>: <message>" for a stop by a signal (not an error), else "<program>: error: <message>".
+  """
+  return report_line(program, error, kind=None if isinstance(error, StoppedBySignal) else "error")
 
 
 def run_reporting_errors(program, function, *args, verbose=False):
@@ -91,5 +104,5 @@ def run_reporting_errors(program, function, *args, verbose=False):
     if verbose:
       traceback.print_exc(file=sys.stderr)
     if not isinstance(e, StoppedByAnotherWorker) or verbose:
-      report(program, e, kind=None if isinstance(e, StoppedBySignal) else "error")
+      print(ending_line(program, e), file=sys.stderr, flush=True)
     return next(code for kind, code in _EXIT_CODES if isinstance(e, kind))

@@ -12,7 +12,10 @@ watcher for those signals:
 The first signal only asks for a stop (the training hook finishes the update in flight, saves a
 checkpoint and ends the run, docs/LONG_RUNS.md). A second signal while the stop is under way ends
 the process at once with status 128 + the signal's number, the shell's convention for "killed by
-that signal". The signals are read by a thread from Python's wakeup file descriptor, so the second
+that signal". Once the stop is saved (its checkpoint written and every worker met after it:
+`SignalWatcher.stop_saved`), a further signal still ends the process at once, but with the stop's
+own last line and status: nothing is lost by then, and launchers send exactly such a signal to
+the other workers as soon as the first one exits with the stop's status. The signals are read by a thread from Python's wakeup file descriptor, so the second
 one acts at once even while the main thread is inside a long TensorFlow call (a Python signal
 handler would run only after that call returns).
 
@@ -114,9 +117,9 @@ def _say(message):
     pass
 
 
-def _exit_at_once(signum):
-  """Ends the process now with 128 + signum, without unwinding (another thread may run TF)."""
-  os._exit(immediate_exit_code(signum))  # pylint: disable=protected-access
+def _exit_at_once(status):
+  """Ends the process now with `status`, without unwinding (another thread may run TF)."""
+  os._exit(status)  # pylint: disable=protected-access
 
 
 class SignalWatcher(object):
@@ -133,6 +136,7 @@ class SignalWatcher(object):
     self._announce = announce
     self._previous_handlers = {}
     self._previous_wakeup_fd = -1
+    self._saved_stop = None  # (last line, exit status) once the stop is saved
     self._read_fd, self._write_fd = os.pipe()
     os.set_blocking(self._write_fd, False)
     self._thread = threading.Thread(target=self._read_signals, name="stop-signals", daemon=True)
@@ -159,17 +163,37 @@ class SignalWatcher(object):
           continue
         self.handle(signum)
 
+  def stop_saved(self, last_line, exit_status):
+    """Says the stop is saved: its checkpoint is written and every worker has met after it.
+
+    From then on a signal ends the process at once as the stop would have ended it: it prints
+    `last_line` and exits with `exit_status`, instead of the "nothing saved" exit.
+
+    Args:
+      last_line: the line the process ends with, e.g. "run_pretraining.py: stopped by SIGTERM at
+        update 400; checkpoint written; run the same command to resume".
+      exit_status: its exit status (`errors.STOP_EXIT_CODE`).
+    """
+    self._saved_stop = (last_line, exit_status)  # one assignment: the reader thread sees both
+
   def handle(self, signum):
-    """Acts on `signum` as the watcher does: the first asks for a stop, a second exits now."""
+    """Acts on `signum` as the watcher does: the first asks for a stop, a second exits now (with
+    the stop's own line and status once the stop is saved)."""
     action = self.state.on_signal(signum)
     name = signal_name(signum)
     if action == STOP:
       self._announce("%s received: stopping after the update in flight, then saving a "
                      "checkpoint (send it again to exit at once)" % name)
-    else:
-      self._announce("%s received again during the stop: exiting at once (status %d), nothing "
-                     "saved" % (name, immediate_exit_code(signum)))
-      self._exit_at_once(signum)
+      return
+    saved_stop = self._saved_stop
+    if saved_stop is not None:
+      last_line, exit_status = saved_stop
+      self._announce(last_line)
+      self._exit_at_once(exit_status)
+      return
+    self._announce("%s received again during the stop: exiting at once (status %d), nothing "
+                   "saved" % (name, immediate_exit_code(signum)))
+    self._exit_at_once(immediate_exit_code(signum))
 
   @property
   def stop_requested(self):
@@ -220,7 +244,8 @@ def watch_signals(signals=STOP_SIGNALS, clock=time.monotonic, exit_at_once=_exit
   Args:
     signals: the signals that ask for a stop.
     clock: see `StopState`.
-    exit_at_once: function signum -> None that ends the process (tests inject one that records).
+    exit_at_once: function exit status -> None that ends the process (tests inject one that
+      records).
     announce: function message -> None, for the lines the watcher prints (stderr by default).
 
   Returns:

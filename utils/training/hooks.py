@@ -441,7 +441,9 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
   first update boundary from there, the same update everywhere, and none is left waiting in an
   allreduce. At `end()`, after the checkpoint saver (which comes earlier in the hook list and
   writes the final update's checkpoint), the workers meet once more so none exits while rank 0
-  still writes (a launcher ends every worker when one exits non-zero).
+  still writes (a launcher ends every worker when one exits non-zero). From there the stop is
+  saved: `on_saved` is called, so that a launcher's signal to a worker that has not exited yet
+  ends it with the stop's line, not as a stop that saved nothing.
 
   One worker asked to stop before its first update raises `StoppedBeforeFirstUpdate` (nothing to
   save); several workers always finish the update the combined flag is seen in.
@@ -453,13 +455,15 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     stop_step: the global step the run stopped at (read at `end()`), or None.
   """
 
-  def __init__(self, watcher, num_workers=1, num_accumulation_steps=1):
+  def __init__(self, watcher, num_workers=1, num_accumulation_steps=1, on_saved=None):
     """Configures the hook.
 
     Args:
       watcher: has `stop_requested` (bool) and `signum` (int or None).
       num_workers: workers of the job (> 1: the flag is combined over them with Horovod).
       num_accumulation_steps: micro-steps per update (session runs).
+      on_saved: None, or a function (signal name, stop step) -> None, called at `end()` of a
+        stopped run once its final checkpoint is written and every worker has met after it.
 
     Raises:
       ValueError: for a bad count.
@@ -469,6 +473,7 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     self._watcher = watcher
     self._num_workers = num_workers
     self._num_accumulation_steps = num_accumulation_steps
+    self._on_saved = on_saved
     self._flag_in = None
     self._combined = None
     self._barrier = None
@@ -532,11 +537,14 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     return self._runs % self._num_accumulation_steps == 0
 
   def end(self, session):
-    """Reads the step the run ended at; with several workers, meets the others once more."""
+    """Reads the step the run ended at; with several workers, meets the others once more; then
+    calls `on_saved`."""
     if not self.stopped:
       return
     if self._global_step_tensor is not None:
       self.stop_step = int(session.run(self._global_step_tensor))
     if self._barrier is not None:
       session.run(self._barrier)
+    if self._on_saved is not None:
+      self._on_saved(self.stop_signal_name, self.stop_step)
 

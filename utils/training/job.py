@@ -94,7 +94,8 @@ def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
 
 def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_def=False,
                    log_hook=None, force_weight_sync=False, num_accumulation_steps=1,
-                   health_hook=None, save_checkpoints_secs=None, stop_watcher=None):
+                   health_hook=None, save_checkpoints_secs=None, stop_watcher=None,
+                   on_stop_saved=None):
   """The hooks of a training run, in the order they run.
 
   Args:
@@ -110,6 +111,7 @@ def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_d
       listens to its saves).
     save_checkpoints_secs: when given, the checkpoint interval in seconds instead of steps.
     stop_watcher: a `stop_signals.SignalWatcher` to stop on (`hooks.StopOnSignalHook`), or None.
+    on_stop_saved: the stop hook's `on_saved` (function (signal name, stop step) -> None).
 
   Returns:
     list of SessionRunHooks: checkpoint health, checkpoint saver, log, weight sync, Horovod
@@ -129,7 +131,8 @@ def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_d
   if workers.size > 1:
     hooks.append(hvd_utils.broadcast_global_variables_hook(0))
   if stop_watcher is not None:
-    hooks.append(hooks_lib.StopOnSignalHook(stop_watcher, workers.size, num_accumulation_steps))
+    hooks.append(hooks_lib.StopOnSignalHook(stop_watcher, workers.size, num_accumulation_steps,
+                                            on_saved=on_stop_saved))
   return hooks
 
 

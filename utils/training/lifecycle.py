@@ -8,7 +8,7 @@ written once, here:
     bert_config = lifecycle.load_bert_config(f)
     workers = lifecycle.start_workers(f)
     ...the script's data...
-    job = lifecycle.open_job(f, workers)                       # output dir and its lock, run log
+    job = lifecycle.open_job(f, workers, "run_squad.py")       # output dir and its lock, run log
     settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
     model_fn = lifecycle.build_model_fn(f, head_fn, bert_config, settings)
     lifecycle.build_estimator(f, job, model_fn, settings, batch_sizes)
@@ -242,6 +242,7 @@ class Job(object):
   """A started job: this worker's output directory (locked when it is --output_dir) and run log.
 
   Attributes:
+    program: the script's name, e.g. "run_squad.py", for the line the job ends with.
     workers: `workers_lib.Workers`.
     output_dir: where this worker writes.
     saves_checkpoints: this worker saves checkpoints.
@@ -250,7 +251,8 @@ class Job(object):
     estimator: set by `build_estimator`.
   """
 
-  def __init__(self, workers, output_dir, saves_checkpoints, run_logger, log_path):
+  def __init__(self, program, workers, output_dir, saves_checkpoints, run_logger, log_path):
+    self.program = program
     self.workers = workers
     self.output_dir = output_dir
     self.saves_checkpoints = saves_checkpoints
@@ -270,10 +272,15 @@ class Job(object):
       logging.info("outputs: checkpoints in %s, dllogger log %s", self.output_dir, self.log_path)
 
 
-def open_job(f, workers):
+def open_job(f, workers, program):
   """Creates this worker's output directory (taking --output_dir's lock) and opens the run log.
 
   A run log that already holds lines (a restart) is appended to after a RESTART line.
+
+  Args:
+    f: the parsed flags.
+    workers: from `start_workers`.
+    program: the script's name, e.g. "run_squad.py" (as given to `script_main`).
 
   Returns:
     `Job`.
@@ -289,7 +296,7 @@ def open_job(f, workers):
     if not disk_space.is_disk_full(e):
       raise
     raise disk_full_error(e, f.output_dir) from None
-  return Job(workers, output_dir, saves, run_logger, log_path)
+  return Job(program, workers, output_dir, saves, run_logger, log_path)
 
 
 def prepare_checkpoints(f, workers, output_dir, saves_checkpoints):
@@ -550,11 +557,21 @@ def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_
   checkpoint_dir = job.output_dir if job.saves_checkpoints else None
   health_hook = recovery.CheckpointHealthHook(checkpoint_dir, f.num_accumulation_steps,
                                               keep_checkpoint_max=f.keep_checkpoint_max)
+  saved_stops = []
+
+  def on_stop_saved(signal_name, stop_step):
+    """The stop hook's `on_saved`: logs how the job ends, and has a signal from now on end it so:
+    a launcher signals the other workers as soon as the first exits with the stop's status."""
+    error = stop_error(job, signal_name, stop_step)
+    saved_stops.append(error)
+    watcher.stop_saved(errors.ending_line(job.program, error), errors.STOP_EXIT_CODE)
+
   hooks = job_lib.training_hooks(
       job.workers, checkpoint_dir, f.save_checkpoints_steps,
       save_graph_def=f.save_graph_def, log_hook=log_hook, force_weight_sync=f.force_weight_sync,
       num_accumulation_steps=f.num_accumulation_steps, health_hook=health_hook,
-      save_checkpoints_secs=f.save_checkpoints_secs, stop_watcher=watcher)
+      save_checkpoints_secs=f.save_checkpoints_secs, stop_watcher=watcher,
+      on_stop_saved=on_stop_saved)
   stop_hook = next(hook for hook in hooks if isinstance(hook, hooks_lib.StopOnSignalHook))
   try:
     job_lib.train(job.estimator, input_fn, num_train_steps, f.output_dir, hooks,
@@ -573,7 +590,7 @@ def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_
     raise disk_full_error(e, f.output_dir, checkpoint_dir,
                           health_hook.checkpoint_bytes) from None
   if stop_hook.stopped:
-    raise stop_error(job, stop_hook.stop_signal_name, stop_hook.stop_step)
+    raise saved_stops[0]  # a run that stopped and returned has ended its hooks: on_saved ran
   if watcher.stop_requested:
     # The signal came during the last update: training is complete; what follows it is not run.
     raise stop_error(job, watcher.signal_name, job_lib.checkpoint_step(job.output_dir))
