@@ -5,7 +5,8 @@ launcher ends the job at one update boundary shared by every worker, with a chec
 update, the message "stopped by <signal> at update N; checkpoint written; run the same command to
 resume" and exit status 75; the same command then continues with the losses of an uninterrupted
 deterministic run. A second signal exits at once (128 + its number), or, once the stop is saved,
-as the stop ends (its line, 75); one before the first update saves nothing. --save_checkpoints_secs writes checkpoints by time.
+as the stop ends (its line, 75); one before the first update saves nothing.
+--save_checkpoints_secs writes checkpoints by time.
 
 The runs use the tiny deterministic configuration of
 tests/test_run_pretraining_deterministic.py; each waits for a logged update before it is

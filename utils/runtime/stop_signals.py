@@ -15,9 +15,10 @@ the process at once with status 128 + the signal's number, the shell's conventio
 that signal". Once the stop is saved (its checkpoint written and every worker met after it:
 `SignalWatcher.stop_saved`), a further signal still ends the process at once, but with the stop's
 own last line and status: nothing is lost by then, and launchers send exactly such a signal to
-the other workers as soon as the first one exits with the stop's status. The signals are read by a thread from Python's wakeup file descriptor, so the second
-one acts at once even while the main thread is inside a long TensorFlow call (a Python signal
-handler would run only after that call returns).
+the other workers as soon as the first one exits with the stop's status. The signals are read by
+a thread from Python's wakeup file descriptor, so the second one acts at once even while the main
+thread is inside a long TensorFlow call (a Python signal handler would run only after that call
+returns).
 
 `StopState` is the state machine alone (no signals, no threads), for tests and for the watcher.
 """
