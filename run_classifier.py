@@ -43,6 +43,8 @@ FLAGS = flags.FLAGS
 # --helpshort lists the shared flags beside the script's own.
 flags.adopt_module_key_flags(job_flags)
 flags.adopt_module_key_flags(finetuning_flags)
+# The name the script's messages and last line start with.
+PROGRAM = "run_classifier.py"
 # This script's defaults of shared flags (the release's run_classifier.py).
 DEFAULTS = {"max_seq_length": 128, "optimizer_type": "adam"}
 ACTIONS = ("do_train", "do_eval", "do_predict", "export_dir")
@@ -214,7 +216,7 @@ def run(f):
         f, len(train_examples), lifecycle.global_batch_size(f, workers))
   if f.init_checkpoint:
     job_lib.check_init_checkpoint(f.init_checkpoint)
-  job = lifecycle.open_job(f, workers, "run_classifier.py")
+  job = lifecycle.open_job(f, workers, PROGRAM)
   settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
   model_fn = lifecycle.build_model_fn(
       f, head_fn_builder(len(label_list)), bert_config, settings,
@@ -264,7 +266,7 @@ def run(f):
   return 0
 
 
-main = lifecycle.script_main("run_classifier.py", run, DEFAULTS)
+main = lifecycle.script_main(PROGRAM, run, DEFAULTS)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,8 @@ from utils.training import model_fn as model_fn_lib
 FLAGS = flags.FLAGS
 # --helpshort lists the shared flags beside the script's own.
 flags.adopt_module_key_flags(job_flags)
+# The name the script's messages and last line start with.
+PROGRAM = "run_pretraining.py"
 # This script's defaults of shared flags (NVIDIA's run_pretraining.py).
 DEFAULTS = {"max_seq_length": 512, "optimizer_type": "lamb"}
 ACTIONS = ("do_train", "do_eval")
@@ -182,7 +184,7 @@ def run(f):
   if f.init_checkpoint:
     job_lib.check_init_checkpoint(f.init_checkpoint)
 
-  job = lifecycle.open_job(f, workers, "run_pretraining.py")
+  job = lifecycle.open_job(f, workers, PROGRAM)
   settings = lifecycle.training_settings(f, workers, f.num_train_steps, f.num_warmup_steps)
   # A deterministic resume continues the input after the micro-steps done: always count them.
   model_fn = lifecycle.build_model_fn(
@@ -227,7 +229,7 @@ def run(f):
   return 0
 
 
-main = lifecycle.script_main("run_pretraining.py", run, DEFAULTS)
+main = lifecycle.script_main(PROGRAM, run, DEFAULTS)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ FLAGS = flags.FLAGS
 # --helpshort lists the shared flags beside the script's own.
 flags.adopt_module_key_flags(job_flags)
 flags.adopt_module_key_flags(finetuning_flags)
+# The name the script's messages and last line start with.
+PROGRAM = "run_squad.py"
 # This script's defaults of shared flags (the release's run_squad.py).
 DEFAULTS = {"max_seq_length": 384, "optimizer_type": "adam"}
 ACTIONS = ("do_train", "do_predict", "export_dir")
@@ -130,7 +132,7 @@ def head_fn(model, features, mode):
 def check_flags(f):
   """The shared checks, fine-tuning's and SQuAD's, without file access."""
   lifecycle.check_flags(f, ACTIONS)
-  lifecycle.refuse_flags(f, UNUSED_FLAGS, "run_squad.py")
+  lifecycle.refuse_flags(f, UNUSED_FLAGS, PROGRAM)
   finetuning.check_flags(f)
   finetuning.check_export_dir(f)
   require = errors.require
@@ -220,7 +222,7 @@ def run(f):
                                      f.version_2_with_negative) if f.do_predict else [])
   if f.init_checkpoint:
     job_lib.check_init_checkpoint(f.init_checkpoint)
-  job = lifecycle.open_job(f, workers, "run_squad.py")
+  job = lifecycle.open_job(f, workers, PROGRAM)
   settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
   model_fn = lifecycle.build_model_fn(f, head_fn, bert_config, settings,
                                       lifecycle.dropout_seed(f, bert_config))
@@ -262,7 +264,7 @@ def run(f):
   return 0
 
 
-main = lifecycle.script_main("run_squad.py", run, DEFAULTS)
+main = lifecycle.script_main(PROGRAM, run, DEFAULTS)
 
 
 if __name__ == "__main__":

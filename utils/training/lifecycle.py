@@ -8,7 +8,7 @@ written once, here:
     bert_config = lifecycle.load_bert_config(f)
     workers = lifecycle.start_workers(f)
     ...the script's data...
-    job = lifecycle.open_job(f, workers, "run_squad.py")       # output dir and its lock, run log
+    job = lifecycle.open_job(f, workers, PROGRAM)              # output dir and its lock, run log
     settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
     model_fn = lifecycle.build_model_fn(f, head_fn, bert_config, settings)
     lifecycle.build_estimator(f, job, model_fn, settings, batch_sizes)
@@ -16,7 +16,8 @@ written once, here:
     job_lib.evaluate(job.estimator, ...) / job_lib.predict(job.estimator, ...)  # rank 0
     job.close()
 
-  main = lifecycle.script_main("run_squad.py", run, DEFAULTS)  # defaults, logging, exit status
+  main = lifecycle.script_main(PROGRAM, run, DEFAULTS)  # PROGRAM = "run_squad.py": defaults,
+                                                        # logging, exit status
 
   if __name__ == "__main__":
     cli.run_main(main, DEFAULTS)   # parses with the script's defaults, quiet logs, runs main
