@@ -87,12 +87,12 @@ start=$(date +%s)
   --eval_batch_size=32 --max_eval_steps=1000 "${precision_flag[@]}"
 end=$(date +%s)
 
-"$py" - "$out/bert_dllog.json" "$out/training.png" "$vocab_size" <<'EOF'
+"$py" -m utils.plot_log "$out/bert_dllog.json" "$out/training.png" >/dev/null
+"$py" - "$out/bert_dllog.json" "$vocab_size" <<'EOF'
 import math, sys
-from utils import plot_log
-log_file, png, vocab_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-plot_log.plot_log(log_file, png)
-_, losses = plot_log.series(plot_log.read_log(log_file)[0], "mlm_loss")
+from utils.runlog import dllogger_setup, plot
+log_file, vocab_size = sys.argv[1], int(sys.argv[2])
+_, losses = plot.series(dllogger_setup.read_log(log_file)[0], "mlm_loss")
 print("demo: masked-LM loss %.2f at the first update -> %.2f at the last (ln(vocab) = %.2f)"
       % (losses[0], losses[-1], math.log(vocab_size)))
 EOF
@@ -108,13 +108,18 @@ cat "$out/eval_results.txt"
 # Few labelled sentences (50 per package, 300 in all), where pretrained features would count most;
 # 30 epochs at 3e-4 are 281 updates, about 40 s a run.
 "$py" scripts/build_demo_task.py --task_dir="$out/stdlib_task"
-finetune() {  # finetune NAME [--init_checkpoint=...]
-  "$py" run_classifier.py --task_name=stdlib --data_dir="$out/stdlib_task" \
+finetune() {  # finetune NAME [--init_checkpoint=...]: its output goes to $out/finetune_NAME.log
+  local log="$out/finetune_$1.log"
+  if ! "$py" run_classifier.py --task_name=stdlib --data_dir="$out/stdlib_task" \
     --vocab_file="$data/vocab.txt" --bert_config_file="$out/bert_config.json" \
     --output_dir="$out/finetune_$1" --do_train --do_eval "${@:2}" \
     --max_seq_length=64 --train_batch_size=32 --eval_batch_size=64 \
     --learning_rate=3e-4 --num_train_epochs="$finetune_epochs" --warmup_proportion=0.1 \
-    --save_checkpoints_steps=100000 --display_loss_steps=100 >/dev/null
+    --save_checkpoints_steps=100000 --display_loss_steps=100 >"$log" 2>&1; then
+    echo "demo: fine-tuning '$1' failed; the end of $log:" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
 }
 accuracy() {  # accuracy NAME: eval_accuracy of that run's eval_results.txt
   awk -F' = ' '$1 == "eval_accuracy" { printf "%.3f", $2 }' "$out/finetune_$1/eval_results.txt"
@@ -126,6 +131,7 @@ end=$(date +%s)
 pretrained=$(accuracy pretrained)
 random=$(accuracy random)
 echo "demo: fine-tuned twice in $((end - start)) s ($finetune_epochs epochs each, $out/finetune_*)"
+echo "demo: fine-tuning results $out/finetune_pretrained/eval_results.txt $out/finetune_random/eval_results.txt"
 echo "demo: stdlib-package dev accuracy from the pretrained checkpoint: $pretrained"
 echo "demo: stdlib-package dev accuracy from random weights:            $random"
 

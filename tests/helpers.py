@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -251,6 +252,46 @@ def kill_session(proc, timeout=60):
   if proc.poll() is None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=timeout)
+
+
+def fresh_clone(destination):
+  """`git clone` of this repository into `destination`, at HEAD, with the working tree's changes to
+  tracked files copied in: what a user gets from a clone, plus the change under test."""
+  subprocess.run(["git", "clone", "--quiet", REPO_ROOT, destination], check=True, timeout=120)
+  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, check=True,
+                        capture_output=True, text=True).stdout.strip()
+  subprocess.run(["git", "checkout", "--quiet", head], cwd=destination, check=True, timeout=60)
+  changed = subprocess.run(["git", "diff", "--name-only", "HEAD"], cwd=REPO_ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+  for path in changed:
+    if os.path.isfile(os.path.join(REPO_ROOT, path)):
+      shutil.copyfile(os.path.join(REPO_ROOT, path), os.path.join(destination, path))
+
+
+def run_as_user(script, cwd, timeout, env=None):
+  """Runs a bash script as a user would type it: its own session, stdout and stderr together.
+
+  Args:
+    script: bash source.
+    cwd: the directory it runs in.
+    timeout: seconds; past them the script and everything it started are killed.
+    env: the environment (default: this process's, less the suite's quiet TF_CPP_MIN_LOG_LEVEL).
+
+  Returns:
+    (returncode, output); returncode None when the script was killed at the timeout.
+  """
+  if env is None:
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+  proc = subprocess.Popen(["bash", "-c", script], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  try:
+    output, _ = proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    output, _ = proc.communicate()
+    return None, output
+  return proc.returncode, output
 
 
 def launch_horovod_workers(worker, inputs, tmp_path, num_workers=2):

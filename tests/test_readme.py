@@ -14,15 +14,13 @@ environment (the test suite's quiet TF_CPP_MIN_LOG_LEVEL removed). The first mar
 
 import os
 import re
-import shutil
-import signal
-import subprocess
 
 import pytest
 
+from tests import helpers
+
 pytestmark = pytest.mark.e2e
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER = re.compile(r"^<!-- test(?::(?P<replacements>.*))? -->$")
 FENCE = "```"
 RUN_TIMEOUT_SECONDS = 600
@@ -81,41 +79,19 @@ def test_markers_replace_in_order_and_refuse_stale_text():
     marked_blocks("<!-- test -->\ntext\n")
 
 
-def fresh_clone(destination):
-  """`git clone` of this repository, with the working tree's changes to tracked files copied in."""
-  subprocess.run(["git", "clone", "--quiet", REPO_ROOT, destination], check=True, timeout=120)
-  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, check=True,
-                        capture_output=True, text=True).stdout.strip()
-  subprocess.run(["git", "checkout", "--quiet", head], cwd=destination, check=True, timeout=60)
-  changed = subprocess.run(["git", "diff", "--name-only", "HEAD"], cwd=REPO_ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
-  for path in changed:
-    if os.path.isfile(os.path.join(REPO_ROOT, path)):
-      shutil.copyfile(os.path.join(REPO_ROOT, path), os.path.join(destination, path))
-
-
 def test_readme_commands_run_in_a_fresh_clone(tmp_path):
   clone = str(tmp_path / "clone")
-  fresh_clone(clone)
+  helpers.fresh_clone(clone)
   with open(os.path.join(clone, "README.md")) as f:
     blocks = marked_blocks(f.read())
   assert blocks and blocks[0][1].strip() == "source scripts/activate", blocks[:1]
   script = ["set -eo pipefail"]
   for line_number, block in blocks:
     script += ["echo '+++ README line %d' >&2" % line_number, block]
-  env = dict(os.environ)
-  env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-  # Its own process group, so a timeout ends everything the commands started.
-  proc = subprocess.Popen(["bash", "-c", "\n".join(script)], cwd=clone, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          start_new_session=True)
-  try:
-    output, _ = proc.communicate(timeout=RUN_TIMEOUT_SECONDS)
-  except subprocess.TimeoutExpired:
-    os.killpg(proc.pid, signal.SIGKILL)
-    output, _ = proc.communicate()
+  returncode, output = helpers.run_as_user("\n".join(script), clone, RUN_TIMEOUT_SECONDS)
+  if returncode is None:
     pytest.fail("README commands still running after %d s:\n%s"
                 % (RUN_TIMEOUT_SECONDS, output[-6000:]))
-  assert proc.returncode == 0, "exit %d\n%s" % (proc.returncode, output[-6000:])
+  assert returncode == 0, "exit %d\n%s" % (returncode, output[-6000:])
   # Every block ran (set -e stops at the first failure).
   assert output.count("+++ README line") == len(blocks), output[-6000:]
