@@ -140,6 +140,36 @@ def test_prepare_resume_steps_back_from_an_unreadable_newest_checkpoint(tmp_path
   assert recovery.prepare_resume(str(tmp_path)) == (4, None)
 
 
+@pytest.mark.parametrize("kill_lands", ["before the index update", "after the index update",
+                                        "while the data is written"])
+def test_a_kill_on_either_side_of_the_index_update_resumes_from_the_newest_complete_save(
+    tmp_path, kill_lands):
+  # A save writes the checkpoint's files, then rewrites the `checkpoint` index to name it.
+  prefixes = _write_checkpoints(tmp_path, [10])
+  newest = str(tmp_path / "model.ckpt-15")
+  contents.write_checkpoint(newest, {"bert/w": np.ones((64, 32), np.float32),
+                                     "global_step": np.int64(15)})
+  if kill_lands == "after the index update":
+    _tf1.train.update_checkpoint_state(str(tmp_path), newest,
+                                       all_model_checkpoint_paths=prefixes + [newest])
+  elif kill_lands == "while the data is written":
+    with open(newest + ".data-00000-of-00001", "r+b") as f:
+      f.truncate(100)
+  step, note = recovery.prepare_resume(str(tmp_path))
+  expected = {"before the index update": (15, "resuming from %s, complete but not yet in the "
+                                              "checkpoint index" % newest),
+              "after the index update": (15, None),
+              "while the data is written": (10, "model.ckpt-15 is unreadable")}[kill_lands]
+  assert step == expected[0]
+  if expected[1] is None:
+    assert note is None
+  else:
+    assert expected[1] in note
+  assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / ("model.ckpt-%d" % step))
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path)))
+  assert reader.get_tensor("global_step") == step
+
+
 def test_prepare_resume_steps_back_when_the_index_names_missing_files(tmp_path):
   prefixes = _write_checkpoints(tmp_path, [2, 4])
   for path in recovery.prefix_files(prefixes[-1]):
