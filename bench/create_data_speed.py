@@ -182,13 +182,22 @@ def main():
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--num_workers", type=int, default=0, help="ours; 0 = all cores")
   parser.add_argument("--skip_original", action="store_true")
+  parser.add_argument("--corpora", default=",".join(SIZES),
+                      help="comma-separated corpus sizes to run, of %s" % ", ".join(SIZES))
   args = parser.parse_args()
+  names = args.corpora.split(",")
+  unknown = [name for name in names if name not in SIZES]
+  if unknown:
+    parser.error("--corpora: unknown size(s) %s; expected some of %s"
+                 % (", ".join(unknown), ", ".join(SIZES)))
 
-  corpora = {name: make_corpus(os.path.join(args.work_dir, "corpus-" + name), size, seed=17)
-             for name, size in SIZES.items()}
-  vocab_file = os.path.join(args.work_dir, "vocab-8k.txt")
+  corpora = {name: make_corpus(os.path.join(args.work_dir, "corpus-" + name), SIZES[name],
+                               seed=17) for name in names}
+  # The vocabulary of the largest corpus run, built once per work directory and corpus.
+  largest = max(names, key=SIZES.get)
+  vocab_file = os.path.join(args.work_dir, "vocab-8k-%s.txt" % largest)
   if not os.path.exists(vocab_file):
-    tokenization.build_vocab(corpora["7MB"], 8192, vocab_file)
+    tokenization.build_vocab(corpora[largest], 8192, vocab_file)
   output_dir = os.path.join(args.work_dir, "out")
   os.makedirs(output_dir, exist_ok=True)
 
@@ -212,7 +221,7 @@ def main():
   print("\n%-6s %-9s %6s %10s %10s %9s %12s %9s" % ("corpus", "generator", "files", "instances",
                                                     "inst/s", "work s", "peak RSS MB",
                                                     "start s"))
-  for name in SIZES:
+  for name in names:
     entry = report[name]
     for generator in ("original", "ours"):
       if generator in entry:

@@ -8,6 +8,7 @@ the training documents and TFRecords are written for max_seq_length 128 / 20 pre
   OUTPUT_DIR/vocab.txt                                  --vocab_size tokens, [PAD] [UNK] [CLS] ...
   OUTPUT_DIR/seq128/train/train-NN.tfrecord            --input_files_dir=OUTPUT_DIR/seq128/train
   OUTPUT_DIR/seq128/eval/eval-00.tfrecord               --eval_files_dir=OUTPUT_DIR/seq128/eval
+  OUTPUT_DIR/bert_config.json                           BERT-tiny with the vocabulary's size
   OUTPUT_DIR/stats.json                                 sizes, counts, build time, fingerprint
 
 The result depends only on the Python version (its standard library) and on this repository's code.
@@ -45,7 +46,10 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[`])")
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _HELD_OUT_EVERY = 20
 _NUM_TRAIN_SHARDS = 4
-_CODE_FILES = ("scripts/build_demo_data.py", "tokenization.py", "create_pretraining_data.py")
+_CODE_FILES = ("scripts/build_demo_data.py", "tokenization.py", "create_pretraining_data.py",
+               "bert_configs/tiny.json")
+# The model the demo trains: BERT-tiny, its vocabulary the demo's.
+_TINY_CONFIG = "bert_configs/tiny.json"
 
 flags.DEFINE_string("output_dir", "data/demo", "Where to write the demo data.")
 flags.DEFINE_integer("vocab_size", 4096, "Tokens in the vocabulary.")
@@ -139,6 +143,16 @@ def write_corpus(documents, paths):
       writer.write("\n\n".join(shard) + "\n")
 
 
+def write_tiny_config(vocab_size, path):
+  """Writes bert_configs/tiny.json with `vocab_size` (int) to `path`."""
+  with open(os.path.join(REPO_ROOT, _TINY_CONFIG)) as reader:
+    config = json.load(reader)
+  config["vocab_size"] = vocab_size
+  with open(path, "w") as writer:
+    json.dump(config, writer, indent=2, sort_keys=True)
+    writer.write("\n")
+
+
 def fingerprint(settings):
   """Hash of what the data depends on: Python version, the building code, the settings."""
   digest = hashlib.sha256()
@@ -197,6 +211,9 @@ def build(output_dir, settings):
   vocab_file = os.path.join(output_dir, "vocab.txt")
   tokenization.build_vocab(train_text, settings["vocab_size"], vocab_file, do_lower_case=True)
   vocab_seconds = time.time() - start - corpus_seconds
+  config_file = os.path.join(output_dir, "bert_config.json")
+  with open(vocab_file) as reader:
+    write_tiny_config(sum(1 for _ in reader), config_file)
 
   options = create_pretraining_data.GeneratorOptions(
       max_seq_length=settings["max_seq_length"],
@@ -213,7 +230,8 @@ def build(output_dir, settings):
   records_seconds = time.time() - start - corpus_seconds - vocab_seconds
 
   files = {os.path.relpath(p, output_dir): os.path.getsize(p)
-           for p in train_text + eval_text + [vocab_file] + train_records + eval_records}
+           for p in train_text + eval_text + [vocab_file, config_file] + train_records
+           + eval_records}
   stats = {
       "python": sys.version.split()[0],
       "modules": len(documents),
