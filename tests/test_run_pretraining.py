@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -385,7 +386,13 @@ def _horovodrun(n=2):
 
 
 def _mpirun(n=2):
-  args = ["mpirun", "-np", str(n)]
+  """mpirun of `n` workers on this machine, with a session directory of its own.
+
+  Two mpiruns started at the same moment by the same user race to create their shared session
+  directory (/tmp/ompi.HOST.UID): the loser fails in orte_init with "mkdir ... File exists" (seen
+  in a suite that starts two jobs side by side), so each launch gets its own base directory.
+  """
+  args = ["mpirun", "-np", str(n), "--mca", "orte_tmpdir_base", tempfile.mkdtemp(prefix="ompi-")]
   if os.geteuid() == 0:
     args.append("--allow-run-as-root")
   return args + ["--oversubscribe"]

@@ -281,11 +281,11 @@ def test_two_workers_bit_identical(data, tmp_path, launcher, precision,
   overrides = dict(PRECISIONS[precision], horovod=True,
                    allreduce_post_accumulation=allreduce_post_accumulation)
   a, b = tmp_path / "a", tmp_path / "b"
-  launch = LAUNCHERS[launcher]()
-  run_together({tmp_path / "a.out": command(data, a, launch, **overrides),
-                tmp_path / "b.out": command(data, b, launch, **overrides)})
+  # A launcher each: two mpiruns at once must not share a session directory (job._mpirun).
+  run_together({tmp_path / "a.out": command(data, a, LAUNCHERS[launcher](), **overrides),
+                tmp_path / "b.out": command(data, b, LAUNCHERS[launcher](), **overrides)})
   entries = assert_same_losses(a / "bert_dllog.json", b / "bert_dllog.json",
-                               command(data, "OUT", launch, **overrides), tmp_path)
+                               command(data, "OUT", LAUNCHERS[launcher](), **overrides), tmp_path)
   assert_counters(entries, a, fp16=precision == "fp16")
 
 
