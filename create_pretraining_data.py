@@ -653,13 +653,13 @@ def _start_clean(output_files):
     directory = os.path.dirname(output)
     if directory:
       output_lock.make_directory(directory, flag="--output_file")
-    if "://" in output:
+    if paths.is_remote(output):
       candidates = [output, _partial(output)]
     else:
       candidates = [output] + sorted(glob.glob(glob.escape(output) + ".partial")
                                      + glob.glob(glob.escape(output) + ".part-*"))
     for path in candidates:
-      if path != output and ("://" in path or os.path.exists(path)):
+      if path != output and (paths.is_remote(path) or os.path.exists(path)):
         leftovers.append(path)
       paths.remove_if_exists(path)
   if leftovers:

@@ -27,40 +27,27 @@ import statistics
 import sys
 import time
 
+import psutil
+
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CONFIGS = ("tiny", "mini", "small", "medium", "base", "large")
 
 
 def process_age_seconds():
-  """Seconds since this process started (Linux /proc), or since this module was loaded."""
-  try:
-    with open("/proc/self/stat") as f:
-      # Field 22 (starttime, clock ticks since boot); the command name (field 2) may hold spaces.
-      start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/uptime") as f:
-      uptime = float(f.read().split()[0])
-    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
-  except (OSError, ValueError, IndexError):
-    return time.time() - _MODULE_LOADED
-
-
-_MODULE_LOADED = time.time()
+  """Seconds since this process started."""
+  return time.time() - psutil.Process().create_time()
 
 
 def cpu_snapshot():
-  """(busy CPU seconds of the whole machine, CPU seconds of this process) from /proc and times.
+  """(busy CPU seconds of the whole machine, CPU seconds of this process).
 
   The difference of two snapshots tells how much CPU other processes took meanwhile: the
   benchmark is only meaningful when that is close to zero (the machine has 2 cores).
   """
-  try:
-    with open("/proc/stat") as f:
-      fields = [int(v) for v in f.readline().split()[1:]]
-    # user nice system idle iowait irq softirq steal ...: idle and iowait are not busy.
-    busy = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-  except (OSError, ValueError, IndexError):
-    busy = float("nan")
-  own = os.times()
+  machine = psutil.cpu_times()
+  # Idle and waiting for I/O are not busy.
+  busy = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+  own = psutil.Process().cpu_times()
   return busy, own.user + own.system
 
 

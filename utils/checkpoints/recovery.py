@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from utils.core import errors
 from utils.core import graph_names
+from utils.core import paths
 from utils.runtime import disk_space
 
 _tf1 = tf.compat.v1
@@ -93,10 +94,11 @@ def indexed_checkpoints(directory):
   state = tf.train.get_checkpoint_state(directory)
   if state is None:
     return []
-  paths = list(state.all_model_checkpoint_paths)
-  if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
-    paths.append(state.model_checkpoint_path)
-  return [p if os.path.isabs(p) or "://" in p else os.path.join(directory, p) for p in paths]
+  prefixes = list(state.all_model_checkpoint_paths)
+  if state.model_checkpoint_path and state.model_checkpoint_path not in prefixes:
+    prefixes.append(state.model_checkpoint_path)
+  return [p if os.path.isabs(p) or paths.is_remote(p) else os.path.join(directory, p)
+          for p in prefixes]
 
 
 def prefix_files(prefix):

@@ -13,11 +13,12 @@ import shutil
 import tempfile
 
 from utils.core import errors
+from utils.core import paths
 
 
 def check_empty_or_missing(output_dir, flag):
   """Raises errors.UsageError unless `output_dir` is missing or an empty directory."""
-  if "://" in output_dir:
+  if paths.is_remote(output_dir):
     raise errors.UsageError("%s=%s: write to a local directory (a remote directory cannot be "
                             "renamed into place whole)" % (flag, output_dir))
   if os.path.lexists(output_dir):

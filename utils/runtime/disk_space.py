@@ -13,6 +13,8 @@ of another error. `is_disk_full` looks at every error of the chain.
 import errno
 import os
 
+from utils.core import paths
+
 # Operating-system messages of a write that found no space (ENOSPC, EDQUOT).
 DISK_FULL_MESSAGES = ("No space left on device", "Disk quota exceeded")
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -20,7 +22,7 @@ DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 def is_local(path):
   """Whether `path` is a local file-system path (not `gs://`, `hdfs://`, ...)."""
-  return "://" not in str(path)
+  return not paths.is_remote(str(path))
 
 
 def existing_ancestor(path):

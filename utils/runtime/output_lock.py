@@ -28,6 +28,8 @@ import time
 
 from absl import logging
 
+from utils.core import paths
+
 LOCK_FILE_NAME = ".output_dir.lock"
 
 
@@ -47,7 +49,7 @@ def make_directory(path, flag="--output_dir"):
       on the way, no permission, ...).
   """
   try:
-    if "://" in path:
+    if paths.is_remote(path):
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
       tf.io.gfile.makedirs(path)
     else:
@@ -55,13 +57,13 @@ def make_directory(path, flag="--output_dir"):
   except Exception as e:  # OSError locally, tf.errors.OpError remotely: both mean "cannot"
     raise ValueError("%s=%s: cannot create the directory: %s"
                      % (flag, path, _reason(e, path)))
-  if "://" not in path and not os.path.isdir(path):
+  if not paths.is_remote(path) and not os.path.isdir(path):
     raise ValueError("%s=%s: not a directory" % (flag, path))
 
 
 def _reason(error, path):
   """A short reason for a failed directory creation: the regular file in the way, if any."""
-  if "://" not in path:
+  if not paths.is_remote(path):
     parent = os.path.abspath(path)
     while parent and parent != os.path.dirname(parent):
       if os.path.exists(parent) and not os.path.isdir(parent):
@@ -144,7 +146,7 @@ def lock_output_dir(directory, command=None):
     OutputDirLocked: naming the directory and the live process that holds it.
     ValueError: when the lock file cannot be created.
   """
-  if "://" in directory:
+  if paths.is_remote(directory):
     logging.info("%s is not a local directory: not locked against a second job", directory)
     return OutputDirLock(directory)
   path = os.path.join(directory, LOCK_FILE_NAME)

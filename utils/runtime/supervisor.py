@@ -38,6 +38,8 @@ import sys
 import threading
 import time
 
+import psutil
+
 from utils.core import errors
 
 # The launcher's flags for the number of workers and for the host list, by launcher.
@@ -154,28 +156,11 @@ def worker_pids(launcher_pid, script, processes):
   return sorted(found)
 
 
-def list_processes(proc_root="/proc"):
-  """[(pid, parent pid, [arguments])] of this machine's processes, read from /proc (empty where
-  there is none); processes that end while being read are left out."""
-  processes = []
-  try:
-    entries = os.listdir(proc_root)
-  except OSError:
-    return processes
-  for entry in entries:
-    if not entry.isdigit():
-      continue
-    try:
-      with open(os.path.join(proc_root, entry, "stat"), "rb") as f:
-        stat = f.read().decode("utf-8", "replace")
-      with open(os.path.join(proc_root, entry, "cmdline"), "rb") as f:
-        args = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
-    except OSError:
-      continue
-    # stat: "pid (comm) state ppid ...", where comm may hold spaces and parentheses.
-    ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-    processes.append((int(entry), ppid, args))
-  return processes
+def list_processes():
+  """[(pid, parent pid, [arguments])] of this machine's processes; processes that end while being
+  read are left out, and one whose arguments cannot be read (a zombie, another user's) has []."""
+  return [(process.info["pid"], process.info["ppid"], process.info["cmdline"] or [])
+          for process in psutil.process_iter(["pid", "ppid", "cmdline"])]
 
 
 def parse_hosts(value):
