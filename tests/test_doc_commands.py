@@ -196,7 +196,7 @@ def test_every_command_block_is_run_or_accounted_for():
 
 @pytest.mark.e2e
 def test_make_test_and_make_test_fast_pass_pytest_arguments():
-  # README's Tests block, on this module's in-process tests (the suite does not run itself).
+  # README's Tests section, on this module's in-process tests (the suite does not run itself).
   returncode, output = helpers.run_as_user(
       'make test-fast PYTEST_ARGS="tests/test_doc_commands.py" && '
       'make test PYTEST_ARGS="tests/test_doc_commands.py -k markers"', helpers.REPO_ROOT, 300)
