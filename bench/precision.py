@@ -148,7 +148,7 @@ def job_figures(variant, args, start, stderr_lines, out_dir):
 
 def main(argv=None):
   args = parse_args(argv)
-  import gpu_environment  # pylint: disable=g-import-not-at-top
+  from utils.runtime import cpu  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   config_path = throughput.config_file(args.config)
   config = modeling.BertConfig.from_json_file(config_path)
@@ -171,7 +171,7 @@ def main(argv=None):
             round_index + 1, variant, seq_per_s, startup, peak_rss), flush=True)
   result = {"config": args.config, "batch": args.batch, "seq": args.seq,
             "predictions": args.predictions, "steps": args.steps, "warmup": args.warmup,
-            "rounds": args.rounds, "bf16_units": gpu_environment.bf16_units(),
+            "rounds": args.rounds, "bf16_units": cpu.bf16_units(),
             "matmul_peak_gflops": {k: round(v / 1e9, 1) for k, v in peaks.items()},
             "model_flops_per_seq": flops_per_seq, "variants": {}}
   for variant in args.variants:

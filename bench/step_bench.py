@@ -206,7 +206,7 @@ def main(argv=None):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  import gpu_environment  # pylint: disable=g-import-not-at-top
+  from utils.runtime import cpu  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   import optimization  # pylint: disable=g-import-not-at-top
   import run_pretraining  # pylint: disable=g-import-not-at-top
@@ -328,7 +328,7 @@ def main(argv=None):
                                 "OMP_", "KMP_", "ONEDNN_", "DNNL_"))}),
   ])
   if args.bf16:
-    result["bf16_hardware"] = throughput.bf16_hardware_note(gpu_environment.bf16_units())
+    result["bf16_hardware"] = throughput.bf16_hardware_note(cpu.bf16_units())
   if profile is not None:
     result["profile"] = profile
   print("\n%-8s batch %-3d %-5s  step %.4f s (min %.4f, max %.4f)  %.2f seq/s  "

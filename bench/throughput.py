@@ -89,7 +89,7 @@ def uses_bf16(args):
 
 
 def bf16_hardware_note(units):
-  """What the figures of a bf16 run mean on this CPU, from `gpu_environment.bf16_units()`."""
+  """What the figures of a bf16 run mean on this CPU, from `cpu.bf16_units()`."""
   if units is None:
     return "CPU flags unreadable (no /proc/cpuinfo flags): bf16 units unknown"
   if units:
@@ -211,14 +211,14 @@ def steady_summary(steps, warmup):
 
 def main(argv=None):
   args = parse_args(argv)
-  import gpu_environment  # pylint: disable=g-import-not-at-top
+  from utils.runtime import cpu  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
   config_path = config_file(args.config)
   config = modeling.BertConfig.from_json_file(config_path)
   data_dir = cached_records(config.vocab_size, args.seq, args.predictions)
   peak_dtype = "bfloat16" if uses_bf16(args) else "float32"
   peak = flops.measure_matmul_peak(args.peak_runs, dtype=peak_dtype) if args.peak_runs else None
-  hardware_note = bf16_hardware_note(gpu_environment.bf16_units()) if uses_bf16(args) else None
+  hardware_note = bf16_hardware_note(cpu.bf16_units()) if uses_bf16(args) else None
 
   with tempfile.TemporaryDirectory(prefix="bench_throughput_") as work_dir:
     steps, start, max_rss_kib = run_training(args, config_path, data_dir, work_dir)

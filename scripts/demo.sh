@@ -50,7 +50,7 @@ fi
 
 # bf16 where the CPU has bf16 units (avx512_bf16, amx_bf16), else fp32; DEMO_PRECISION overrides.
 precision="${DEMO_PRECISION:-$(TF_CPP_MIN_LOG_LEVEL=2 "$py" -c \
-  "import gpu_environment; print(gpu_environment.fastest_cpu_precision())")}"
+  "from utils.runtime import cpu; print(cpu.fastest_cpu_precision())")}"
 precision_flag=()
 if [ -n "${DEMO_PRECISION:-}" ]; then
   chosen_by="set by DEMO_PRECISION"

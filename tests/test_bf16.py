@@ -261,34 +261,6 @@ def test_100_bf16_updates_track_fp32_while_the_loss_falls(tmp_path):
   assert np.abs(bf16 - fp32).max() > 1e-5
 
 
-@pytest.mark.parametrize("flags,expected", [
-    (("avx2", "avx512f"), []), (("avx2", "avx512_bf16"), ["avx512_bf16"]),
-    (("amx_bf16", "amx_tile", "avx512_bf16"), ["amx_bf16", "avx512_bf16"])])
-def test_bf16_units_read_from_cpuinfo(tmp_path, flags, expected):
-  cpuinfo = tmp_path / "cpuinfo"
-  cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu %s\n\n"
-                     "processor\t: 1\nflags\t\t: fpu\n" % " ".join(flags))
-  assert gpu_environment.bf16_units(str(cpuinfo)) == expected
-  # The demo's choice (scripts/demo.sh): bf16 exactly where the CPU has bf16 units.
-  assert gpu_environment.fastest_cpu_precision(str(cpuinfo)) == ("bf16" if expected else "fp32")
-  warning = gpu_environment.bf16_emulated_warning(True, str(cpuinfo), gpu_count=0)
-  if expected:
-    assert warning is None
-  else:
-    assert "avx512_bf16" in warning and "amx_bf16" in warning and "emulates" in warning
-  assert gpu_environment.bf16_emulated_warning(False, str(cpuinfo), gpu_count=0) is None
-  # With a GPU the matmuls run there: no CPU warning.
-  assert gpu_environment.bf16_emulated_warning(True, str(cpuinfo), gpu_count=1) is None
-
-
-def test_unreadable_cpu_flags_give_no_warning(tmp_path):
-  assert gpu_environment.bf16_units(str(tmp_path / "missing")) is None
-  (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
-  assert gpu_environment.bf16_units(str(tmp_path / "arm")) is None
-  assert gpu_environment.fastest_cpu_precision(str(tmp_path / "missing")) == "fp32"
-  assert gpu_environment.bf16_emulated_warning(True, str(tmp_path / "arm"), gpu_count=0) is None
-
-
 @pytest.mark.parametrize("other", ["manual_fp16", "amp"])
 def test_bf16_with_another_precision_names_both(other):
   with pytest.raises(ValueError) as raised:

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import gpu_environment
 import modeling
 import optimization
 import run_pretraining
 from tests import helpers
+from utils.runtime import cpu
 from utils.runtime import workers as workers_lib
 from tests import numpy_bert
 
@@ -278,7 +278,7 @@ def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
   np.testing.assert_allclose(first_losses[1], first_losses[0], rtol=8 * 2.0**-8)
   # On a CPU without bf16 units: exactly one warning naming the flags that would make it fast;
   # on one with them (or an unknown CPU), none.
-  units = gpu_environment.bf16_units()
+  units = cpu.bf16_units()
   if units == []:
     warnings = _bf16_warnings(bf16_err)
     assert len(warnings) == 1, bf16_err[-3000:]

@@ -4,7 +4,8 @@
   (top level)   the release's modules: modeling, optimization, tokenization, fused_layer_norm,
                 gpu_environment
   runtime/      the process: command-line entry, Horovod, session config, output-dir lock, workers,
-                the data generator's worker pool, free disk space, stop signals, the supervisor
+                the data generator's worker pool, free disk space, stop signals, the supervisor,
+                the CPU's bf16 units
   runlog/       the run's log: dllogger lines, the training meter, plots, golden losses
   data/         pretraining records: the input pipeline, record checks, the record encoder
   model/        what is built on `modeling.BertModel`: the pretraining heads

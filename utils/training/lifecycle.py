@@ -33,13 +33,13 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-import gpu_environment
 import modeling
 import optimization
 from utils.checkpoints import contents as checkpoints_lib
 from utils.checkpoints import recovery
 from utils.core import errors
 from utils.runlog import dllogger_setup
+from utils.runtime import cpu
 from utils.runtime import disk_space
 from utils.runtime import hvd_utils
 from utils.runtime import stop_signals
@@ -341,7 +341,7 @@ def training_settings(f, workers, num_train_steps, num_warmup_steps):
   With --bf16 on a CPU without bf16 units (and no GPU), one warning says that TensorFlow emulates
   bf16 there and which CPU flags would make it fast.
   """
-  gpu_environment.warn_if_bf16_is_emulated(f.bf16)
+  cpu.warn_if_bf16_is_emulated(f.bf16)
   schedule = optimization.Schedule(f.optimizer_type, f.learning_rate * workers.size,
                                    max(num_train_steps, 1), num_warmup_steps)
   logging.info("workers: %d; global batch: %d x %d accumulation x %d workers = %d; learning "
