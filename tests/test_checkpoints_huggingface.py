@@ -27,7 +27,7 @@ from tests import helpers
 from utils.checkpoints import contents as ckpt
 from utils.checkpoints import huggingface
 from utils.checkpoints import safetensors
-from utils.checkpoints import staging
+from utils.core import staging
 from utils.checkpoints import torch_pickle
 from utils.core import errors
 from utils.model import pretraining

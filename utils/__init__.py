@@ -1,6 +1,7 @@
 """The project's library below the scripts, one sub-package per layer, lowest first.
 
-  core/         errors and exit codes, argument checks, paths, environment switches, graph names
+  core/         errors and exit codes, argument checks, paths, environment switches, graph names,
+                output directories written whole (staging)
   (top level)   the release's modules: modeling, optimization, tokenization, fused_layer_norm,
                 gpu_environment
   runtime/      the process: command-line entry, Horovod, session config, output-dir lock, workers,

@@ -30,7 +30,7 @@ import modeling
 from utils.checkpoints import contents as ckpt
 from utils.checkpoints import release
 from utils.checkpoints import safetensors
-from utils.checkpoints import staging
+from utils.core import staging
 from utils.checkpoints import torch_pickle
 from utils.core import errors
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import modeling
 from utils.checkpoints import release
-from utils.checkpoints import staging
+from utils.core import staging
 
 _tf1 = tf.compat.v1
 INPUTS = ("input_ids", "input_mask", "segment_ids")

@@ -16,7 +16,7 @@ import shutil
 import tensorflow as tf
 
 import tokenization
-from utils.checkpoints import staging
+from utils.core import staging
 from utils.core import errors
 
 def int_record(values):
