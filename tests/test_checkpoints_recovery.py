@@ -6,7 +6,6 @@ in tests/test_run_pretraining_recovery.py.
 """
 
 import collections
-import errno
 import json
 import os
 
@@ -26,37 +25,6 @@ RunValues = collections.namedtuple("RunValues", ["results"])
 
 # ---------------------------------------------------------------------------------------------
 # Full disks
-
-def test_disk_full_is_recognised_in_every_shape():
-  assert disk_space.is_disk_full(OSError(errno.ENOSPC, "No space left on device", "/x/log"))
-  assert disk_space.is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
-  tf_error = tf.errors.ResourceExhaustedError(
-      None, None, "/d/model.ckpt-4_temp/part-00000; No space left on device")
-  assert disk_space.is_disk_full(tf_error)
-  try:
-    try:
-      raise OSError(errno.ENOSPC, "No space left on device")
-    except OSError as inner:
-      raise RuntimeError("wrapped") from inner
-  except RuntimeError as outer:
-    assert disk_space.is_disk_full(outer)
-  # Out of memory, a missing file, a permission problem: not a full disk.
-  assert not disk_space.is_disk_full(tf.errors.ResourceExhaustedError(None, None, "OOM when "
-                                                                       "allocating tensor"))
-  assert not disk_space.is_disk_full(OSError(errno.ENOENT, "No such file or directory"))
-  assert not disk_space.is_disk_full(PermissionError(errno.EACCES, "Permission denied"))
-  assert disk_space.failed_path(OSError(errno.ENOSPC, "No space", "/x/log.json")) == "/x/log.json"
-
-
-def test_free_bytes_matches_statvfs_and_skips_remote_paths(tmp_path):
-  stat = os.statvfs(str(tmp_path))
-  free = disk_space.free_bytes(str(tmp_path / "not" / "yet"))
-  # Other processes write to the same disk meanwhile: within 64 MB.
-  assert abs(free - stat.f_bavail * stat.f_frsize) < 64 * 2**20
-  assert disk_space.free_bytes("gs://bucket/run") is None
-  assert disk_space.format_bytes(3426080) == "3.43 MB"
-  assert disk_space.format_bytes(512) == "512 B"
-
 
 def test_space_problem_refuses_a_checkpoint_that_cannot_fit_and_warns_for_the_kept_ones(
     tmp_path, monkeypatch):

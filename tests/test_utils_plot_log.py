@@ -1,123 +1,30 @@
-"""utils/plot_log.py: PNG from a run log, as a function and as `python -m utils.plot_log`."""
+"""utils/plot_log.py, the command line `python -m utils.plot_log LOG PNG` (its `main`, in process;
+the README's block runs the command itself): the PNG's path on stdout, exit 1 naming the file
+for a log without step lines. The drawing is tests/test_runlog_plot.py's."""
 
-import os
-import struct
-import subprocess
-import sys
-
-import numpy as np
 import pytest
 
+from tests.test_runlog_plot import png_size
+from tests.test_runlog_plot import write_log
+from utils import plot_log
 from utils.runlog import dllogger_setup
-from utils.runlog import plot
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def png_size(path):
-  """(width, height) from the IHDR chunk of a PNG file."""
-  with open(path, "rb") as f:
-    header = f.read(24)
-  assert header[:8] == PNG_SIGNATURE, "%s is not a PNG" % path
-  assert header[12:16] == b"IHDR"
-  return struct.unpack(">II", header[16:24])
-
-
-def write_log(path, num_steps=30, extra=None):
-  """A training log as the training hook writes it; returns the per-step values.
-
-  `extra(step)` gives more keys of a step's line (e.g. global_norm, loss_scaler)."""
-  rng = np.random.RandomState(8)
-  values = []
-  with dllogger_setup.RunLogger(str(path), backend="builtin", stdout=False) as logger:
-    for step in range(1, num_steps + 1):
-      loss = 10.0 * np.exp(-step / 10.0) + 1.0
-      data = {"throughput_train": float(rng.uniform(80, 100)), "mlm_loss": loss - 0.6,
-              "nsp_loss": 0.6, "total_loss": loss, "avg_loss_step": loss + 0.1,
-              "learning_rate": 1e-4 * step}
-      if extra is not None:
-        data.update(extra(step))
-      values.append((step, data))
-      logger.log(step=step, data=data)
-    logger.log(step=(), data={"throughput_train": 91.5, "update_steps": num_steps})
-  return values
-
-
-def test_read_log_returns_steps_and_summary(tmp_path):
-  log_path = tmp_path / "dllogger.json"
-  values = write_log(log_path)
-  with open(log_path, "a") as f:
-    f.write("a line from another program\n")
-  steps, summaries = dllogger_setup.read_log(str(log_path))
-  assert [s for s, _ in steps] == [s for s, _ in values]
-  assert summaries == [{"throughput_train": 91.5, "update_steps": 30}]
-  xs, ys = plot.series(steps, "total_loss")
-  assert xs == list(range(1, 31))
-  np.testing.assert_allclose(ys, [d["total_loss"] for _, d in values])
-
-
-def test_learning_rate_logged_as_string_is_plotted():
-  # NVIDIA's script logs the learning rate as a string.
-  steps = [(1, {"learning_rate": "0.0001"}), (2, {"learning_rate": "n/a"}), (3, {})]
-  assert plot.series(steps, "learning_rate") == ([1], [1e-4])
-
-
-def test_plot_log_writes_a_png(tmp_path):
-  log_path = tmp_path / "dllogger.json"
-  write_log(log_path)
-  out = tmp_path / "plots" / "training.png"
-  assert plot.plot_log(str(log_path), str(out)) == str(out)
-  assert png_size(out) == (900, 1000)
-  assert os.path.getsize(out) > 20000  # three panels with curves, not a blank image
-
-
-def _fp16_keys(step):
-  """fp16 log keys: updates 3 and 4 overflow (non-finite norm), each halving the loss scale."""
-  skipped = min(max(step - 2, 0), 2)
-  norm = float("inf") if step == 3 else float("nan") if step == 4 else 1.0 + 1.0 / step
-  return {"global_norm": norm, "loss_scaler": 2.0 ** (16 - skipped), "skipped_updates": skipped}
-
-
-@pytest.mark.parametrize("extra,height", [
-    (lambda step: {"global_norm": 1.0 / step}, 1300),  # fp32: a gradient norm panel
-    (_fp16_keys, 1600),                                 # fp16: and a loss scale panel
-])
-def test_gradient_norm_and_loss_scale_panels_when_logged(tmp_path, extra, height):
-  log_path = tmp_path / "dllogger.json"
-  values = write_log(log_path, extra=extra)
-  steps, _ = dllogger_setup.read_log(str(log_path))
-  xs, norms = plot.series(steps, "global_norm")
-  assert xs == list(range(1, 31))
-  np.testing.assert_array_equal(norms, [d["global_norm"] for _, d in values])
-  out = tmp_path / "training.png"
-  plot.plot_log(str(log_path), str(out))
-  assert png_size(out) == (900, height)
-
-
-@pytest.mark.e2e
-def test_command_line(tmp_path):
+def test_command_line_writes_the_png_and_prints_its_path(tmp_path, capsys):
   log_path = tmp_path / "dllogger.json"
   write_log(log_path, num_steps=5)
   out = tmp_path / "cli.png"
-  proc = subprocess.run([sys.executable, "-m", "utils.plot_log", str(log_path), str(out)],
-                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-  assert proc.returncode == 0, proc.stderr
-  assert proc.stdout.strip() == str(out)
+  assert plot_log.main([str(log_path), str(out)]) == 0
+  assert capsys.readouterr().out.strip() == str(out)
   assert png_size(out) == (900, 1000)
 
 
-@pytest.mark.e2e
-def test_log_without_step_lines_is_an_error_naming_the_file(tmp_path):
+def test_log_without_step_lines_is_an_error_naming_the_file(tmp_path, capsys):
   bad = tmp_path / "not_a_log.txt"
   bad.write_text("hello\nDLLL {broken json\nDLLL {\"type\": \"LOG\", \"step\": [], \"data\": {}}\n")
-  with pytest.raises(ValueError, match="not_a_log.txt: no per-step log line"):
-    plot.plot_log(str(bad), str(tmp_path / "out.png"))
+  assert plot_log.main([str(bad), str(tmp_path / "out.png")]) == 1
+  err = capsys.readouterr().err
+  assert str(bad) in err and "no per-step log line" in err
   assert not (tmp_path / "out.png").exists()
-  proc = subprocess.run([sys.executable, "-m", "utils.plot_log", str(bad),
-                         str(tmp_path / "out.png")],
-                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-  assert proc.returncode == 1
-  assert str(bad) in proc.stderr and "no per-step log line" in proc.stderr
   with pytest.raises(OSError):
     dllogger_setup.read_log(str(tmp_path / "missing.json"))
