@@ -70,3 +70,14 @@ def test_the_function_status_is_returned_and_other_errors_propagate(capsys):
   with pytest.raises(ValueError, match="not one of the module's errors"):
     errors.run_reporting_errors("run.py", plain_value_error)
   assert capsys.readouterr().err == ""
+
+
+def test_a_worker_stopped_by_another_ends_quietly_unless_verbose(capsys):
+  def stopped():
+    raise errors.StoppedByAnotherWorker("rank 1 ended the job")
+  assert errors.run_reporting_errors("run_pretraining.py", stopped) == 1
+  assert capsys.readouterr().err == ""
+  assert errors.run_reporting_errors("run_pretraining.py", stopped, verbose=True) == 1
+  err = capsys.readouterr().err
+  assert "Traceback" in err
+  assert err.rstrip().endswith("run_pretraining.py: error: rank 1 ended the job")

@@ -7,6 +7,7 @@
                          names the directory, the bytes needed and free: exit 2 (like a usage
                          error, the user has to act before a rerun can succeed; docs/LONG_RUNS.md)
   StoppedByAnotherWorker another worker ended the job and printed why: exit 1 without a line
+                         (with --verbose, its traceback and line too)
   StoppedBySignal        SIGTERM, SIGINT or SIGUSR1 stopped the job at an update boundary after
                          saving a checkpoint: exit 75 (STOP_EXIT_CODE, sysexits.h's EX_TEMPFAIL,
                          "temporary failure, retry"): running the same command resumes; schedulers
@@ -46,7 +47,7 @@ class DiskFullError(RuntimeError):
 
 class StoppedByAnotherWorker(RuntimeError):
   """Another worker of the job ended it and reported why; this worker ends quietly (exit status
-  1, no line: the job's message is the other worker's)."""
+  1, no line: the job's message is the other worker's; --verbose prints it all the same)."""
 
 
 class StoppedBySignal(RuntimeError):
@@ -93,7 +94,8 @@ def run_reporting_errors(program, function, *args, verbose=False):
     program: the script or tool name for the message, e.g. "run_pretraining.py".
     function: returns the exit status.
     *args: its arguments.
-    verbose: print the error's traceback (with the errors it was raised from) before the line.
+    verbose: print the error's traceback (with the errors it was raised from) before the line,
+      and the line of a `StoppedByAnotherWorker` too.
 
   Returns:
     the exit status: the function's, or that of the error it raised.
