@@ -59,7 +59,7 @@ def log_entries(log_path):
   try:
     steps, _ = dllogger_setup.read_log(log_path)
   except (OSError, ValueError) as e:
-    raise errors.UsageError("cannot read the run log: %s" % e)
+    raise errors.UsageError("cannot read the run log %s: %s" % (log_path, _without_path(e)))
   entries = []
   for step, data in steps:
     entry = {"step": step}
@@ -133,13 +133,18 @@ def make_golden(entries, command):
   }
 
 
+def _without_path(error):
+  """What went wrong, for a message that names the file itself: an OSError's reason alone."""
+  return error.strerror if isinstance(error, OSError) and error.strerror else error
+
+
 def read_golden(path):
   """Loads and checks a golden file; errors.UsageError naming the file and the problem."""
   try:
     with open(path) as reader:
       golden = json.load(reader)
   except (OSError, ValueError) as e:
-    raise errors.UsageError("cannot read the golden file: %s" % e)
+    raise errors.UsageError("cannot read the golden file %s: %s" % (path, _without_path(e)))
   if not isinstance(golden, dict) or golden.get("format") != GOLDEN_FORMAT:
     raise errors.UsageError("%s: not a golden-loss file of format %d" % (path, GOLDEN_FORMAT))
   entries = golden.get("entries")
