@@ -478,10 +478,7 @@ class CheckpointHealthHook(tf.estimator.SessionRunHook):
     loss = float(results.get(graph_names.TOTAL_LOSS, float("nan")))
     if not math.isfinite(loss):
       self._mark_bad()
-    if graph_names.UPDATE_STEP in results:
-      ended = bool(results[graph_names.UPDATE_STEP])
-    else:
-      ended = self._micro_steps % self._num_accumulation_steps == 0
+    ended = graph_names.ended_update(results, self._micro_steps, self._num_accumulation_steps)
     if not ended or graph_names.STEP_UPDATE not in results:
       return
     step = int(results[graph_names.STEP_UPDATE])

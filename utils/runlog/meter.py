@@ -192,15 +192,9 @@ class TrainingMeter(object):
     self._micro_steps += 1
     self._micro_time += now - self._run_start
     self._micro_losses.append(float(values[graph_names.TOTAL_LOSS]))
-    if not self._ended_update(values):
+    if not graph_names.ended_update(values, self._micro_steps, self.num_accumulation_steps):
       return None
     return self._finish_update(values, now)
-
-  def _ended_update(self, values):
-    """True when this run applied the optimizer (the last micro-step of an update)."""
-    if graph_names.UPDATE_STEP in values:
-      return bool(values[graph_names.UPDATE_STEP])
-    return self._micro_steps % self.num_accumulation_steps == 0
 
   def _finish_update(self, values, now):
     """Books the update's time (it ended at `now`); returns its `Update`."""

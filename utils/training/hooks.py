@@ -524,17 +524,12 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
       signum = int(results["combined"]) if "combined" in results else self._local_signum()
       if signum:
         self._stopping_signum = signum
-    if self._stopping_signum is None or not self._ended_update(results):
+    if self._stopping_signum is None or not graph_names.ended_update(
+        results, self._runs, self._num_accumulation_steps):
       return
     self.stopped = True
     self.stop_signal_name = stop_signals.signal_name(self._stopping_signum)
     run_context.request_stop()
-
-  def _ended_update(self, results):
-    """True when this run applied the optimizer (the last micro-step of an update)."""
-    if graph_names.UPDATE_STEP in results:
-      return bool(results[graph_names.UPDATE_STEP])
-    return self._runs % self._num_accumulation_steps == 0
 
   def end(self, session):
     """Reads the step the run ended at; with several workers, meets the others once more; then
