@@ -1,4 +1,5 @@
-"""Reduced precision: fp32 master weights, fp16 encoder matmuls, fused layer norm, stable heads.
+"""--manual_fp16 end to end in the graph: fp32 master weights, fp16 encoder matmuls, stable heads
+(the fused layer norm: tests/test_fused_layer_norm.py; the getter: tests/test_gpu_environment.py).
 
 These run on the CPU (TF has fp16 CPU kernels, slow, so the shapes are tiny); they never skip.
 """
@@ -6,12 +7,9 @@ These run on the CPU (TF has fp16 CPU kernels, slow, so the shapes are tiny); th
 import numpy as np
 import tensorflow as tf
 
-import fused_layer_norm
-import gpu_environment
 import modeling
 import run_pretraining
 from tests import helpers
-from tests import numpy_bert
 
 _tf1 = tf.compat.v1
 
@@ -63,51 +61,6 @@ def test_fp16_outputs_close_to_fp32_on_same_weights(tmp_path):
     np.testing.assert_allclose(fp16[key], fp32[key], atol=2e-2, err_msg=key)
   # The two paths really differ in precision (the fp16 graph is not secretly fp32).
   assert np.max(np.abs(fp16["sequence"] - fp32["sequence"])) > 1e-5
-
-
-def test_fused_layer_norm_matches_numpy(graph):
-  rng = np.random.RandomState(3)
-  x = (rng.normal(size=(6, 5, 48)) * 3.0 + 1.5).astype(np.float16)
-  out = fused_layer_norm.fused_layer_norm(tf.constant(x))
-  assert out.dtype == tf.float16 and out.shape.as_list() == [6, 5, 48]
-  gamma = helpers.variable("LayerNorm/gamma")
-  beta = helpers.variable("LayerNorm/beta")
-  assert gamma.dtype.base_dtype == tf.float32 and beta.dtype.base_dtype == tf.float32
-  with _tf1.Session() as sess:
-    sess.run(_tf1.global_variables_initializer())
-    gamma_value = rng.normal(size=48).astype(np.float32) + 1.0
-    beta_value = rng.normal(size=48).astype(np.float32)
-    gamma.load(gamma_value, sess)
-    beta.load(beta_value, sess)
-    got = sess.run(out).astype(np.float64)
-  expected = numpy_bert.layer_norm(x.astype(np.float64), gamma_value, beta_value, epsilon=1e-5)
-  np.testing.assert_allclose(got, expected, atol=1e-2)
-
-
-def test_fused_layer_norm_backprop_runs_in_fp16(graph):
-  x = tf.constant(np.random.RandomState(4).normal(size=(4, 16)).astype(np.float16))
-  out = fused_layer_norm.fused_layer_norm(x)
-  grads = tf.gradients(tf.reduce_sum(tf.cast(out, tf.float32) ** 2), [x] + _tf1.trainable_variables())
-  with _tf1.Session() as sess:
-    sess.run(_tf1.global_variables_initializer())
-    values = sess.run(grads)
-  assert values[0].dtype == np.float16
-  assert all(np.all(np.isfinite(v)) for v in values)
-
-
-def test_custom_getter_stores_fp32_and_casts_on_read(graph):
-  with _tf1.variable_scope("s", custom_getter=gpu_environment.get_custom_getter(tf.float16)):
-    read = _tf1.get_variable("w", [3], dtype=tf.float16, initializer=_tf1.ones_initializer())
-  assert read.dtype == tf.float16
-  stored = [v for v in _tf1.global_variables() if v.op.name == "s/w"]
-  assert len(stored) == 1 and stored[0].dtype.base_dtype == tf.float32
-  assert gpu_environment.get_custom_getter(tf.float32) is None
-
-
-def test_pin_to_local_gpu_is_noop_without_gpu():
-  config = _tf1.ConfigProto()
-  gpu_environment.pin_to_local_gpu(config, local_rank=1)
-  assert config.gpu_options.visible_device_list == ""
 
 
 def _large_logit_losses(dtype):

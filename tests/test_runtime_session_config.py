@@ -1,8 +1,6 @@
 """utils/runtime/session_config.py: the fields of the ConfigProto (the multi-process run is in
 test_runtime_session_config_horovod.py)."""
 
-import logging
-
 import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
@@ -80,17 +78,6 @@ def test_xla_amp_and_threads(monkeypatch, gpus):
           == tf.compat.v1.OptimizerOptions.ON_1)
   assert config.graph_options.rewrite_options.auto_mixed_precision == RewriterConfig.ON
   assert config.intra_op_parallelism_threads == 2 and config.inter_op_parallelism_threads == 1
-
-
-@pytest.mark.parametrize("gpus", [0, 1])
-def test_amp_takes_effect_only_with_a_gpu(caplog, monkeypatch, gpus):
-  caplog.set_level(logging.INFO)
-  monkeypatch.setattr(gpu_environment, "local_gpu_count", lambda: gpus)
-  assert gpu_environment.amp_takes_effect(True) is (gpus == 1)
-  assert ("no effect without a GPU" in caplog.text) is (gpus == 0)
-  caplog.clear()
-  assert gpu_environment.amp_takes_effect(False) is False
-  assert caplog.text == ""
 
 
 def test_gpu_pinning_by_local_rank(monkeypatch):
