@@ -118,3 +118,24 @@ def test_a_violation_is_found(tmp_path, monkeypatch, source, violation):
   monkeypatch.setattr(sys.modules[__name__], "_library_files",
                       lambda: [("utils.data.bad", str(bad))])
   assert any(violation in line for line in _violations()), _violations()
+
+
+def _test_file_of(module_name):
+  """The test file named after a library module (docs/TESTING.md, Layout): utils/a/b.py ->
+  tests/test_a_b.py, utils/b.py -> tests/test_utils_b.py, the release's modeling.py ->
+  tests/test_modeling.py."""
+  parts = module_name.split(".")
+  if parts[0] != "utils":
+    return "test_%s.py" % module_name
+  if len(parts) == 2:
+    return "test_utils_%s.py" % parts[1]
+  return "test_%s.py" % "_".join(parts[1:])
+
+
+def test_every_library_module_has_a_test_file_named_after_it():
+  assert _test_file_of("utils.core.paths") == "test_core_paths.py"
+  assert _test_file_of("utils.regression") == "test_utils_regression.py"
+  missing = [name for name, path in _library_files()
+             if not path.endswith("__init__.py")
+             and not os.path.isfile(os.path.join(REPO_ROOT, "tests", _test_file_of(name)))]
+  assert missing == [], "library modules without tests/%s" % [_test_file_of(n) for n in missing]

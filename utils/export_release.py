@@ -107,7 +107,7 @@ def _export(args):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(
-      prog="python -m utils.export_release",
+      prog="python -m utils.export_release", allow_abbrev=False,
       description="Write a training checkpoint as a release bundle (bert_model.ckpt with the "
                   "model's fp32 weights, bert_config.json, vocab.txt), a Hugging Face "
                   "transformers directory or an encoder SavedModel; or import a transformers "
@@ -118,7 +118,7 @@ def main(argv=None):
   parser.add_argument("--output_dir", required=True, help="directory of the output")
   parser.add_argument("--vocab_file", default=None, help="vocabulary copied as vocab.txt")
   parser.add_argument("--verbose", action="store_true",
-                      help="keep TensorFlow's start-up log lines")
+                      help="keep TensorFlow's start-up log lines, and an error's traceback")
   parser.add_argument("--format", choices=FORMATS, default="release",
                       help="release (default): bert_model.ckpt; huggingface: config.json, "
                            "model.safetensors and tokenizer files; saved_model: the encoder")
@@ -130,7 +130,7 @@ def main(argv=None):
                       help="with --from_huggingface: initialise a missing pooler or pretraining "
                            "head afresh (and drop another head's weights) instead of refusing")
   args = parser.parse_args(argv)
-  return errors.run_reporting_errors("export_release", _run, args)
+  return errors.run_reporting_errors("export_release", _run, args, verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ Fields: `optimization.Schedule` (the learning rate already multiplied by the num
 
 
 def init_from_checkpoint(init_checkpoint, use_scaffold_fn):
-  """Initialises the trainable variables found in `init_checkpoint` (same name and shape).
+  """Initialises the trainable variables that `init_checkpoint` holds under the same name.
 
   Args:
     init_checkpoint: checkpoint path, or None/"" for no initialisation.
@@ -51,6 +51,9 @@ def init_from_checkpoint(init_checkpoint, use_scaffold_fn):
 
   Returns:
     (scaffold_fn or None, dict of the initialised variables' names).
+
+  Raises:
+    ValueError: a variable whose checkpoint value has another shape (naming it).
   """
   if not init_checkpoint:
     return None, {}
