@@ -14,7 +14,6 @@ Small pieces the model and the training script need for reduced precision and ac
   rank, the usual one-process-per-GPU Horovod layout. On a machine without GPUs it changes nothing.
 """
 
-
 from absl import logging
 import tensorflow as tf
 

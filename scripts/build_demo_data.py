@@ -46,10 +46,10 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[`])")
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _HELD_OUT_EVERY = 20
 _NUM_TRAIN_SHARDS = 4
-_CODE_FILES = ("scripts/build_demo_data.py", "tokenization.py", "create_pretraining_data.py",
-               "bert_configs/tiny.json")
 # The model the demo trains: BERT-tiny, its vocabulary the demo's.
 _TINY_CONFIG = "bert_configs/tiny.json"
+_CODE_FILES = ("scripts/build_demo_data.py", "tokenization.py", "create_pretraining_data.py",
+               _TINY_CONFIG)
 
 flags.DEFINE_string("output_dir", "data/demo", "Where to write the demo data.")
 flags.DEFINE_integer("vocab_size", 4096, "Tokens in the vocabulary.")
