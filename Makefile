@@ -9,6 +9,9 @@ ENV_HF := scripts/env_hf.sh
 # The environment's python: its path is the last line env.sh prints.
 PYTHON_PATH := $(ENV) | tail -n 1
 PYTEST_ARGS ?=
+# pytest-xdist workers: two, one per core of the 2-core boxes the suite's budget is set on
+# (docs/TESTING.md); `make test PYTEST_WORKERS=0` runs it in one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: help env python-path test test-fast demo data
 
@@ -31,12 +34,12 @@ python-path:
 # (`scripts/env_hf.sh`) runs the Hugging Face export's checks, in subprocesses.
 test:
 	@PY="$$($(PYTHON_PATH))" && HF_PY="$$($(ENV_HF) | tail -n 1)" && \
-	  BERT_HF_PYTHON="$$HF_PY" "$$PY" -m pytest $(PYTEST_ARGS)
+	  BERT_HF_PYTHON="$$HF_PY" "$$PY" -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # Leaves out the tests that start processes (scripts, launchers, clusters, the original release):
 # tests/conftest.py refuses a process start in a test not marked e2e, so none slips in here.
 test-fast:
-	@PY="$$($(PYTHON_PATH))" && "$$PY" -m pytest -m "not e2e" $(PYTEST_ARGS)
+	@PY="$$($(PYTHON_PATH))" && "$$PY" -m pytest -n $(PYTEST_WORKERS) -m "not e2e" $(PYTEST_ARGS)
 
 # The demo corpus (standard-library docstrings), its vocabulary and TFRecords, under $(DEMO_DATA).
 # Cached: scripts/build_demo_data.py does nothing when data/demo/stats.json is up to date.

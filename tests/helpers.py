@@ -1,6 +1,8 @@
 """Small helpers shared by the tests: random batches, weight randomisation, sessions, processes."""
 
+import contextlib
 import functools
+import io
 import json
 import os
 import shutil
@@ -8,6 +10,8 @@ import signal
 import subprocess
 import sys
 
+from absl import flags
+from absl.testing import flagsaver
 import numpy as np
 import tensorflow as tf
 
@@ -221,6 +225,32 @@ SCALAR_LOG_KEYS = {"learning_rate": "learning_rate", "total_loss": "total_loss",
                    "mlm_loss": "mlm_loss", "nsp_loss": "nsp_loss",
                    "throughput_train": "throughput_train", "global_norm": "global_norm",
                    "loss_scale": "loss_scaler", "skipped_updates": "skipped_updates"}
+
+
+def run_script_in_process(script, args):
+  """Runs an Estimator script's `main` on the command line `args` in this process: what the
+  script does until it fails, for usage errors, without starting TensorFlow again (the process
+  itself, `cli.run_main`'s exit status and stderr filter, is what the scripts' end-to-end tests
+  run). The absl flags are put back afterwards.
+
+  Args:
+    script: the imported script module (`run_pretraining`, `run_squad`, `run_classifier`): its
+      PROGRAM, DEFAULTS and main.
+    args: the flags, e.g. ["--do_train=True", ...].
+
+  Returns:
+    (exit status, what the run wrote to sys.stderr).
+  """
+  stderr = io.StringIO()
+  with flagsaver.flagsaver(), contextlib.redirect_stderr(stderr):
+    try:
+      for name, value in script.DEFAULTS.items():
+        flags.FLAGS.set_default(name, value)
+      remaining = flags.FLAGS([script.PROGRAM] + list(args))
+      status = script.main(remaining)
+    finally:
+      flags.FLAGS.unparse_flags()
+  return status, stderr.getvalue()
 
 
 def run_side_by_side(commands, timeout=300):

@@ -388,12 +388,13 @@ BAD_FLAGS = [
 
 
 def test_bad_flags_exit_2_naming_the_problem(files, tmp_path):
-  commands = [[script] + flag_list(dict(
-      vocab_file=files["vocab"], bert_config_file=files["config"],
-      output_dir=tmp_path / str(index),
-      data_dir=files["mrpc"] if script == "run_classifier.py" else None, **values))
-              for index, (script, values, _) in enumerate(BAD_FLAGS)]
-  for (script, values, message), (returncode, stderr) in zip(
-      BAD_FLAGS, run_side_by_side(commands, timeout=180)):
-    assert returncode == 2, (script, values, stderr[-2000:])
+  # In this process, before any graph (the scripts' end-to-end tests run the real processes).
+  scripts = {"run_squad.py": run_squad, "run_classifier.py": run_classifier}
+  for index, (script, values, message) in enumerate(BAD_FLAGS):
+    status, stderr = helpers.run_script_in_process(scripts[script], flag_list(dict(
+        vocab_file=files["vocab"], bert_config_file=files["config"],
+        output_dir=tmp_path / str(index),
+        data_dir=files["mrpc"] if script == "run_classifier.py" else None, **values)))
+    assert status == 2, (script, values, stderr[-2000:])
+    assert stderr.strip().splitlines()[-1].startswith("%s: error: " % script), stderr[-2000:]
     assert message in stderr, (script, values, stderr[-2000:])

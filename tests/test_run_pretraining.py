@@ -5,9 +5,11 @@ Horovod launches (horovodrun --gloo and mpirun) and bad flags / bad data. Killed
 runs and corrupt records are drilled in tests/test_fault_drills.py.
 """
 
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -390,9 +392,12 @@ def _mpirun(n=2):
 
   Two mpiruns started at the same moment by the same user race to create their shared session
   directory (/tmp/ompi.HOST.UID): the loser fails in orte_init with "mkdir ... File exists" (seen
-  in a suite that starts two jobs side by side), so each launch gets its own base directory.
+  in a suite that starts two jobs side by side), so each launch gets its own base directory,
+  removed when the test process exits.
   """
-  args = ["mpirun", "-np", str(n), "--mca", "orte_tmpdir_base", tempfile.mkdtemp(prefix="ompi-")]
+  base = tempfile.mkdtemp(prefix="ompi-")
+  atexit.register(shutil.rmtree, base, True)
+  args = ["mpirun", "-np", str(n), "--mca", "orte_tmpdir_base", base]
   if os.geteuid() == 0:
     args.append("--allow-run-as-root")
   return args + ["--oversubscribe"]
@@ -451,10 +456,15 @@ def test_mpirun_only_rank0_writes_and_few_files_shard_by_record(data, tmp_path):
     (dict(do_train=True, init_checkpoint="/nonexistent/ckpt"), "--init_checkpoint"),
 ])
 def test_bad_flags_fail_before_the_graph(data, tmp_path, overrides, message):
-  proc = run_job(common_flags(data, tmp_path / "out", **overrides), check=False, timeout=120)
-  assert proc.returncode == 2, proc.stderr[-3000:]
-  assert message in proc.stderr, proc.stderr[-3000:]
-  assert "Traceback" not in proc.stderr
+  # In this process (the exit status and the one line of a real process: the other usage tests
+  # below): no graph, no output directory.
+  status, stderr = helpers.run_script_in_process(
+      run_pretraining, common_flags(data, tmp_path / "out", **overrides))
+  assert status == 2, stderr[-3000:]
+  assert message in stderr.strip().splitlines()[-1], stderr[-3000:]
+  assert stderr.strip().splitlines()[-1].startswith("run_pretraining.py: error: ")
+  assert "Traceback" not in stderr
+  assert not (tmp_path / "out").exists()
 
 
 def test_vocabulary_mismatch_is_refused(data, tmp_path):
@@ -475,22 +485,22 @@ def test_config_without_a_size_key_is_a_usage_error(data, tmp_path):
   config_path = tmp_path / "two_layers.json"
   config_path.write_text(json.dumps({k: v for k, v in CONFIG.items()
                                      if k != "num_hidden_layers"}))
-  proc = run_job(common_flags(data, tmp_path / "out", do_train=True,
-                              num_train_steps=1,
-                              bert_config_file=config_path), check=False, timeout=120)
-  assert proc.returncode == 2, proc.stderr[-3000:]
-  assert "--bert_config_file" in proc.stderr and "two_layers.json" in proc.stderr
-  assert "'num_hidden_layers'" in proc.stderr and "Traceback" not in proc.stderr
+  status, stderr = helpers.run_script_in_process(
+      run_pretraining, common_flags(data, tmp_path / "out", do_train=True, num_train_steps=1,
+                                    bert_config_file=config_path))
+  assert status == 2, stderr[-3000:]
+  assert "--bert_config_file" in stderr and "two_layers.json" in stderr
+  assert "'num_hidden_layers'" in stderr and "Traceback" not in stderr
 
 
 def test_output_dir_under_a_regular_file_is_a_usage_error(data, tmp_path):
   regular = tmp_path / "results"
   regular.write_text("a file, not a directory")
-  proc = run_job(common_flags(data, regular / "run", do_train=True, num_train_steps=1),
-                 check=False, timeout=120)
-  assert proc.returncode == 2, proc.stderr[-3000:]
-  assert "--output_dir=%s" % (regular / "run") in proc.stderr
-  assert "%s is a regular file" % regular in proc.stderr and "Traceback" not in proc.stderr
+  status, stderr = helpers.run_script_in_process(
+      run_pretraining, common_flags(data, regular / "run", do_train=True, num_train_steps=1))
+  assert status == 2, stderr[-3000:]
+  assert "--output_dir=%s" % (regular / "run") in stderr
+  assert "%s is a regular file" % regular in stderr and "Traceback" not in stderr
 
 
 def test_nan_loss_under_fp16_says_what_to_change(data, tmp_path):

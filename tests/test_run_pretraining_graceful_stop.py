@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import run_pretraining
 from tests import helpers
 from tests import test_run_pretraining_deterministic as det
 from tests import test_run_pretraining as job
@@ -349,10 +350,10 @@ def test_checkpoints_by_time(data, tmp_path):
 ])
 def test_save_checkpoints_secs_bad_values(data, tmp_path, flags, message):
   out = tmp_path / "out"
-  cmd = det.command(data, out, **flags)
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=job.REPO_ROOT)
-  assert proc.returncode == errors.USAGE_EXIT_CODE, proc.stderr[-3000:]
-  assert proc.stderr.strip().splitlines()[-1] == "run_pretraining.py: error: %s" % message
+  args = det.command(data, out, **flags)[2:]  # the flags, after python and the script
+  status, stderr = helpers.run_script_in_process(run_pretraining, args)
+  assert status == errors.USAGE_EXIT_CODE, stderr[-3000:]
+  assert stderr.strip().splitlines()[-1] == "run_pretraining.py: error: %s" % message
   assert not out.exists()
 
 
