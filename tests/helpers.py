@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 import modeling
+from utils.checkpoints import contents
 
 _tf1 = tf.compat.v1
 # The repository root: the working directory of the tests' subprocesses.
@@ -225,6 +226,20 @@ SCALAR_LOG_KEYS = {"learning_rate": "learning_rate", "total_loss": "total_loss",
                    "mlm_loss": "mlm_loss", "nsp_loss": "nsp_loss",
                    "throughput_train": "throughput_train", "global_norm": "global_norm",
                    "loss_scale": "loss_scaler", "skipped_updates": "skipped_updates"}
+
+
+def write_checkpoints(directory, steps, seed=0):
+  """model.ckpt-<step> for each step (a weight and global_step), listed in the index."""
+  rng = np.random.RandomState(seed)
+  prefixes = []
+  for step in steps:
+    prefix = os.path.join(str(directory), "model.ckpt-%d" % step)
+    contents.write_checkpoint(prefix, {"bert/w": rng.randn(64, 32).astype(np.float32),
+                                       "global_step": np.int64(step)})
+    prefixes.append(prefix)
+  _tf1.train.update_checkpoint_state(str(directory), prefixes[-1],
+                                     all_model_checkpoint_paths=prefixes)
+  return prefixes
 
 
 def run_script_in_process(script, args):

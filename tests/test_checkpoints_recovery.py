@@ -1,11 +1,11 @@
-"""Recovery in-process: recognising a full disk, choosing the checkpoint to resume from, the
-checkpoint health record and the divergence advice built from it.
+"""Recovery in-process: recognising a full disk, choosing the checkpoint to resume from, and the
+divergence advice built from the checkpoint health record (the hook that writes it:
+tests/test_training_health.py).
 
 The same behaviour as users meet it (real processes, a small tmpfs, a diverging run) is drilled
 in tests/test_run_pretraining_recovery.py.
 """
 
-import collections
 import json
 import os
 
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import helpers
 from utils.checkpoints import contents
 from utils.checkpoints import recovery
 from utils.core import errors
@@ -20,7 +21,6 @@ from utils.runtime import disk_space
 from utils.training import lifecycle
 
 _tf1 = tf.compat.v1
-RunValues = collections.namedtuple("RunValues", ["results"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -37,22 +37,8 @@ def test_space_problem_refuses_a_checkpoint_that_cannot_fit_and_warns_for_the_ke
   assert recovery.space_problem(str(tmp_path), 3 * 10**6, 2, 1) == (None, None)
 
 
-def _write_checkpoints(directory, steps, seed=0):
-  """model.ckpt-<step> for each step (a weight and global_step), listed in the index."""
-  rng = np.random.RandomState(seed)
-  prefixes = []
-  for step in steps:
-    prefix = os.path.join(str(directory), "model.ckpt-%d" % step)
-    contents.write_checkpoint(prefix, {"bert/w": rng.randn(64, 32).astype(np.float32),
-                                       "global_step": np.int64(step)})
-    prefixes.append(prefix)
-  _tf1.train.update_checkpoint_state(str(directory), prefixes[-1],
-                                     all_model_checkpoint_paths=prefixes)
-  return prefixes
-
-
 def test_remove_partial_save_keeps_the_complete_checkpoints(tmp_path):
-  prefixes = _write_checkpoints(tmp_path, [2, 4])
+  prefixes = helpers.write_checkpoints(tmp_path, [2, 4])
   temp = tmp_path / "model.ckpt-6_temp"
   temp.mkdir()
   (temp / "part-00000-of-00001.data-00000-of-00001.tempstate1").write_bytes(b"x" * 100)
@@ -70,7 +56,7 @@ def test_remove_partial_save_keeps_the_complete_checkpoints(tmp_path):
 # The checkpoint to resume from
 
 def test_checkpoint_problem_names_a_truncated_or_corrupt_data_file(tmp_path):
-  prefix = _write_checkpoints(tmp_path, [1])[0]
+  prefix = helpers.write_checkpoints(tmp_path, [1])[0]
   data = prefix + ".data-00000-of-00001"
   size = os.path.getsize(data)
   # 64 x 32 float32 and one int64.
@@ -92,7 +78,7 @@ def test_checkpoint_problem_names_a_truncated_or_corrupt_data_file(tmp_path):
 
 
 def test_prepare_resume_steps_back_from_an_unreadable_newest_checkpoint(tmp_path):
-  prefixes = _write_checkpoints(tmp_path, [2, 4, 6])
+  prefixes = helpers.write_checkpoints(tmp_path, [2, 4, 6])
   (tmp_path / "model.ckpt-8_temp").mkdir()
   with open(prefixes[-1] + ".data-00000-of-00001", "r+b") as f:
     f.truncate(10)
@@ -113,7 +99,7 @@ def test_prepare_resume_steps_back_from_an_unreadable_newest_checkpoint(tmp_path
 def test_a_kill_on_either_side_of_the_index_update_resumes_from_the_newest_complete_save(
     tmp_path, kill_lands):
   # A save writes the checkpoint's files, then rewrites the `checkpoint` index to name it.
-  prefixes = _write_checkpoints(tmp_path, [10])
+  prefixes = helpers.write_checkpoints(tmp_path, [10])
   newest = str(tmp_path / "model.ckpt-15")
   contents.write_checkpoint(newest, {"bert/w": np.ones((64, 32), np.float32),
                                      "global_step": np.int64(15)})
@@ -139,7 +125,7 @@ def test_a_kill_on_either_side_of_the_index_update_resumes_from_the_newest_compl
 
 
 def test_prepare_resume_steps_back_when_the_index_names_missing_files(tmp_path):
-  prefixes = _write_checkpoints(tmp_path, [2, 4])
+  prefixes = helpers.write_checkpoints(tmp_path, [2, 4])
   for path in recovery.prefix_files(prefixes[-1]):
     os.remove(path)
   step, note = recovery.prepare_resume(str(tmp_path))
@@ -148,7 +134,7 @@ def test_prepare_resume_steps_back_when_the_index_names_missing_files(tmp_path):
 
 
 def test_prepare_resume_refuses_when_no_checkpoint_is_readable(tmp_path):
-  for prefix in _write_checkpoints(tmp_path, [2]):
+  for prefix in helpers.write_checkpoints(tmp_path, [2]):
     with open(prefix + ".data-00000-of-00001", "r+b") as f:
       f.truncate(0)
   with pytest.raises(errors.UsageError, match="--resume_from_step=0"):
@@ -156,7 +142,7 @@ def test_prepare_resume_refuses_when_no_checkpoint_is_readable(tmp_path):
 
 
 def test_resume_from_step_sets_the_newer_checkpoints_aside(tmp_path):
-  prefixes = _write_checkpoints(tmp_path, [2, 4, 6])
+  prefixes = helpers.write_checkpoints(tmp_path, [2, 4, 6])
   recovery.write_health(str(tmp_path), [{"step": s, "loss": 1.0, "global_norm": 1.0,
                                          "finite": True} for s in (2, 4, 6)])
   step, note = recovery.prepare_resume(str(tmp_path), resume_from_step=2)
@@ -173,7 +159,7 @@ def test_resume_from_step_sets_the_newer_checkpoints_aside(tmp_path):
 
 
 def test_resume_from_a_step_without_checkpoint_lists_the_steps(tmp_path):
-  _write_checkpoints(tmp_path, [2, 4])
+  helpers.write_checkpoints(tmp_path, [2, 4])
   with pytest.raises(errors.UsageError) as e:
     recovery.prepare_resume(str(tmp_path), resume_from_step=3)
   assert str(e.value) == ("--resume_from_step=3: %s has no checkpoint of step 3; its checkpoints "
@@ -183,108 +169,17 @@ def test_resume_from_a_step_without_checkpoint_lists_the_steps(tmp_path):
 
 
 def test_resume_from_step_zero_starts_afresh(tmp_path):
-  _write_checkpoints(tmp_path, [2])
+  helpers.write_checkpoints(tmp_path, [2])
   assert recovery.prepare_resume(str(tmp_path), resume_from_step=0)[0] == 0
   assert tf.train.latest_checkpoint(str(tmp_path)) is None
   assert not (tmp_path / "checkpoint").exists()
 
 
 # ---------------------------------------------------------------------------------------------
-# Checkpoint health and the divergence advice
-
-def _health_hook(directory, loss_scaled=False):
-  """A CheckpointHealthHook begun on a graph with the tensors it fetches; returns it."""
-  graph = tf.Graph()
-  with graph.as_default():
-    _tf1.train.get_or_create_global_step()
-    for name, dtype in (("total_loss", tf.float32), ("step_update", tf.int64),
-                        ("global_norm", tf.float32)) + ((("loss_scale", tf.float32),)
-                                                        if loss_scaled else ()):
-      tf.identity(tf.constant(0, dtype), name=name)
-    hook = recovery.CheckpointHealthHook(directory)
-    hook.begin()
-  hook._last_step = 0  # as after_create_session reads it from a fresh run
-  return hook
-
-
-def _run(hook, loss, step, norm):
-  hook.after_run(None, RunValues({"total_loss": loss, "step_update": step, "global_norm": norm}))
-
-
-def test_health_names_the_weights_that_went_bad_and_the_checkpoint_before(tmp_path):
-  _write_checkpoints(tmp_path, [1, 2])
-  hook = _health_hook(str(tmp_path))
-  _run(hook, 9.6, 1, 2.4)
-  hook.listener.after_save(None, 1)
-  _run(hook, 9.7, 2, 2.5)
-  hook.listener.after_save(None, 2)
-  assert hook.bad_step is None
-  # The weights of step 2 give a NaN loss: the update is skipped, the step stays 2.
-  _run(hook, float("nan"), 2, float("nan"))
-  assert hook.bad_step == 2
-  records = json.loads((tmp_path / "checkpoint_health.json").read_text())["checkpoints"]
-  assert [(r["step"], r["loss"], r["finite"]) for r in records] == [
-      (1, pytest.approx(9.6), True), (2, pytest.approx(9.7), True)]
-  step, prefix, record = recovery.newest_good_checkpoint(str(tmp_path), hook.bad_step)
-  assert step == 1 and prefix.endswith("model.ckpt-1")
-  message = str(lifecycle.nan_loss_error(2, str(tmp_path), 1e6, bad_step=hook.bad_step))
-  assert "from the weights of step 2 on" in message
-  assert "resume from %s (loss 9.6, gradient norm 2.4)" % prefix in message
-  assert "--resume_from_step=1" in message
-
-
-def test_a_loss_that_explodes_before_it_is_nan_marks_the_weights_before_it(tmp_path):
-  # lr 1e6 in fp32: update 2 blows the weights up; their loss (update 3) is 1e11, still finite,
-  # and only update 4's is NaN. The checkpoint of step 2 holds the blown-up weights.
-  _write_checkpoints(tmp_path, [1, 2, 3])
-  hook = _health_hook(str(tmp_path))
-  for step, loss, norm in ((1, 5.50, 2.6), (2, 5.54, 2.9), (3, 1.0e11, 6.0e6)):
-    _run(hook, loss, step, norm)
-    hook.listener.after_save(None, step)
-  assert hook.bad_step == 2  # 1e11 > 100 x 5.52: the weights of step 2 went bad
-  _run(hook, float("nan"), 3, float("nan"))
-  assert hook.bad_step == 2  # the NaN continues the streak
-  records = json.loads((tmp_path / "checkpoint_health.json").read_text())["checkpoints"]
-  assert [(r["step"], r["finite"], r["exploded"]) for r in records] == [
-      (1, True, False), (2, True, False), (3, True, True)]
-  step, prefix, _ = recovery.newest_good_checkpoint(str(tmp_path), hook.bad_step)
-  assert step == 1 and prefix.endswith("model.ckpt-1")
-  # Without a known bad step the exploded record is passed over too.
-  assert recovery.newest_good_checkpoint(str(tmp_path), None)[0] == 2
-
-
-def test_an_ordinary_spike_is_not_an_explosion(tmp_path):
-  hook = _health_hook(None)
-  # Fine-tuning near a loss of 0: a batch with loss 50 is under 100 x max(median, 1).
-  for step, loss in enumerate([0.02, 0.01, 0.015, 50.0, 0.01], start=1):
-    _run(hook, loss, step, 1.0)
-    assert hook.bad_step is None, (step, loss)
-  assert not hook.loss_exploded(100.0) and hook.loss_exploded(100.5)
-  # The first update has nothing to compare with.
-  assert not _health_hook(None).loss_exploded(1e30)
-
-
-def test_health_streak_ends_with_a_finite_applied_update(tmp_path):
-  hook = _health_hook(str(tmp_path), loss_scaled=True)
-  _run(hook, 9.6, 0, float("inf"))   # a loss-scale overflow while the scale settles
-  assert hook.bad_step == 0
-  _run(hook, 9.6, 1, 2.0)
-  assert hook.bad_step is None
-
-
-def test_fp32_run_whose_updates_keep_being_skipped_is_stopped(tmp_path):
-  hook = _health_hook(None)
-  _run(hook, 9.6, 1, 2.0)
-  _run(hook, 50.0, 2, 1e9)
-  for _ in range(recovery.SKIP_LIMIT_FP32 - 1):
-    _run(hook, 300.0, 2, float("inf"))
-  with pytest.raises(recovery.UpdatesSkippedError):
-    _run(hook, 300.0, 2, float("inf"))
-  assert hook.bad_step == 2 and hook.skipped_too_often
-
+# The divergence advice
 
 def test_divergence_advice_without_an_earlier_checkpoint_says_start_again(tmp_path):
-  _write_checkpoints(tmp_path, [2])
+  helpers.write_checkpoints(tmp_path, [2])
   message = str(lifecycle.nan_loss_error(2, str(tmp_path), 1.0, bad_step=2))
   assert "--resume_from_step=0" in message
   # The newest checkpoint is from before the divergence: the same command resumes from it.

@@ -33,12 +33,3 @@ def test_the_module_does_not_import_tensorflow():
   imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
   assert not [name for name in imported if name.split(".")[0] == "tensorflow"]
 
-
-def test_an_update_ends_where_the_graph_says_or_every_accumulation_th_run():
-  # With the graph's flag, the flag decides, whatever the count.
-  assert graph_names.ended_update({graph_names.UPDATE_STEP: True}, 1, 4)
-  assert not graph_names.ended_update({graph_names.UPDATE_STEP: False}, 4, 4)
-  # Without it, runs 4, 8, ... of accumulation 4; every run without accumulation.
-  assert [graph_names.ended_update({}, run, 4) for run in range(1, 9)] == [
-      False, False, False, True, False, False, False, True]
-  assert all(graph_names.ended_update({"total_loss": 1.0}, run, 1) for run in range(1, 4))

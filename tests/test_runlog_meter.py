@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.helpers import ScriptedClock
+from utils.core import updates as updates_lib
 from utils.runlog import meter as meter_lib
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,12 +25,29 @@ def values(step, total_loss=5.0, learning_rate=1e-3, **more):
   return result
 
 
-def run(meter, fed):
+class Metered(object):
+  """A meter fed as the training log hook feeds it: each run's values through an
+  `updates.UpdateTracker` (which says whether the run ended an update and whether it applied),
+  started at the same step as the meter."""
+
+  def __init__(self, global_batch_size, accumulation=1, **kwargs):
+    self.meter = meter_lib.TrainingMeter(global_batch_size, **kwargs)
+    self.tracker = updates_lib.UpdateTracker(accumulation)
+
+  def start(self, initial_step):
+    self.meter.start(initial_step)
+    self.tracker.start(initial_step)
+
+  def __getattr__(self, name):
+    return getattr(self.meter, name)
+
+
+def run(metered, fed):
   """Runs the meter over the fed values (one micro-step each); returns the non-None updates."""
   updates = []
   for value in fed:
-    meter.run_started()
-    update = meter.run_ended(value)
+    metered.meter.run_started()
+    update = metered.meter.run_ended(metered.tracker.run_ended(value))
     if update is not None:
       updates.append(update)
   return updates
@@ -45,7 +63,7 @@ def test_meter_does_not_import_tensorflow():
 def test_throughput_per_update_warmup_and_eta():
   # Six updates of 4, 2, 1, 0.5, 0.25, 0.5 s, one second apart (the gaps are not timed).
   times = [100.0, 104.0, 105.0, 107.0, 108.0, 109.0, 110.0, 110.5, 111.5, 111.75, 112.75, 113.25]
-  meter = meter_lib.TrainingMeter(32, warmup_steps=2, num_train_steps=10,
+  meter = Metered(32, warmup_steps=2, num_train_steps=10,
                                   clock=ScriptedClock(times))
   meter.start(0)
   updates = run(meter, [values(step, total_loss=10.0 - step) for step in range(1, 7)])
@@ -83,8 +101,7 @@ def test_averages_over_accumulation_micro_steps(with_update_step):
   for duration in durations:
     times += [now, now + duration]
     now += duration + 10.0
-  meter = meter_lib.TrainingMeter(48, num_accumulation_steps=3, warmup_steps=0,
-                                  clock=ScriptedClock(times))
+  meter = Metered(48, accumulation=3, warmup_steps=0, clock=ScriptedClock(times))
   meter.start(0)
   losses = [6.0, 3.0, 9.0, 2.0, 2.5, 4.5]
   fed = []
@@ -112,7 +129,7 @@ def test_display_steps_and_checkpoint_updates_left_out_of_the_average():
   times = []
   for k, duration in enumerate(durations):
     times += [10.0 * k, 10.0 * k + duration]
-  meter = meter_lib.TrainingMeter(8, display_loss_steps=3, warmup_steps=1,
+  meter = Metered(8, display_loss_steps=3, warmup_steps=1,
                                   save_checkpoints_steps=2, clock=ScriptedClock(times))
   meter.start(10)
   updates = run(meter, [values(step) for step in range(11, 17)])
@@ -127,7 +144,7 @@ def test_display_steps_and_checkpoint_updates_left_out_of_the_average():
 
 
 def test_a_run_shorter_than_the_warmup_has_no_average():
-  meter = meter_lib.TrainingMeter(8, warmup_steps=6, clock=ScriptedClock([0.0, 1.0, 2.0, 3.0]))
+  meter = Metered(8, warmup_steps=6, clock=ScriptedClock([0.0, 1.0, 2.0, 3.0]))
   meter.start(0)
   run(meter, [values(1), values(2)])
   assert meter.summary()["throughput_train"] is None
@@ -139,7 +156,7 @@ def test_skipped_updates_report_the_loss_scale_after_the_skip():
   # fp16 from 2^32: two updates overflow (the step stays 0), each halving the scale; then one
   # applies at 2^30, and one more overflows at step 1.
   times = [float(t) for t in range(10)]
-  meter = meter_lib.TrainingMeter(8, warmup_steps=0, clock=ScriptedClock(times))
+  meter = Metered(8, warmup_steps=0, clock=ScriptedClock(times))
   meter.start(0)
   fed = [values(0, loss_scale=2.0 ** 32, skipped_updates=1),
          values(0, loss_scale=2.0 ** 31, skipped_updates=2),
@@ -167,7 +184,7 @@ def test_skipped_updates_report_the_loss_scale_after_the_skip():
 
 
 def test_skip_without_loss_scale_and_the_scale_floor():
-  meter = meter_lib.TrainingMeter(8, clock=ScriptedClock([0.0, 1.0, 2.0, 3.0]))
+  meter = Metered(8, clock=ScriptedClock([0.0, 1.0, 2.0, 3.0]))
   meter.start(4)
   updates = run(meter, [values(4), values(4, loss_scale=1.0)])
   assert updates[0].lines == ("update skipped at step 4 (non-finite gradients)",)
@@ -178,7 +195,7 @@ def test_skip_without_loss_scale_and_the_scale_floor():
 
 
 def test_start_clears_the_run_and_an_unknown_start_step_counts_the_first_update():
-  meter = meter_lib.TrainingMeter(8, clock=ScriptedClock([0.0, 2.0, 3.0, 4.0]))
+  meter = Metered(8, clock=ScriptedClock([0.0, 2.0, 3.0, 4.0]))
   meter.start(None)
   first = run(meter, [values(0)])  # without a known start step, step 0 is an applied update
   assert first[0].applied and first[0].data["throughput_train"] == 4.0
@@ -190,7 +207,6 @@ def test_start_clears_the_run_and_an_unknown_start_step_counts_the_first_update(
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"global_batch_size": 0}, "global_batch_size must be an integer >= 1"),
-    ({"global_batch_size": 8, "num_accumulation_steps": 0}, "num_accumulation_steps"),
     ({"global_batch_size": 8, "warmup_steps": -1}, "warmup_steps must be an integer >= 0"),
     ({"global_batch_size": 8, "loss_scale_multiplier": 1.0}, "loss_scale_multiplier must be > 1"),
 ])

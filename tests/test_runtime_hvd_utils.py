@@ -92,7 +92,7 @@ except ImportError as e:
   assert "Horovod is not installed" in str(e), e
 config = session_config.build_session_config(use_horovod=False, environ={})
 logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
-hooks.TrainingLogHook(logger, global_batch_size=8)
+hooks.TrainingLogHook(logger, hooks.UpdateSource(2), global_batch_size=8)
 assert hooks.weight_sync_enabled(False, environ={}) is False
 assert "horovod.tensorflow" not in sys.modules or sys.modules["horovod.tensorflow"] is None
 print("works without horovod")

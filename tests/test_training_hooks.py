@@ -62,9 +62,15 @@ def build_graph(num_accumulation_steps, initial_global_step=0, with_update_step=
   return tf.group(new_global_step), placeholders
 
 
+def log_hook(logger, accumulation=1, **kwargs):
+  """A TrainingLogHook reading a fresh `hooks.UpdateSource` of `accumulation` (its `updates`)."""
+  return hooks.TrainingLogHook(logger, hooks.UpdateSource(accumulation), **kwargs)
+
+
 def run_micro_steps(hook, train_op, placeholders, feeds):
-  """Runs one MonitoredSession run per dict of `feeds` (name -> value); closes the session."""
-  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+  """Runs one MonitoredSession run per dict of `feeds` (name -> value), the hook after its update
+  source; closes the session."""
+  with _tf1.train.MonitoredSession(hooks=[hook.updates, hook]) as session:
     for feed in feeds:
       session.run(train_op, feed_dict={placeholders[k]: v for k, v in feed.items()
                                        if k in placeholders})
@@ -132,8 +138,8 @@ def test_training_hook_without_accumulation_logs_each_update(graph, tmp_path):
   durations = [3.0, 2.0, 1.5] + list(rng.uniform(0.2, 0.4, num_updates - 3))
   log_path = str(tmp_path / "log.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch, num_accumulation_steps=1,
-                               display_loss_steps=1, clock=clock_for(durations))
+  hook = log_hook(logger, global_batch_size=global_batch, accumulation=1,
+                  display_loss_steps=1, clock=clock_for(durations))
   train_op, placeholders = build_graph(1, with_update_step=False, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   logger.close()
@@ -163,10 +169,10 @@ def test_training_hook_with_accumulation_and_fp16(graph, tmp_path):
   log_path = str(tmp_path / "log.json")
   summary_dir = str(tmp_path / "train")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch,
-                               num_accumulation_steps=accumulation, display_loss_steps=display,
-                               log_loss_scale=True, summary_dir=summary_dir,
-                               clock=clock_for(durations))
+  hook = log_hook(logger, global_batch_size=global_batch,
+                  accumulation=accumulation, display_loss_steps=display,
+                  log_loss_scale=True, summary_dir=summary_dir,
+                  clock=clock_for(durations))
   train_op, placeholders = build_graph(accumulation)
   run_micro_steps(hook, train_op, placeholders, feeds)
 
@@ -196,8 +202,8 @@ def test_training_hook_counts_updates_without_update_step_tensor(graph, tmp_path
   durations = list(rng.uniform(0.1, 0.5, 8))
   log_path = str(tmp_path / "log.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
-                               clock=clock_for(durations))
+  hook = log_hook(logger, global_batch_size=8, accumulation=2,
+                  clock=clock_for(durations))
   train_op, placeholders = build_graph(2, with_update_step=False, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
@@ -216,8 +222,8 @@ def test_training_hook_resumed_run_skips_checkpoint_steps_in_average(graph, tmp_
   durations = list(rng.uniform(0.1, 0.5, num_updates))
   log_path = str(tmp_path / "log.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=global_batch, display_loss_steps=4,
-                               save_checkpoints_steps=3, clock=clock_for(durations))
+  hook = log_hook(logger, global_batch_size=global_batch, display_loss_steps=4,
+                  save_checkpoints_steps=3, clock=clock_for(durations))
   train_op, placeholders = build_graph(1, initial_global_step=5, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
@@ -242,8 +248,8 @@ def test_training_hook_loss_scale(graph, tmp_path, log_loss_scale, graph_has_los
   feeds = random_feeds(np.random.RandomState(9), 2)
   log_path = str(tmp_path / "log.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, log_loss_scale=log_loss_scale,
-                               clock=clock_for([0.1, 0.2]))
+  hook = log_hook(logger, global_batch_size=8, log_loss_scale=log_loss_scale,
+                  clock=clock_for([0.1, 0.2]))
   omit = () if graph_has_loss_scale else LOSS_SCALING
   train_op, placeholders = build_graph(1, omit=omit)
   run_micro_steps(hook, train_op, placeholders, feeds)
@@ -264,8 +270,8 @@ def test_training_hook_short_run_ends_cleanly(graph, tmp_path, num_updates):
   durations = list(rng.uniform(0.1, 0.5, len(feeds)))
   log_path = str(tmp_path / "log.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
-                               clock=clock_for(durations))
+  hook = log_hook(logger, global_batch_size=8, accumulation=2,
+                  clock=clock_for(durations))
   train_op, placeholders = build_graph(2, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
@@ -289,10 +295,10 @@ def test_training_hook_logs_skipped_updates_apart_from_the_steps(graph, tmp_path
   applied_pattern = [False, False, False, True, False, True, True]  # 4 skipped, 3 applied
   log_path = str(tmp_path / "log.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, display_loss_steps=1,
-                               clock=clock_for([0.1] * len(applied_pattern)))
+  hook = log_hook(logger, global_batch_size=8, display_loss_steps=1,
+                  clock=clock_for([0.1] * len(applied_pattern)))
   graph_tensor = lambda name: graph.get_tensor_by_name(name + "_value:0")  # noqa: E731
-  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+  with _tf1.train.MonitoredSession(hooks=[hook.updates, hook]) as session:
     for k, applies in enumerate(applied_pattern):
       feed = {graph_tensor(name): 1.0 + k for name in FED_TENSORS}
       feed[apply] = applies
@@ -317,10 +323,10 @@ def test_training_hook_skip_lines_give_the_loss_scale_after_the_skip(graph, tmp_
   scales = [2.0 ** 32, 2.0 ** 31, 2.0 ** 30, 2.0 ** 30]
   applied_pattern = [False, False, True, False]
   logger = dllogger_setup.RunLogger(str(tmp_path / "log.json"), backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, clock=clock_for([0.1] * 4))
+  hook = log_hook(logger, global_batch_size=8, clock=clock_for([0.1] * 4))
   graph_tensor = lambda name: graph.get_tensor_by_name(name + "_value:0")  # noqa: E731
   with caplog.at_level(logging.INFO):
-    with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+    with _tf1.train.MonitoredSession(hooks=[hook.updates, hook]) as session:
       for k, (scale, applies) in enumerate(zip(scales, applied_pattern)):
         feed = {graph_tensor(name): 1.0 for name in FED_TENSORS}
         feed[graph_tensor("loss_scale")] = scale
@@ -341,7 +347,7 @@ def test_training_hook_on_rank1_writes_nothing(graph, tmp_path, capsys):
   feeds = random_feeds(rng, 3)
   log_path = tmp_path / "rank1" / "log.json"
   logger = dllogger_setup.RunLogger(str(log_path), rank=1, backend="builtin")
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, clock=clock_for([0.1, 0.2, 0.3]))
+  hook = log_hook(logger, global_batch_size=8, clock=clock_for([0.1, 0.2, 0.3]))
   train_op, placeholders = build_graph(1, omit=LOSS_SCALING)
   run_micro_steps(hook, train_op, placeholders, feeds)
   assert not log_path.exists() and not log_path.parent.exists()
@@ -356,8 +362,8 @@ def test_training_hook_of_a_job_without_pretraining_losses(graph, tmp_path):
   durations = [0.5, 0.25, 0.2, 0.4]
   log_path = str(tmp_path / "log.json")
   logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, display_loss_steps=2, loss_names=(),
-                               clock=clock_for(durations))
+  hook = log_hook(logger, global_batch_size=8, display_loss_steps=2, loss_names=(),
+                  clock=clock_for(durations))
   train_op, placeholders = build_graph(1, with_update_step=False,
                                        omit=LOSS_SCALING + ("mlm_loss", "nsp_loss"))
   run_micro_steps(hook, train_op, placeholders, feeds)
@@ -372,8 +378,9 @@ def test_training_hook_of_a_job_without_pretraining_losses(graph, tmp_path):
 
 def test_training_hook_names_missing_tensors(graph, tmp_path):
   logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8)
+  hook = log_hook(logger, global_batch_size=8)
   build_graph(1, omit=("nsp_loss", "learning_rate"))
+  hook.updates.begin()
   with pytest.raises(ValueError, match="nsp_loss, learning_rate"):
     hook.begin()
 
@@ -381,20 +388,20 @@ def test_training_hook_names_missing_tensors(graph, tmp_path):
 def test_training_hook_rejects_bad_arguments():
   logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
   with pytest.raises(ValueError, match="global_batch_size"):
-    hooks.TrainingLogHook(logger, global_batch_size=0)
+    log_hook(logger, global_batch_size=0)
   with pytest.raises(ValueError, match="num_accumulation_steps"):
-    hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=0)
+    hooks.UpdateSource(0)
   with pytest.raises(ValueError, match="display_loss_steps"):
-    hooks.TrainingLogHook(logger, global_batch_size=8, display_loss_steps=1.5)
+    log_hook(logger, global_batch_size=8, display_loss_steps=1.5)
   with pytest.raises(ValueError, match="logger"):
-    hooks.TrainingLogHook("log.json", global_batch_size=8)
+    log_hook("log.json", global_batch_size=8)
 
 
 def test_training_hook_on_rank1_writes_no_events_file(graph, tmp_path):
   logger = dllogger_setup.RunLogger(None, rank=1, backend="builtin")
   summary_dir = tmp_path / "train"
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, summary_dir=str(summary_dir),
-                               clock=clock_for([0.1, 0.2]))
+  hook = log_hook(logger, global_batch_size=8, summary_dir=str(summary_dir),
+                  clock=clock_for([0.1, 0.2]))
   train_op, placeholders = build_graph(1)
   run_micro_steps(hook, train_op, placeholders, random_feeds(np.random.RandomState(11), 2))
   assert not summary_dir.exists()
@@ -417,9 +424,9 @@ def test_training_hook_logs_progress_with_eta(graph, tmp_path, caplog):
   # Micro-steps of 30 s (compilation), then 10 s each, 0.25 s apart (clock_for): the first update
   # ends 40.25 s after the run started, the next 20.5 s later (two micro-steps and two gaps).
   logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
-  hook = hooks.TrainingLogHook(logger, global_batch_size=8, num_accumulation_steps=2,
-                               display_loss_steps=2, num_train_steps=100,
-                               clock=clock_for([30.0, 10.0, 10.0, 10.0, 10.0, 10.0]))
+  hook = log_hook(logger, global_batch_size=8, accumulation=2,
+                  display_loss_steps=2, num_train_steps=100,
+                  clock=clock_for([30.0, 10.0, 10.0, 10.0, 10.0, 10.0]))
   train_op, placeholders = build_graph(2, initial_global_step=40, omit=LOSS_SCALING)
   with caplog.at_level(logging.INFO):
     run_micro_steps(hook, train_op, placeholders, random_feeds(np.random.RandomState(12), 6))
@@ -488,11 +495,9 @@ def test_weight_sync_enabled(flag, env, expected):
 def test_weight_sync_rejects_bad_env_and_missing_horovod(graph):
   with pytest.raises(ValueError, match="FORCE_WEIGHT_SYNC"):
     hooks.weight_sync_enabled(False, environ={"FORCE_WEIGHT_SYNC": "sometimes"})
-  with pytest.raises(ValueError, match="num_accumulation_steps"):
-    hooks.WeightSyncHook(num_accumulation_steps=0)
   _tf1.get_variable("w", [2])
   with pytest.raises(RuntimeError, match="hvd_init"):
-    hooks.WeightSyncHook(2).begin()
+    hooks.WeightSyncHook(hooks.UpdateSource(2)).begin()
 
 
 def test_periodic_checkpoint_saver_skips_the_initial_save(tmp_path):

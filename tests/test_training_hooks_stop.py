@@ -64,8 +64,9 @@ def _train(hook_list, accumulation, max_runs=100):
 ])
 def test_stops_at_the_update_boundary(accumulation, signal_run, expected_runs):
   watcher = FakeWatcher()
-  stop = hooks.StopOnSignalHook(watcher, num_accumulation_steps=accumulation)
-  made = _train([SignalAtRun(watcher, signal_run, signal.SIGUSR1), stop], accumulation)
+  stop = hooks.StopOnSignalHook(watcher, hooks.UpdateSource(accumulation))
+  made = _train([stop.updates, SignalAtRun(watcher, signal_run, signal.SIGUSR1), stop],
+                accumulation)
   assert made == expected_runs
   assert stop.stopped and stop.stop_signal_name == "SIGUSR1"
   assert stop.stop_step == expected_runs // accumulation
@@ -83,18 +84,18 @@ class EndRecorder(tf.estimator.SessionRunHook):
 
 def test_on_saved_gets_the_signal_and_the_step_after_the_hooks_before_it_ended():
   watcher, events = FakeWatcher(), []
-  stop = hooks.StopOnSignalHook(watcher, num_accumulation_steps=2, on_saved=lambda name, step:
+  stop = hooks.StopOnSignalHook(watcher, hooks.UpdateSource(2), on_saved=lambda name, step:
                                 events.append(("on_saved", name, step)))
-  made = _train([SignalAtRun(watcher, 3), EndRecorder(events, "saver"), stop], 2)
+  made = _train([stop.updates, SignalAtRun(watcher, 3), EndRecorder(events, "saver"), stop], 2)
   assert made == 4  # signalled in update 2 (runs 3-4)
   assert events == ["saver", ("on_saved", "SIGTERM", 2)]
 
 
 def test_no_signal_no_stop():
   watcher, saved = FakeWatcher(), []
-  stop = hooks.StopOnSignalHook(watcher, num_accumulation_steps=2,
+  stop = hooks.StopOnSignalHook(watcher, hooks.UpdateSource(2),
                                 on_saved=lambda *args: saved.append(args))
-  assert _train([stop], 2, max_runs=10) == 10
+  assert _train([stop.updates, stop], 2, max_runs=10) == 10
   assert not stop.stopped and stop.stop_step is None
   assert saved == []
 
@@ -103,4 +104,5 @@ def test_signal_before_the_first_update_raises():
   watcher = FakeWatcher()
   watcher.signum = signal.SIGTERM
   with pytest.raises(hooks.StoppedBeforeFirstUpdate):
-    _train([hooks.StopOnSignalHook(watcher)], 1)
+    stop = hooks.StopOnSignalHook(watcher, hooks.UpdateSource(1))
+    _train([stop.updates, stop], 1)

@@ -11,6 +11,7 @@ from utils.runlog import dllogger_setup
 from utils.core import errors
 from utils.runtime import workers as workers_lib
 from utils.training import flags as job_flags
+from utils.training import hooks as hooks_lib
 from utils.training import job
 
 _tf1 = tf.compat.v1
@@ -64,7 +65,8 @@ def single_worker_job(tmp_path):
 
 def test_train_evaluate_predict(single_worker_job, tmp_path, caplog):
   workers, output_dir, estimator = single_worker_job
-  hooks = job.training_hooks(workers, output_dir, save_checkpoints_steps=2)
+  hooks = job.training_hooks(workers, hooks_lib.UpdateSource(), output_dir,
+                             save_checkpoints_steps=2)
   job.train(estimator, input_fn, 4, output_dir, hooks)
   assert job.checkpoint_step(output_dir) == 4
   assert tf.io.gfile.exists(output_dir + "/model.ckpt-2.index")

@@ -70,9 +70,10 @@ def run_scenario(scenario, rank):
         "local_only", initializer=np.float32(scenario["local_only"][rank]), trainable=False)
     train_ops.append(local_only.assign_add(1.0))
     train_op = tf.group(*train_ops)
-    sync_hook = hooks.WeightSyncHook(scenario["num_accumulation_steps"])
+    updates = hooks.UpdateSource(scenario["num_accumulation_steps"])
+    sync_hook = hooks.WeightSyncHook(updates)
     recorder = RecordingHook(variables, local_only)
-    with _tf1.train.MonitoredSession(hooks=[sync_hook, recorder]) as session:
+    with _tf1.train.MonitoredSession(hooks=[updates, sync_hook, recorder]) as session:
       for _ in range(scenario["iterations"]):
         session.run(train_op)
   return {"before": recorder.before, "after": recorder.after, "sync_count": sync_hook.sync_count,

@@ -15,27 +15,22 @@ the process that saves checkpoints calls `prepare_resume`:
 
 The index is rewritten, never the checkpoints: the Estimator then restores what it names.
 
-At every save, `CheckpointHealthHook` (a SessionRunHook and a CheckpointSaverListener) appends
-the step, loss and gradient norm of the update that produced the checkpoint to
-`<output_dir>/checkpoint_health.json`; when the training diverges it knows the global step at
-which the loss or the gradient norm first became non-finite, and `newest_good_checkpoint` names
-the newest checkpoint saved before it. docs/LONG_RUNS.md describes both for users.
+At every save, `utils/training/health.CheckpointHealthHook` appends the step, loss and gradient
+norm of the update that produced the checkpoint to `<output_dir>/checkpoint_health.json`
+(`write_health`); when the training diverges it knows the global step at which the loss or the
+gradient norm first became non-finite, and `newest_good_checkpoint` names the newest checkpoint
+saved before it. docs/LONG_RUNS.md describes both for users.
 """
 
-import collections
-import datetime
 import json
-import math
 import os
 import re
-import statistics
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
 from utils.core import errors
-from utils.core import graph_names
 from utils.core import paths
 from utils.runtime import disk_space
 
@@ -47,25 +42,6 @@ UNREADABLE_DIR = "unreadable"
 SET_ASIDE_DIR = "set_aside_after_step_%d"
 TEMP_SUFFIX = "_temp"
 _PREFIX_PATTERN = re.compile(r"^(?P<name>.+)-(?P<step>\d+)$")
-# Consecutive skipped updates (non-finite gradient norm) after which a run is diverged: in fp32
-# a skipped update means the norm overflowed and the weights have not changed, so every later
-# batch overflows too (the run would loop for ever); with loss scaling early skips are normal
-# while the scale settles (2^32 down to fp16's range takes about 16), so it allows more.
-SKIP_LIMIT_FP32 = 3
-SKIP_LIMIT_LOSS_SCALED = 64
-# A finite loss this many times the median of the recent sane updates' losses (at least 1) counts
-# as diverged too: weights blown up by a huge learning rate can give a loss of 1e11 for an update
-# or two before it becomes NaN (seen in fp32 on CPUs with AVX-512), and the checkpoint saved
-# between must not be named as the one to resume from. Far above any real batch-to-batch spread
-# (pretraining losses are ln(vocab) and below; a fine-tuning loss near 0 is compared with 1).
-LOSS_EXPLOSION_FACTOR = 100.0
-# How many recent sane updates' losses that median is taken over.
-LOSS_HISTORY = 20
-
-
-class UpdatesSkippedError(_tf1.train.NanLossDuringTrainingError):
-  """Too many consecutive updates skipped as non-finite: the run diverged (the job reports it as
-  a NaN loss, with the same advice)."""
 
 
 def step_of(prefix):
@@ -349,10 +325,6 @@ def truncate_health(directory, step):
   return [r for r in records if r["step"] > step]
 
 
-def _finite(value):
-  return value is None or math.isfinite(value)
-
-
 def newest_good_checkpoint(directory, bad_step):
   """The newest checkpoint of `directory` saved before the weights went bad.
 
@@ -364,7 +336,7 @@ def newest_good_checkpoint(directory, bad_step):
   Returns:
     (step, prefix, health record or None) of the newest checkpoint on disk with a step below
     `bad_step` whose recorded loss and gradient norm are finite and whose loss did not explode
-    (`CheckpointHealthHook.loss_exploded`), or None when there is none.
+    (`health.CheckpointHealthHook.loss_exploded`), or None when there is none.
   """
   health = {r["step"]: r for r in read_health(directory)}
   for step, prefix in reversed(_all_checkpoints(directory)):
@@ -375,150 +347,6 @@ def newest_good_checkpoint(directory, bad_step):
       continue
     return step, prefix, record
   return None
-
-
-class _HealthListener(_tf1.train.CheckpointSaverListener):
-  """The CheckpointSaverListener of a `CheckpointHealthHook`: its `after_save`."""
-
-  def __init__(self, hook):
-    self._hook = hook
-
-  def after_save(self, session, global_step_value):
-    self._hook.after_save(session, global_step_value)
-
-
-class CheckpointHealthHook(tf.estimator.SessionRunHook):
-  """Watches each update's loss and gradient norm; records them at every checkpoint save.
-
-  As a SessionRunHook (run it on every worker: the gradient norm is the same everywhere, so all
-  stop together) it fetches `total_loss`, `step_update` and, when the graph has them,
-  `global_norm`, `update_step` and `loss_scale`. A micro-step with a non-finite loss, an update
-  whose loss exploded (over `LOSS_EXPLOSION_FACTOR` x the median of the last `LOSS_HISTORY` sane
-  ones, or 1) or an update skipped as non-finite starts (or continues) a streak of bad values:
-  `bad_step` is the global step at its start (the weights that produced it); an applied update
-  with finite values that did not explode ends it. After `SKIP_LIMIT_FP32` (fp32) or
-  `SKIP_LIMIT_LOSS_SCALED` consecutive skipped updates it raises `UpdatesSkippedError`.
-
-  Through `listener`, the saver's CheckpointSaverListener (the saving worker only), it appends
-  {step, loss, global_norm, finite, exploded, time} of the update that produced each checkpoint
-  to `directory`'s checkpoint_health.json. Put it before the saver in the hook list, so the values
-  of the saving update are in when the saver runs.
-  """
-
-  def __init__(self, directory=None, num_accumulation_steps=1, keep_checkpoint_max=None):
-    """Configures the hook.
-
-    Args:
-      directory: where the checkpoints and the health file are (None: this worker saves none).
-      num_accumulation_steps: micro-steps per update.
-      keep_checkpoint_max: with `directory`, checks at start-up that the checkpoints fit on its
-        disk (`space_problem`): raises errors.DiskFullError before the first update when the next
-        checkpoint does not, warns when the kept ones will not.
-    """
-    self._directory = directory
-    self._keep_checkpoint_max = keep_checkpoint_max
-    self._num_accumulation_steps = num_accumulation_steps
-    self._fetches = None
-    self._global_step_tensor = None
-    self.bad_step = None
-    self._skips = 0
-    self._last_step = None
-    self._micro_steps = 0
-    self._last_update = None
-    self._loss_scaled = False
-    self._recent_losses = collections.deque(maxlen=LOSS_HISTORY)
-    # Bytes of one checkpoint (the newest's size, else the variables'), known after start-up.
-    self.checkpoint_bytes = None
-    # The CheckpointSaverListener to give the saver.
-    self.listener = _HealthListener(self)
-
-  @property
-  def skipped_too_often(self):
-    """Whether the run stopped for consecutive skipped updates (not a NaN loss)."""
-    return self._skips >= (SKIP_LIMIT_LOSS_SCALED if self._loss_scaled else SKIP_LIMIT_FP32)
-
-  def begin(self):
-    graph = _tf1.get_default_graph()
-    self._fetches = {}
-    for name in (graph_names.TOTAL_LOSS, graph_names.STEP_UPDATE, graph_names.GLOBAL_NORM,
-                 graph_names.UPDATE_STEP, graph_names.LOSS_SCALE):
-      try:
-        self._fetches[name] = graph.get_tensor_by_name(graph_names.tensor_name(name))
-      except KeyError:
-        pass
-    self._loss_scaled = graph_names.LOSS_SCALE in self._fetches
-    self._global_step_tensor = _tf1.train.get_global_step()
-
-  def after_create_session(self, session, coord):
-    del coord  # unused
-    if self._global_step_tensor is not None:
-      self._last_step = int(session.run(self._global_step_tensor))
-    if self._directory is not None and self._keep_checkpoint_max:
-      existing = listed_checkpoints(self._directory)
-      needed = (checkpoint_bytes(existing[-1][1]) if existing
-                else variables_bytes(_tf1.global_variables()))
-      self.checkpoint_bytes = needed
-      error, warning = space_problem(self._directory, needed, self._keep_checkpoint_max,
-                                     len(existing))
-      if error:
-        raise errors.DiskFullError(error)
-      if warning:
-        logging.warning("%s", warning)
-
-  def before_run(self, run_context):
-    return tf.estimator.SessionRunArgs(self._fetches)
-
-  def _mark_bad(self):
-    if self.bad_step is None:
-      self.bad_step = self._last_step
-
-  def after_run(self, run_context, run_values):
-    results = run_values.results
-    self._micro_steps += 1
-    loss = float(results.get(graph_names.TOTAL_LOSS, float("nan")))
-    if not math.isfinite(loss):
-      self._mark_bad()
-    ended = graph_names.ended_update(results, self._micro_steps, self._num_accumulation_steps)
-    if not ended or graph_names.STEP_UPDATE not in results:
-      return
-    step = int(results[graph_names.STEP_UPDATE])
-    norm = results.get(graph_names.GLOBAL_NORM)
-    norm = None if norm is None else float(norm)
-    applied = self._last_step is None or step != self._last_step
-    finite = math.isfinite(loss) and _finite(norm)
-    exploded = finite and self.loss_exploded(loss)
-    if applied and finite and not exploded:
-      self.bad_step = None
-      self._skips = 0
-      self._recent_losses.append(loss)
-    else:
-      self._mark_bad()
-      self._skips += 0 if applied else 1
-    self._last_step = step
-    if applied:
-      self._last_update = {"step": step, "loss": loss, "global_norm": norm, "finite": finite,
-                           "exploded": exploded}
-    if self.skipped_too_often:
-      raise UpdatesSkippedError("%d consecutive updates skipped as non-finite from step %d"
-                                % (self._skips, self.bad_step))
-
-  def loss_exploded(self, loss):
-    """Whether a finite `loss` is over LOSS_EXPLOSION_FACTOR x the recent sane losses' median
-    (at least 1); never before a first sane update."""
-    if not self._recent_losses:
-      return False
-    return loss > LOSS_EXPLOSION_FACTOR * max(statistics.median(self._recent_losses), 1.0)
-
-  def after_save(self, session, global_step_value):
-    """Appends the record of the checkpoint just saved (the saving worker)."""
-    del session  # unused
-    if self._directory is None:
-      return
-    record = dict(self._last_update or {"loss": None, "global_norm": None, "finite": True})
-    record["step"] = int(global_step_value)
-    record["time"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    records = [r for r in read_health(self._directory) if r["step"] < record["step"]]
-    write_health(self._directory, records + [record])
 
 
 def variables_bytes(variables):

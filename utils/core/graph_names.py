@@ -33,21 +33,3 @@ def tensor_name(name):
   """The name of the first output of op `name`, as `Graph.get_tensor_by_name` takes it."""
   return name + ":0"
 
-
-def ended_update(results, micro_steps, num_accumulation_steps):
-  """Whether a session run was the micro-step that applied the optimizer (ended an update).
-
-  The rule every per-update reader follows: the graph's UPDATE_STEP flag when the run fetched it
-  (with gradient accumulation), else every `num_accumulation_steps`-th run.
-
-  Args:
-    results: dict name -> fetched value of the run.
-    micro_steps: runs so far, this one included (the first run is 1).
-    num_accumulation_steps: micro-steps per update.
-
-  Returns:
-    bool.
-  """
-  if UPDATE_STEP in results:
-    return bool(results[UPDATE_STEP])
-  return micro_steps % num_accumulation_steps == 0

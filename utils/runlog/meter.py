@@ -1,21 +1,20 @@
 """The training meter: what the training log says about each optimizer update. No TensorFlow.
 
-The training log hook (`utils/training/hooks.py`) fetches the step's named tensors and hands
-their values to a `TrainingMeter`; the meter times the runs with its clock and tells the hook what
-to write:
+The training log hook (`utils/training/hooks.py`) hands the `RunFacts` of each session run
+(`utils/core/updates.py`: the update boundary, the global step, the fetched values) to a
+`TrainingMeter`; the meter times the runs with its clock and tells the hook what to write:
 
-  meter = TrainingMeter(global_batch_size=256, num_accumulation_steps=4, clock=clock)
+  meter = TrainingMeter(global_batch_size=256, clock=clock)
   meter.start(initial_step)                   # the global step the run starts from
   meter.run_started()                         # before each session run (one micro-step)
-  update = meter.run_ended(values)            # after it: values = {graph name: number}
+  update = meter.run_ended(facts)             # after it: the run's updates.RunFacts
   if update is not None:                      # the run ended an optimizer update
     update.data                               # the dllogger line's data, when due (else None)
     update.lines                              # readable lines for the absl log (rank 0)
   meter.summary(), meter.summary_lines()      # at the end of the run
 
 What it computes for an update (a session run is one micro-step; with gradient accumulation an
-update spans `num_accumulation_steps` micro-steps and ends on the run whose `update_step` is True,
-or on every num_accumulation_steps-th run when the graph has no `update_step`):
+update spans several, and ends on the run whose facts say `ended_update`):
 
   throughput_train = global_batch_size / (summed run time of the update's micro-steps); the time
                      between runs (input, hooks, checkpoints outside the run) is not counted
@@ -27,7 +26,7 @@ The update is logged (`data`) with step = the global step after it, for the firs
 of the run and whenever that step is a multiple of `display_loss_steps`, together with a progress
 line (update k of N, elapsed since the first run started, ETA from the time per update since the
 first applied update ended). An update the optimizer skipped (non-finite gradients: the global
-step did not advance) gets no data, which would repeat the step of the last applied update, but a
+step did not advance, `applied` is False) gets no data, which would repeat the step of the last applied update, but a
 line "update skipped at step N (non-finite gradients); loss scale now S", S being the scale in
 effect after the skip: dynamic loss scaling divides the scale this update used by
 `loss_scale_multiplier`, never below 1 (`optimization.LossScaling`).
@@ -105,16 +104,14 @@ class TrainingMeter(object):
   See the module docstring for what is computed. All state is per run: `start` clears it.
   """
 
-  def __init__(self, global_batch_size, num_accumulation_steps=1, display_loss_steps=1,
-               warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
+  def __init__(self, global_batch_size, display_loss_steps=1, warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
                num_train_steps=None, loss_names=PRETRAINING_LOSSES,
                loss_scale_multiplier=DEFAULT_LOSS_SCALE_MULTIPLIER, clock=time.perf_counter):
     """Configures the meter.
 
     Args:
       global_batch_size: sequences per update over all workers: per-worker batch x
-        num_accumulation_steps x workers.
-      num_accumulation_steps: micro-steps per update.
+        accumulation steps x workers.
       display_loss_steps: log every this many global steps.
       warmup_steps: update steps left out of the throughput average at the start of the run.
       save_checkpoints_steps: when given, the updates on which a checkpoint is saved (every this
@@ -128,7 +125,6 @@ class TrainingMeter(object):
       ValueError: for a bad argument, naming it.
     """
     checks.check_integer("global_batch_size", global_batch_size, 1)
-    checks.check_integer("num_accumulation_steps", num_accumulation_steps, 1)
     checks.check_integer("display_loss_steps", display_loss_steps, 1)
     checks.check_integer("warmup_steps", warmup_steps, 0)
     if save_checkpoints_steps is not None:
@@ -138,7 +134,6 @@ class TrainingMeter(object):
     if not loss_scale_multiplier > 1.0:
       raise ValueError("loss_scale_multiplier must be > 1, got %r" % (loss_scale_multiplier,))
     self.global_batch_size = global_batch_size
-    self.num_accumulation_steps = num_accumulation_steps
     self.display_loss_steps = display_loss_steps
     self.warmup_steps = warmup_steps
     self.save_checkpoints_steps = save_checkpoints_steps
@@ -152,18 +147,15 @@ class TrainingMeter(object):
     """Clears the measurements for a new run.
 
     Args:
-      initial_step: the global step the run starts from (checkpoint saves count from it; the
-        first update that leaves it unchanged is a skip), or None when unknown (then 0 for the
-        checkpoint count, and the first update counts as applied).
+      initial_step: the global step the run starts from (checkpoint saves count from it), or None
+        when unknown (then 0).
     """
     self._initial_step = 0 if initial_step is None else int(initial_step)
-    self._last_step = None if initial_step is None else int(initial_step)
     self._applied_updates = 0
     self._skipped_updates = 0
     self._first_run_start = None
     self._first_update_end = None
     self._run_start = None
-    self._micro_steps = 0
     self._micro_time = 0.0
     self._micro_losses = []
     # Seconds of every update of this run, in order (warm-up and skipped updates included).
@@ -177,26 +169,25 @@ class TrainingMeter(object):
     if self._first_run_start is None:
       self._first_run_start = self._run_start
 
-  def run_ended(self, values):
+  def run_ended(self, facts):
     """Books a session run that has just ended.
 
     Args:
-      values: dict graph name -> number (a numpy scalar or a Python number): total_loss,
-        learning_rate, step_update and the `loss_names` losses; optionally update_step,
-        global_norm, loss_scale, skipped_updates.
+      facts: the run's `updates.RunFacts`; its values (graph name -> number) hold total_loss,
+        learning_rate, step_update and the `loss_names` losses, optionally global_norm,
+        loss_scale, skipped_updates.
 
     Returns:
       `Update` when the run ended an optimizer update, else None.
     """
     now = self._clock()
-    self._micro_steps += 1
     self._micro_time += now - self._run_start
-    self._micro_losses.append(float(values[graph_names.TOTAL_LOSS]))
-    if not graph_names.ended_update(values, self._micro_steps, self.num_accumulation_steps):
+    self._micro_losses.append(float(facts.values[graph_names.TOTAL_LOSS]))
+    if not facts.ended_update:
       return None
-    return self._finish_update(values, now)
+    return self._finish_update(facts.values, facts.applied, now)
 
-  def _finish_update(self, values, now):
+  def _finish_update(self, values, applied, now):
     """Books the update's time (it ended at `now`); returns its `Update`."""
     update_time = self._micro_time
     avg_loss_step = float(np.mean(self._micro_losses))
@@ -207,8 +198,6 @@ class TrainingMeter(object):
     if self._counts_for_average(len(self.update_times), step):
       self._steady_time += update_time
       self._steady_updates += 1
-    applied = step != self._last_step
-    self._last_step = step
     if not applied:
       self._skipped_updates += 1
       scale = ""

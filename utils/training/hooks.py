@@ -1,11 +1,16 @@
-"""SessionRunHooks of the pretraining job: training log, eval timing, weight sync, checkpoints,
-the stop on a signal.
+"""SessionRunHooks of the pretraining job: the per-run facts, training log, eval timing, weight
+sync, checkpoints, the stop on a signal.
 
 Each hook gets everything it needs in its constructor and reads the graph tensors named in
 `utils/core/graph_names.py`. The hooks run on every worker (the graph is the same everywhere, so
 collectives never stall); logging goes through a `dllogger_setup.RunLogger`, which writes on rank
 0 only.
 
+* `UpdateSource`: fetches the per-run tensors (losses, learning rate, global step, update flag,
+  gradient norm, loss scale) once per session run and keeps that run's `updates.RunFacts` (did it
+  end an update, was the update applied); the hooks below that need them (training log, checkpoint
+  health in `utils/training/health.py`, weight sync, stop on a signal) read them from it, so it
+  comes first in the hook list.
 * `TrainingLogHook`: per optimizer update, throughput (global batch / time of the update), losses,
   the average loss over the update's micro-steps, the learning rate and (fp16) the loss scale, every
   `display_loss_steps` updates; at the end a summary with the throughput average. What to log is
@@ -29,6 +34,7 @@ import optimization
 from utils.core import checks
 from utils.core import env_flags
 from utils.core import graph_names
+from utils.core import updates as updates_lib
 from utils.runlog import dllogger_setup
 from utils.runlog import meter as meter_lib
 from utils.runtime import hvd_utils
@@ -79,11 +85,75 @@ def _check_logger(logger):
                      % (logger,))
 
 
+class UpdateSource(tf.estimator.SessionRunHook):
+  """Fetches the per-run tensors once per session run; keeps the run's `updates.RunFacts`.
+
+  The tensors are those of `updates.PER_RUN_TENSORS` the graph has. Put it first in the hook
+  list: the hooks that read `facts` in their `after_run` (and `runs` in their `before_run`) then
+  see the run that has just ended.
+
+  Attributes:
+    facts: the `RunFacts` of the latest run (None before the first).
+    available: the names of the tensors fetched (known after `begin`).
+  """
+
+  def __init__(self, num_accumulation_steps=1):
+    """Args: num_accumulation_steps, micro-steps per update.
+
+    Raises:
+      ValueError: for a bad count.
+    """
+    self._tracker = updates_lib.UpdateTracker(num_accumulation_steps)
+    self._fetches = None
+    self._global_step_tensor = None
+    self.available = frozenset()
+    self.facts = None
+
+  @property
+  def num_accumulation_steps(self):
+    return self._tracker.num_accumulation_steps
+
+  @property
+  def runs(self):
+    """Session runs of this session that have ended."""
+    return self._tracker.runs
+
+  @property
+  def initial_step(self):
+    """The global step the session started from (None when the graph has none)."""
+    return self._tracker.initial_step
+
+  def begin(self):
+    graph = _tf1.get_default_graph()
+    self._fetches = {}
+    for name in updates_lib.PER_RUN_TENSORS:
+      tensor = _graph_tensor(graph, name)
+      if tensor is not None:
+        self._fetches[name] = tensor
+    self.available = frozenset(self._fetches)
+    self._global_step_tensor = _tf1.train.get_global_step()
+    self._tracker.start(None)
+    self.facts = None
+
+  def after_create_session(self, session, coord):
+    """Reads the global step the session starts from."""
+    del coord  # unused
+    self._tracker.start(None if self._global_step_tensor is None
+                        else int(session.run(self._global_step_tensor)))
+    self.facts = None
+
+  def before_run(self, run_context):
+    return tf.estimator.SessionRunArgs(self._fetches)
+
+  def after_run(self, run_context, run_values):
+    self.facts = self._tracker.run_ended(run_values.results)
+
+
 class TrainingLogHook(tf.estimator.SessionRunHook):
   """Training log per optimizer update (NVIDIA's `_LogSessionRunHook`).
 
-  The hook fetches the named tensors of each session run (one micro-step) and passes their values
-  to a `meter.TrainingMeter` (utils/runlog/meter.py), which times the runs and says what to log
+  The hook passes the `RunFacts` of each session run (one micro-step), which the job's
+  `UpdateSource` fetched, to a `meter.TrainingMeter` (utils/runlog/meter.py), which times the runs and says what to log
   for each optimizer update: throughput_train (global batch / summed time of the update's
   micro-steps), avg_loss_step (mean total_loss over them), the last micro-step's losses and
   learning rate, global_norm, and with loss scaling loss_scaler and skipped_updates. The hook
@@ -101,17 +171,17 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
   qualifies, e.g. a run shorter than the warm-up.
   """
 
-  def __init__(self, logger, global_batch_size, num_accumulation_steps=1, display_loss_steps=1,
-               log_loss_scale=None, warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
+  def __init__(self, logger, updates, global_batch_size, display_loss_steps=1, log_loss_scale=None,
+ warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
                num_train_steps=None, summary_dir=None, loss_names=PRETRAINING_LOSSES,
                clock=time.perf_counter):
     """Configures the hook.
 
     Args:
       logger: `dllogger_setup.RunLogger` (writes on rank 0 only).
+      updates: the job's `UpdateSource` (earlier in the hook list).
       global_batch_size: sequences per update over all workers: per-worker batch x
-        num_accumulation_steps x workers.
-      num_accumulation_steps: micro-steps per update.
+        accumulation steps x workers.
       display_loss_steps: log every this many global steps.
       log_loss_scale: log the loss scale (`loss_scale` tensor) as `loss_scaler` and the
         `skipped_updates` count: True expects the tensors (a warning when the graph lacks one),
@@ -131,9 +201,9 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       ValueError: for a bad argument, naming it.
     """
     _check_logger(logger)
+    self.updates = updates
     self._meter = meter_lib.TrainingMeter(
-        global_batch_size, num_accumulation_steps=num_accumulation_steps,
-        display_loss_steps=display_loss_steps, warmup_steps=warmup_steps,
+        global_batch_size, display_loss_steps=display_loss_steps, warmup_steps=warmup_steps,
         save_checkpoints_steps=save_checkpoints_steps, num_train_steps=num_train_steps,
         loss_names=loss_names, loss_scale_multiplier=optimization.LOSS_SCALE_MULTIPLIER,
         clock=clock)
@@ -141,8 +211,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     self._log_loss_scale = log_loss_scale
     self._summary_dir = summary_dir
     self._summary_writer = None
-    self._fetches = None
-    self._global_step_tensor = None
+    self._names = None
 
   @property
   def update_times(self):
@@ -150,37 +219,29 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     return self._meter.update_times
 
   def begin(self):
-    """Looks the named tensors up in the graph being built.
+    """Checks that the graph has the tensors the log needs; chooses the optional ones it logs.
 
     Raises:
       ValueError: naming the required tensors the graph does not have.
     """
-    graph = _tf1.get_default_graph()
-    fetches = {}
-    missing = []
+    available = self.updates.available
     required = self._meter.loss_names + REQUIRED_TRAIN_TENSORS
-    for name in required:
-      tensor = _graph_tensor(graph, name)
-      if tensor is None:
-        missing.append(name)
-      else:
-        fetches[name] = tensor
+    missing = [name for name in required if name not in available]
     if missing:
       raise ValueError("training log hook: the graph has no tensor named %s (the training "
                        "graph names: %s)" % (", ".join(missing), ", ".join(required)))
-    if self._meter.num_accumulation_steps > 1:
-      self._add_optional_fetch(
-          graph, fetches, graph_names.UPDATE_STEP,
-          "counting every %d-th run as an update" % self._meter.num_accumulation_steps)
-    self._add_optional_fetch(graph, fetches, graph_names.GLOBAL_NORM,
-                             "the gradient norm is not logged")
+    names = set(required)
+    accumulation = self.updates.num_accumulation_steps
+    if accumulation > 1:
+      self._add_optional(names, graph_names.UPDATE_STEP,
+                         "counting every %d-th run as an update" % accumulation)
+    self._add_optional(names, graph_names.GLOBAL_NORM, "the gradient norm is not logged")
     for name in LOSS_SCALING_TENSORS:
       if self._log_loss_scale:
-        self._add_optional_fetch(graph, fetches, name, "it is not logged")
-      elif self._log_loss_scale is None and _graph_tensor(graph, name) is not None:
-        fetches[name] = _graph_tensor(graph, name)
-    self._fetches = fetches
-    self._global_step_tensor = _tf1.train.get_global_step()
+        self._add_optional(names, name, "it is not logged")
+      elif self._log_loss_scale is None and name in available:
+        names.add(name)
+    self._names = frozenset(names)
     self._meter.start(None)
     self._close_summary_writer()
     if self._summary_dir and self._logger.enabled:
@@ -188,26 +249,26 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       logging.info("training scalars for TensorBoard every %d updates in %s",
                    self._meter.display_loss_steps, self._summary_dir)
 
-  def _add_optional_fetch(self, graph, fetches, name, consequence):
-    """Adds tensor `name` to `fetches` when the graph has it; warns (rank 0) when it does not."""
-    tensor = _graph_tensor(graph, name)
-    if tensor is not None:
-      fetches[name] = tensor
+  def _add_optional(self, names, name, consequence):
+    """Adds `name` to `names` when the graph has the tensor; warns (rank 0) when it does not."""
+    if name in self.updates.available:
+      names.add(name)
     elif self._logger.enabled:
       logging.warning("training log hook: the graph has no tensor named %s: %s", name, consequence)
 
   def after_create_session(self, session, coord):
-    """Reads the global step the run starts from (checkpoint saves count from it)."""
-    del coord  # unused
-    if self._global_step_tensor is not None:
-      self._meter.start(int(session.run(self._global_step_tensor)))
+    """Starts the meter at the global step the run starts from (checkpoint saves count from it)."""
+    del session, coord  # unused
+    self._meter.start(self.updates.initial_step)
 
   def before_run(self, run_context):
     self._meter.run_started()
-    return tf.estimator.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
-    update = self._meter.run_ended(run_values.results)
+    facts = self.updates.facts
+    # The meter logs what this hook chose to (`log_loss_scale`), not everything fetched.
+    update = self._meter.run_ended(facts._replace(
+        values={name: value for name, value in facts.values.items() if name in self._names}))
     if update is None:
       return
     if update.data is not None:
@@ -351,26 +412,18 @@ def weight_sync_enabled(force_weight_sync, environ=None):
 class WeightSyncHook(tf.estimator.SessionRunHook):
   """Averages the trainable variables over all workers every `num_accumulation_steps` iterations.
 
-  Iterations are this hook's session runs, counted from 1; on iterations N, 2N, ... (N =
-  num_accumulation_steps: the micro-step that applies the update) the averaging runs in its own
+  Iterations are the session's runs (the `UpdateSource`'s count), from 1; on iterations N, 2N, ...
+  (N = num_accumulation_steps: the micro-step that applies the update) the averaging runs in its own
   `session.run` from `before_run`, so it completes before that iteration's train op. The averaging
   ops (allreduce Average of each variable, assigned back) are built in `begin()`, inside the graph
   being run. Every worker must run the hook (the allreduces are collectives).
   """
 
-  def __init__(self, num_accumulation_steps=1):
-    """Configures the hook.
-
-    Args:
-      num_accumulation_steps: iterations between two syncs.
-
-    Raises:
-      ValueError: for num_accumulation_steps < 1.
-    """
-    checks.check_integer("num_accumulation_steps", num_accumulation_steps, 1)
-    self._num_accumulation_steps = num_accumulation_steps
+  def __init__(self, updates):
+    """Args: updates, the job's `UpdateSource` (earlier in the hook list): its runs and
+    num_accumulation_steps (iterations between two syncs)."""
+    self.updates = updates
     self._sync_op = None
-    self._iteration = 0
     # Number of syncs run since `begin()`.
     self.sync_count = 0
 
@@ -387,12 +440,11 @@ class WeightSyncHook(tf.estimator.SessionRunHook):
     if not variables:
       raise ValueError("weight sync: the graph has no trainable variables")
     self._sync_op = hvd_utils.average_variables_op(variables)
-    self._iteration = 0
     self.sync_count = 0
 
   def before_run(self, run_context):
-    self._iteration += 1
-    if self._iteration % self._num_accumulation_steps == 0:
+    iteration = self.updates.runs + 1  # the run about to start
+    if iteration % self.updates.num_accumulation_steps == 0:
       run_context.session.run(self._sync_op)
       self.sync_count += 1
     return None
@@ -435,7 +487,7 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
   """Ends training at an update boundary once a stop signal arrived (docs/LONG_RUNS.md).
 
   `watcher` (a `utils.runtime.stop_signals.SignalWatcher`, or anything with `stop_requested` and
-  `signal_name`) is read after every session run. With several workers, every run also carries a
+  `signal_name`) is read after every session run; the update boundary is the `UpdateSource`'s. With several workers, every run also carries a
   tiny collective: the maximum over the workers of their "stop requested" flags (fed as an int32
   scalar), so all of them see the same combined flag after the same micro-step; each stops at the
   first update boundary from there, the same update everywhere, and none is left waiting in an
@@ -455,13 +507,13 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     stop_step: the global step the run stopped at (read at `end()`), or None.
   """
 
-  def __init__(self, watcher, num_workers=1, num_accumulation_steps=1, on_saved=None):
+  def __init__(self, watcher, updates, num_workers=1, on_saved=None):
     """Configures the hook.
 
     Args:
       watcher: has `stop_requested` (bool) and `signum` (int or None).
+      updates: the job's `UpdateSource` (earlier in the hook list).
       num_workers: workers of the job (> 1: the flag is combined over them with Horovod).
-      num_accumulation_steps: micro-steps per update (session runs).
       on_saved: None, or a function (signal name, stop step) -> None, called at `end()` of a
         stopped run once its final checkpoint is written and every worker has met after it.
 
@@ -469,10 +521,9 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
       ValueError: for a bad count.
     """
     checks.check_integer("num_workers", num_workers, 1)
-    checks.check_integer("num_accumulation_steps", num_accumulation_steps, 1)
     self._watcher = watcher
+    self.updates = updates
     self._num_workers = num_workers
-    self._num_accumulation_steps = num_accumulation_steps
     self._on_saved = on_saved
     self._flag_in = None
     self._combined = None
@@ -482,16 +533,14 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     self._reset()
 
   def _reset(self):
-    self._runs = 0
     self._stopping_signum = None
     self.stopped = False
     self.stop_signal_name = None
     self.stop_step = None
 
   def begin(self):
-    """Builds the combined flag's collective (several workers) and finds the update flag."""
+    """Builds the combined flag's collective (several workers)."""
     self._reset()
-    graph = _tf1.get_default_graph()
     self._fetches = {}
     if self._num_workers > 1:
       self._flag_in = _tf1.placeholder_with_default(
@@ -499,10 +548,6 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
       self._combined = hvd_utils.max_over_workers(self._flag_in, "stop_signal_combined")
       self._barrier = hvd_utils.max_over_workers(tf.constant(0, tf.int32), "stop_signal_barrier")
       self._fetches["combined"] = self._combined
-    if self._num_accumulation_steps > 1:
-      update_step = _graph_tensor(graph, graph_names.UPDATE_STEP)
-      if update_step is not None:
-        self._fetches[graph_names.UPDATE_STEP] = update_step
     self._global_step_tensor = _tf1.train.get_global_step()
 
   def _local_signum(self):
@@ -510,7 +555,7 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     return int(self._watcher.signum or 0) if self._watcher.stop_requested else 0
 
   def before_run(self, run_context):
-    if self._runs == 0 and self._num_workers == 1 and self._watcher.stop_requested:
+    if self.updates.runs == 0 and self._num_workers == 1 and self._watcher.stop_requested:
       raise StoppedBeforeFirstUpdate(self._watcher.signum)
     if self._num_workers > 1:
       return tf.estimator.SessionRunArgs(
@@ -518,14 +563,12 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     return tf.estimator.SessionRunArgs(self._fetches) if self._fetches else None
 
   def after_run(self, run_context, run_values):
-    self._runs += 1
     results = run_values.results or {}
     if self._stopping_signum is None:
       signum = int(results["combined"]) if "combined" in results else self._local_signum()
       if signum:
         self._stopping_signum = signum
-    if self._stopping_signum is None or not graph_names.ended_update(
-        results, self._runs, self._num_accumulation_steps):
+    if self._stopping_signum is None or not self.updates.facts.ended_update:
       return
     self.stopped = True
     self.stop_signal_name = stop_signals.signal_name(self._stopping_signum)

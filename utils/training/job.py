@@ -92,33 +92,33 @@ def build_estimator(model_fn, model_dir, config, workers, saves_checkpoints,
                               **(batch_sizes or {}))
 
 
-def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_def=False,
-                   log_hook=None, force_weight_sync=False, num_accumulation_steps=1,
-                   health_hook=None, save_checkpoints_secs=None, stop_watcher=None,
-                   on_stop_saved=None):
+def training_hooks(workers, updates, checkpoint_dir, save_checkpoints_steps, save_graph_def=False,
+                   log_hook=None, force_weight_sync=False, health_hook=None,
+                   save_checkpoints_secs=None, stop_watcher=None, on_stop_saved=None):
   """The hooks of a training run, in the order they run.
 
   Args:
     workers: `Workers`.
+    updates: the run's `hooks.UpdateSource`, which the log, health, weight sync and stop hooks
+      read (first in the list).
     checkpoint_dir: where this worker saves checkpoints, or None when it saves none.
     save_checkpoints_steps: checkpoint interval.
     save_graph_def: also write the graph (see `hooks.PeriodicCheckpointSaverHook`).
     log_hook: the job's training log hook, or None.
     force_weight_sync: --force_weight_sync (FORCE_WEIGHT_SYNC in the environment also turns it
-      on): average the weights every `num_accumulation_steps` iterations.
-    num_accumulation_steps: micro-steps per update.
-    health_hook: a `recovery.CheckpointHealthHook`, or None: it runs before the saver (and
+      on): average the weights once per update (every accumulation's last iteration).
+    health_hook: a `health.CheckpointHealthHook`, or None: it runs before the saver (and
       listens to its saves).
     save_checkpoints_secs: when given, the checkpoint interval in seconds instead of steps.
     stop_watcher: a `stop_signals.SignalWatcher` to stop on (`hooks.StopOnSignalHook`), or None.
     on_stop_saved: the stop hook's `on_saved` (function (signal name, stop step) -> None).
 
   Returns:
-    list of SessionRunHooks: checkpoint health, checkpoint saver, log, weight sync, Horovod
-    broadcast, stop on a signal (each when wanted; the stop hook last, so its `end()` follows the
-    final checkpoint).
+    list of SessionRunHooks: the update source, checkpoint health, checkpoint saver, log, weight
+    sync, Horovod broadcast, stop on a signal (each when wanted; the stop hook last, so its `end()`
+    follows the final checkpoint).
   """
-  hooks = [] if health_hook is None else [health_hook]
+  hooks = [updates] + ([] if health_hook is None else [health_hook])
   if checkpoint_dir is not None:
     hooks.append(hooks_lib.PeriodicCheckpointSaverHook(
         checkpoint_dir, save_steps=save_checkpoints_steps, save_graph_def=save_graph_def,
@@ -127,11 +127,11 @@ def training_hooks(workers, checkpoint_dir, save_checkpoints_steps, save_graph_d
   if log_hook is not None:
     hooks.append(log_hook)
   if hooks_lib.weight_sync_enabled(force_weight_sync):
-    hooks.append(hooks_lib.WeightSyncHook(num_accumulation_steps))
+    hooks.append(hooks_lib.WeightSyncHook(updates))
   if workers.size > 1:
     hooks.append(hvd_utils.broadcast_global_variables_hook(0))
   if stop_watcher is not None:
-    hooks.append(hooks_lib.StopOnSignalHook(stop_watcher, workers.size, num_accumulation_steps,
+    hooks.append(hooks_lib.StopOnSignalHook(stop_watcher, updates, workers.size,
                                             on_saved=on_stop_saved))
   return hooks
 

@@ -45,6 +45,7 @@ from utils.runtime import hvd_utils
 from utils.runtime import stop_signals
 from utils.runtime import workers as workers_lib
 from utils.training import flags as job_flags
+from utils.training import health
 from utils.training import hooks as hooks_lib
 from utils.training import job as job_lib
 from utils.training import model_fn as model_fn_lib
@@ -431,7 +432,7 @@ def build_estimator(f, job, model_fn, settings, batch_sizes):
 def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False,
                    init_loss_scale=None, bad_step=None, skipped_updates=False, bf16=False):
   """The error to stop a job with when the Estimator's NaN-loss check fired (or the
-  `recovery.CheckpointHealthHook` saw too many updates skipped as non-finite).
+  `health.CheckpointHealthHook` saw too many updates skipped as non-finite).
 
   Args:
     checkpoint_step: global step of the newest checkpoint (0: none).
@@ -440,7 +441,7 @@ def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False
     manual_fp16: the encoder ran in fp16.
     init_loss_scale: --init_loss_scale (fp16).
     bad_step: global step of the weights whose loss or gradient norm was first non-finite (or
-      whose loss exploded, `recovery.CheckpointHealthHook`), when known: the message then names
+      whose loss exploded, `health.CheckpointHealthHook`), when known: the message then names
       the newest checkpoint saved before it.
     skipped_updates: the run stopped for consecutive skipped updates, not a NaN loss.
     bf16: the encoder ran in bf16.
@@ -543,12 +544,13 @@ def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_erro
 
 def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_error, watcher):
   """`train` with the signal watcher installed."""
+  updates = hooks_lib.UpdateSource(f.num_accumulation_steps)
   log_hook = None
   if f.report_loss:
     kwargs = {} if loss_names is None else {"loss_names": loss_names}
     log_hook = hooks_lib.TrainingLogHook(
-        job.run_logger, global_batch_size(f, job.workers),
-        num_accumulation_steps=f.num_accumulation_steps, display_loss_steps=f.display_loss_steps,
+        job.run_logger, updates, global_batch_size(f, job.workers),
+        display_loss_steps=f.display_loss_steps,
         save_checkpoints_steps=(f.save_checkpoints_steps
                                 if job.saves_checkpoints and not f.save_checkpoints_secs
                                 else None),
@@ -556,8 +558,8 @@ def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_
         # TensorBoard run "train", beside the Estimator's "eval".
         summary_dir=os.path.join(job.output_dir, "train"), **kwargs)
   checkpoint_dir = job.output_dir if job.saves_checkpoints else None
-  health_hook = recovery.CheckpointHealthHook(checkpoint_dir, f.num_accumulation_steps,
-                                              keep_checkpoint_max=f.keep_checkpoint_max)
+  health_hook = health.CheckpointHealthHook(updates, checkpoint_dir,
+                                            keep_checkpoint_max=f.keep_checkpoint_max)
   saved_stops = []
 
   def on_stop_saved(signal_name, stop_step):
@@ -568,9 +570,9 @@ def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_
     watcher.stop_saved(errors.ending_line(job.program, error), errors.STOP_EXIT_CODE)
 
   hooks = job_lib.training_hooks(
-      job.workers, checkpoint_dir, f.save_checkpoints_steps,
+      job.workers, updates, checkpoint_dir, f.save_checkpoints_steps,
       save_graph_def=f.save_graph_def, log_hook=log_hook, force_weight_sync=f.force_weight_sync,
-      num_accumulation_steps=f.num_accumulation_steps, health_hook=health_hook,
+      health_hook=health_hook,
       save_checkpoints_secs=f.save_checkpoints_secs, stop_watcher=watcher,
       on_stop_saved=on_stop_saved)
   stop_hook = next(hook for hook in hooks if isinstance(hook, hooks_lib.StopOnSignalHook))
