@@ -4,6 +4,7 @@ import contextlib
 import functools
 import io
 import json
+import logging as std_logging
 import os
 import shutil
 import signal
@@ -257,6 +258,10 @@ def run_script_in_process(script, args):
     (exit status, what the run wrote to sys.stderr).
   """
   stderr = io.StringIO()
+  # absl's logger level follows its --verbosity flag (the script sets INFO, unparsing the flags
+  # sets the default): put back the level the tests' log capture relies on.
+  absl_logger = std_logging.getLogger("absl")
+  level = absl_logger.level
   with flagsaver.flagsaver(), contextlib.redirect_stderr(stderr):
     try:
       for name, value in script.DEFAULTS.items():
@@ -265,6 +270,7 @@ def run_script_in_process(script, args):
       status = script.main(remaining)
     finally:
       flags.FLAGS.unparse_flags()
+      absl_logger.setLevel(level)
   return status, stderr.getvalue()
 
 
