@@ -6,7 +6,6 @@ The same behaviour as users meet it (real processes, a small tmpfs, a diverging 
 in tests/test_run_pretraining_recovery.py.
 """
 
-import json
 import os
 
 import numpy as np
