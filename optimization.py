@@ -542,77 +542,60 @@ class Distribution(collections.namedtuple("Distribution", ["hvd", "use_tpu", "tp
     check_distribution(self.use_tpu, self.hvd is not None, num_accumulation_steps)
 
 
-def _named(name, as_flags):
-  """`name` as a message shows it: the parameter, or the command-line flag `--name`."""
-  return "--" + name if as_flags else name
-
-
-def check_optimizer_type(optimizer_type, as_flags=False):
+def check_optimizer_type(optimizer_type):
   """Raises ValueError unless `optimizer_type` is one of OPTIMIZER_TYPES."""
   if optimizer_type not in OPTIMIZER_TYPES:
-    raise ValueError("%s must be one of %s, got %r"
-                     % (_named("optimizer_type", as_flags), OPTIMIZER_TYPES, optimizer_type))
+    raise ValueError("optimizer_type must be one of %s, got %r"
+                     % (OPTIMIZER_TYPES, optimizer_type))
 
 
-def check_schedule(learning_rate, num_train_steps, num_warmup_steps, optimizer_type,
-                   as_flags=False):
+def check_schedule(learning_rate, num_train_steps, num_warmup_steps, optimizer_type):
   """Raises ValueError naming the bad value of a learning-rate schedule.
 
   Args:
     learning_rate, num_train_steps, num_warmup_steps, optimizer_type: see `Schedule`.
-    as_flags: name the values as command-line flags (`--num_train_steps`).
   """
-  check_optimizer_type(optimizer_type, as_flags)
+  check_optimizer_type(optimizer_type)
   if not learning_rate > 0:
-    raise ValueError("%s must be positive, got %r"
-                     % (_named("learning_rate", as_flags), learning_rate))
+    raise ValueError("learning_rate must be positive, got %r" % (learning_rate,))
   if num_train_steps < 1:
-    raise ValueError("%s must be >= 1, got %r" % (_named("num_train_steps", as_flags),
-                                                  num_train_steps))
+    raise ValueError("num_train_steps must be >= 1, got %r" % (num_train_steps,))
   if num_warmup_steps < 0:
-    raise ValueError("%s must be >= 0, got %r" % (_named("num_warmup_steps", as_flags),
-                                                  num_warmup_steps))
+    raise ValueError("num_warmup_steps must be >= 0, got %r" % (num_warmup_steps,))
   if optimizer_type == "adam" and num_warmup_steps >= num_train_steps:
-    raise ValueError("%s (%d) must be smaller than %s (%d) with %s=adam"
-                     % (_named("num_warmup_steps", as_flags), num_warmup_steps,
-                        _named("num_train_steps", as_flags), num_train_steps,
-                        _named("optimizer_type", as_flags)))
+    raise ValueError("num_warmup_steps (%d) must be smaller than num_train_steps (%d) with "
+                     "optimizer_type=adam" % (num_warmup_steps, num_train_steps))
 
 
-def check_precision(manual_fp16, amp, init_loss_scale, as_flags=False, bf16=False):
+def check_precision(manual_fp16, amp, init_loss_scale, bf16=False):
   """Raises ValueError for a non-positive loss scale or two precisions at once (manual fp16, AMP,
   bf16), naming both."""
   if not init_loss_scale > 0:
-    raise ValueError("%s must be positive, got %r" % (_named("init_loss_scale", as_flags),
-                                                      init_loss_scale))
+    raise ValueError("init_loss_scale must be positive, got %r" % (init_loss_scale,))
   if manual_fp16 and amp:
-    raise ValueError("%s and %s cannot be combined" % (_named("amp", as_flags),
-                                                       _named("manual_fp16", as_flags)))
+    raise ValueError("amp and manual_fp16 cannot be combined")
   for other, given in (("manual_fp16", manual_fp16), ("amp", amp)):
     if bf16 and given:
-      raise ValueError("%s and %s cannot be combined: choose one precision"
-                       % (_named("bf16", as_flags), _named(other, as_flags)))
+      raise ValueError("bf16 and %s cannot be combined: choose one precision" % other)
 
 
-def check_accumulation(num_accumulation_steps, as_flags=False):
+def check_accumulation(num_accumulation_steps):
   """Raises ValueError unless `num_accumulation_steps` is an integer >= 1."""
   if isinstance(num_accumulation_steps, bool) or not isinstance(num_accumulation_steps, int):
-    raise ValueError("%s must be an integer, got %r"
-                     % (_named("num_accumulation_steps", as_flags), num_accumulation_steps))
+    raise ValueError("num_accumulation_steps must be an integer, got %r"
+                     % (num_accumulation_steps,))
   if num_accumulation_steps < 1:
-    raise ValueError("%s must be >= 1, got %d" % (_named("num_accumulation_steps", as_flags),
-                                                  num_accumulation_steps))
+    raise ValueError("num_accumulation_steps must be >= 1, got %d" % num_accumulation_steps)
 
 
-def check_distribution(use_tpu, uses_horovod, num_accumulation_steps, as_flags=False):
+def check_distribution(use_tpu, uses_horovod, num_accumulation_steps):
   """Raises ValueError for TPU cores combined with Horovod or with gradient accumulation."""
   if use_tpu and uses_horovod:
-    raise ValueError("%s and %s cannot be combined: the TPU optimizer reduces gradients across "
-                     "cores itself" % (_named("use_tpu", as_flags), _named("horovod", as_flags)))
+    raise ValueError("use_tpu and horovod cannot be combined: the TPU optimizer reduces "
+                     "gradients across cores itself")
   if use_tpu and num_accumulation_steps > 1:
-    raise ValueError("%s with %s > 1 is not supported: TPU runs accumulate through a larger "
-                     "per-core batch instead" % (_named("use_tpu", as_flags),
-                                                 _named("num_accumulation_steps", as_flags)))
+    raise ValueError("use_tpu with num_accumulation_steps > 1 is not supported: TPU runs "
+                     "accumulate through a larger per-core batch instead")
 
 
 class LossScaling(object):

@@ -187,8 +187,12 @@ def _write_test_results(path, probabilities):
       writer.write("\t".join(str(p) for p in row) + "\n")
 
 
-def run(f):
+def run(f, config):
   """Fine-tunes (every worker), evaluates and predicts (rank 0).
+
+  Args:
+    f: parsed flags (the classifier's own and fine-tuning's).
+    config: the `job_config.JobConfig` of the shared ones.
 
   Returns:
     0 on success.
@@ -196,7 +200,7 @@ def run(f):
   Raises:
     errors.UsageError: for bad flags or data, before any graph is built.
   """
-  lifecycle.check_flags(f, ACTIONS)
+  config.check({name: getattr(f, name) for name in ACTIONS})
   finetuning.check_flags(f)
   finetuning.check_export_dir(f)
   errors.require(f.data_dir, "--data_dir is required")
@@ -205,25 +209,22 @@ def run(f):
     label_list = processor.get_labels()
   except ValueError as e:
     raise errors.UsageError("--task_name: %s" % e)
-  bert_config = lifecycle.load_bert_config(f)
+  bert_config = lifecycle.load_bert_config(config)
   tokenizer = finetuning.load_tokenizer(f)
-  workers = lifecycle.start_workers(f)
+  workers = lifecycle.start_workers(config)
   splits = read_splits(f, processor)
   train_examples, num_train_steps, num_warmup_steps = [], 0, 0
   if f.do_train:
     train_examples = splits["train"][0]
     num_train_steps, num_warmup_steps = finetuning.training_steps(
-        f, len(train_examples), lifecycle.global_batch_size(f, workers))
-  if f.init_checkpoint:
-    job_lib.check_init_checkpoint(f.init_checkpoint)
-  job = lifecycle.open_job(f, workers, PROGRAM)
-  settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
-  model_fn = lifecycle.build_model_fn(
-      f, head_fn_builder(len(label_list)), bert_config, settings,
-      lifecycle.dropout_seed(f, bert_config, head_dropout_prob=HEAD_DROPOUT))
-  lifecycle.build_estimator(f, job, model_fn, settings, dict(
-      train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
-      predict_batch_size=f.predict_batch_size))
+        f, len(train_examples), config.global_batch_size(workers.size))
+  job = lifecycle.prepare_job(
+      config, PROGRAM, workers, head_fn_builder(len(label_list)), bert_config, num_train_steps,
+      num_warmup_steps,
+      dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
+           predict_batch_size=f.predict_batch_size),
+      dropout_seed_value=lifecycle.dropout_seed(config, bert_config,
+                                                head_dropout_prob=HEAD_DROPOUT))
   spec = finetuning.int_feature_spec(f.max_seq_length, SEQUENCE_FEATURES, SCALAR_FEATURES)
 
   if f.do_train:
@@ -232,7 +233,7 @@ def run(f):
                                             tokenizer, train_file)
     logging.info("***** Training on %d examples, batch %d per worker, %d updates *****",
                  len(train_examples), f.train_batch_size, num_train_steps)
-    lifecycle.train(f, job, finetuning.train_input_fn(f, train_file, spec, workers),
+    lifecycle.train(config, job, finetuning.train_input_fn(f, train_file, spec, workers),
                     num_train_steps, loss_names=())
 
   if f.do_eval and job.is_chief:

@@ -101,13 +101,17 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
                                        dropout_seed=dropout_seed)
 
 
-def check_flags(f):
-  """The shared checks (`lifecycle.check_flags`) and pretraining's, without file access.
+def check_flags(f, config):
+  """The shared checks (`JobConfig.check`) and pretraining's, without file access.
+
+  Args:
+    f: the parsed flags (pretraining's own).
+    config: the `job_config.JobConfig` of the shared ones.
 
   Raises:
     errors.UsageError: naming the flag.
   """
-  lifecycle.check_flags(f, ACTIONS)
+  config.check({name: getattr(f, name) for name in ACTIONS})
   require = errors.require
   if f.do_train:
     require(f.input_file or f.input_files_dir,
@@ -120,11 +124,7 @@ def check_flags(f):
   require(f.max_predictions_per_seq <= f.max_seq_length,
           "--max_predictions_per_seq (%d) cannot exceed --max_seq_length (%d)",
           f.max_predictions_per_seq, f.max_seq_length)
-  try:
-    optimization.check_schedule(f.learning_rate, f.num_train_steps, f.num_warmup_steps,
-                                f.optimizer_type, as_flags=True)
-  except ValueError as e:
-    raise errors.UsageError(str(e))
+  config.check_schedule(f.num_train_steps, f.num_warmup_steps)
 
 
 def _consumed_records(f):
@@ -165,11 +165,12 @@ def _resolve_inputs(f, vocab_size):
   return train_files, eval_files
 
 
-def run(f):
+def run(f, config):
   """The pretraining job: check, train (every worker), evaluate (rank 0).
 
   Args:
-    f: parsed flags.
+    f: parsed flags (pretraining's own).
+    config: the `job_config.JobConfig` of the shared ones.
 
   Returns:
     0 on success.
@@ -177,30 +178,30 @@ def run(f):
   Raises:
     errors.UsageError: for bad flags or data, before any graph is built.
   """
-  check_flags(f)
-  workers = lifecycle.start_workers(f)
-  bert_config = lifecycle.load_bert_config(f)
+  check_flags(f, config)
+  workers = lifecycle.start_workers(config)
+  bert_config = lifecycle.load_bert_config(config)
   train_files, eval_files = _resolve_inputs(f, bert_config.vocab_size)
-  if f.init_checkpoint:
-    job_lib.check_init_checkpoint(f.init_checkpoint)
+  skip_records = []
 
-  job = lifecycle.open_job(f, workers, PROGRAM)
-  settings = lifecycle.training_settings(f, workers, f.num_train_steps, f.num_warmup_steps)
+  def check_output_dir(job, model_fn):
+    # A deterministic resume needs the checkpoint's micro-step counter (its own message, first).
+    skip_records.append(_consumed_records(f) if f.do_train and f.deterministic_run else 0)
+    try:
+      checkpoint_compat.check_output_dir(job.output_dir, model_fn, f.do_train, f.max_seq_length,
+                                         f.max_predictions_per_seq, f.optimizer_type)
+    except checkpoint_compat.CheckpointMismatch as e:
+      raise errors.UsageError(str(e))
+    if f.do_train and job.saves_checkpoints:
+      checkpoint_compat.record_optimizer(job.output_dir, f.optimizer_type)
+
   # A deterministic resume continues the input after the micro-steps done: always count them.
-  model_fn = lifecycle.build_model_fn(
-      f, pretraining_head(bert_config), bert_config, settings,
-      lifecycle.dropout_seed(f, bert_config, counts_micro_steps=True))
-  # A deterministic resume needs the checkpoint's micro-step counter (its own message, first).
-  skip_records = _consumed_records(f) if f.do_train and f.deterministic_run else 0
-  try:
-    checkpoint_compat.check_output_dir(job.output_dir, model_fn, f.do_train, f.max_seq_length,
-                                       f.max_predictions_per_seq, f.optimizer_type)
-  except checkpoint_compat.CheckpointMismatch as e:
-    raise errors.UsageError(str(e))
-  if f.do_train and job.saves_checkpoints:
-    checkpoint_compat.record_optimizer(job.output_dir, f.optimizer_type)
-  lifecycle.build_estimator(f, job, model_fn, settings, dict(
-      train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size))
+  job = lifecycle.prepare_job(
+      config, PROGRAM, workers, pretraining_head(bert_config), bert_config, f.num_train_steps,
+      f.num_warmup_steps,
+      dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size),
+      dropout_seed_value=lifecycle.dropout_seed(config, bert_config, counts_micro_steps=True),
+      check_model_fn=check_output_dir)
 
   def explain(files):
     return lambda error: name_bad_input(error, files, f.max_seq_length,
@@ -211,8 +212,8 @@ def run(f):
         train_files, f.train_batch_size, f.max_seq_length, f.max_predictions_per_seq,
         is_training=True, num_workers=workers.size, worker_index=workers.rank,
         deterministic=f.deterministic_run, seed=f.seed if f.deterministic_run else None,
-        skip_records=skip_records, vocab_size=bert_config.vocab_size)
-    lifecycle.train(f, job, train_input_fn, f.num_train_steps,
+        skip_records=skip_records[0], vocab_size=bert_config.vocab_size)
+    lifecycle.train(config, job, train_input_fn, f.num_train_steps,
                     explain_input_error=explain(train_files))
 
   if f.do_eval and job.is_chief:

@@ -129,10 +129,10 @@ def head_fn(model, features, mode):
                           else {})))
 
 
-def check_flags(f):
-  """The shared checks, fine-tuning's and SQuAD's, without file access."""
-  lifecycle.check_flags(f, ACTIONS)
-  lifecycle.refuse_flags(f, UNUSED_FLAGS, PROGRAM)
+def check_flags(f, config):
+  """The shared checks (`JobConfig.check`), fine-tuning's and SQuAD's, without file access."""
+  config.check({name: getattr(f, name) for name in ACTIONS})
+  lifecycle.refuse_flags(config, UNUSED_FLAGS, PROGRAM)
   finetuning.check_flags(f)
   finetuning.check_export_dir(f)
   require = errors.require
@@ -196,8 +196,12 @@ def write_outputs(f, output_dir, predictions, nbest, null_odds):
   return scores
 
 
-def run(f):
+def run(f, config):
   """Fine-tunes (every worker) and answers --predict_file (rank 0).
+
+  Args:
+    f: parsed flags (SQuAD's own and fine-tuning's).
+    config: the `job_config.JobConfig` of the shared ones.
 
   Returns:
     0 on success.
@@ -205,36 +209,32 @@ def run(f):
   Raises:
     errors.UsageError: for bad flags or data, before any graph is built.
   """
-  check_flags(f)
-  bert_config = lifecycle.load_bert_config(f)
+  check_flags(f, config)
+  bert_config = lifecycle.load_bert_config(config)
   tokenizer = finetuning.load_tokenizer(f)
-  workers = lifecycle.start_workers(f)
+  workers = lifecycle.start_workers(config)
   train_examples, num_train_steps, num_warmup_steps = [], 0, 0
   if f.do_train:
     train_examples = _read_examples(f.train_file, "train_file", True, f.version_2_with_negative)
     num_train_steps, num_warmup_steps = finetuning.training_steps(
-        f, len(train_examples), lifecycle.global_batch_size(f, workers))
+        f, len(train_examples), config.global_batch_size(workers.size))
   # The release shuffles once, before writing the records, with a fixed seed.
   random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
   # --predict_file is read and checked before training too: a bad question there is reported
   # now, not after the training run.
   predict_examples = (_read_examples(f.predict_file, "predict_file", False,
                                      f.version_2_with_negative) if f.do_predict else [])
-  if f.init_checkpoint:
-    job_lib.check_init_checkpoint(f.init_checkpoint)
-  job = lifecycle.open_job(f, workers, PROGRAM)
-  settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
-  model_fn = lifecycle.build_model_fn(f, head_fn, bert_config, settings,
-                                      lifecycle.dropout_seed(f, bert_config))
-  lifecycle.build_estimator(f, job, model_fn, settings, dict(
-      train_batch_size=f.train_batch_size, predict_batch_size=f.predict_batch_size))
+  job = lifecycle.prepare_job(
+      config, PROGRAM, workers, head_fn, bert_config, num_train_steps, num_warmup_steps,
+      dict(train_batch_size=f.train_batch_size, predict_batch_size=f.predict_batch_size),
+      dropout_seed_value=lifecycle.dropout_seed(config, bert_config))
 
   if f.do_train:
     train_file = os.path.join(job.output_dir, "train.tf_record")
     num_features = _write_features(train_examples, tokenizer, f, True, train_file)
     logging.info("***** Training on %d examples (%d windows), batch %d per worker, %d updates "
                  "*****", len(train_examples), num_features, f.train_batch_size, num_train_steps)
-    lifecycle.train(f, job, finetuning.train_input_fn(f, train_file, finetuning.int_feature_spec(
+    lifecycle.train(config, job, finetuning.train_input_fn(f, train_file, finetuning.int_feature_spec(
         f.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), workers), num_train_steps,
                     loss_names=())
 

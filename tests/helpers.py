@@ -243,6 +243,34 @@ def write_checkpoints(directory, steps, seed=0):
   return prefixes
 
 
+@contextlib.contextmanager
+def parsed_flags(program, args, defaults=None):
+  """Context: absl's flags parsed from `[program] + args`, after `defaults` (flag name -> value)
+  are set; afterwards the flags and absl's logger level (which follows --verbosity: parsing or
+  unparsing sets it, hiding later tests' INFO records from caplog) are put back.
+
+  Yields:
+    the argv absl leaves (the program and any positional arguments).
+  """
+  absl_logger = std_logging.getLogger("absl")
+  level = absl_logger.level
+  with flagsaver.flagsaver():
+    try:
+      for name, value in (defaults or {}).items():
+        flags.FLAGS.set_default(name, value)
+      yield flags.FLAGS([program] + list(args))
+    finally:
+      flags.FLAGS.unparse_flags()
+      absl_logger.setLevel(level)
+
+
+def job_config(args=()):
+  """The `JobConfig` of the shared flags parsed from the command line `args` (e.g. ["--bf16"])."""
+  from utils.training import job_config as job_config_lib  # pylint: disable=import-outside-toplevel
+  with parsed_flags("prog", args):
+    return job_config_lib.JobConfig.from_flags(flags.FLAGS)
+
+
 def run_script_in_process(script, args):
   """Runs an Estimator script's `main` on the command line `args` in this process: what the
   script does until it fails, for usage errors, without starting TensorFlow again (the process
@@ -258,19 +286,9 @@ def run_script_in_process(script, args):
     (exit status, what the run wrote to sys.stderr).
   """
   stderr = io.StringIO()
-  # absl's logger level follows its --verbosity flag (the script sets INFO, unparsing the flags
-  # sets the default): put back the level the tests' log capture relies on.
-  absl_logger = std_logging.getLogger("absl")
-  level = absl_logger.level
-  with flagsaver.flagsaver(), contextlib.redirect_stderr(stderr):
-    try:
-      for name, value in script.DEFAULTS.items():
-        flags.FLAGS.set_default(name, value)
-      remaining = flags.FLAGS([script.PROGRAM] + list(args))
+  with contextlib.redirect_stderr(stderr):
+    with parsed_flags(script.PROGRAM, args, script.DEFAULTS) as remaining:
       status = script.main(remaining)
-    finally:
-      flags.FLAGS.unparse_flags()
-      absl_logger.setLevel(level)
   return status, stderr.getvalue()
 
 

@@ -24,6 +24,7 @@ import optimization
 import run_pretraining
 from tests import helpers
 from tests import numpy_bert
+from utils.core import errors
 
 _tf1 = tf.compat.v1
 # bf16's unit roundoff: 8 significant bits.
@@ -266,9 +267,10 @@ def test_bf16_with_another_precision_names_both(other):
   with pytest.raises(ValueError) as raised:
     optimization.Precision(bf16=True, **{other: True}).check()
   assert "bf16" in str(raised.value) and other in str(raised.value)
-  with pytest.raises(ValueError, match="--bf16 and --%s" % other):
-    optimization.check_precision(other == "manual_fp16", other == "amp", 2**32, as_flags=True,
-                                 bf16=True)
+  # The same rule, worded as the flags, when the script checks them.
+  with pytest.raises(errors.UsageError, match="^--bf16 and --%s cannot be combined" % other):
+    helpers.job_config(["--bert_config_file=bert_config.json", "--output_dir=out", "--bf16",
+                        "--" + other]).check({"do_train": True})
 
 
 def test_precision_compute_types():

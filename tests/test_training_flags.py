@@ -65,4 +65,3 @@ def test_apply_script_defaults_keeps_a_given_value():
   values(["prog", "--width=3"])
   job_flags.apply_script_defaults(values, {"length": 384, "width": 7})
   assert values.length == 384 and values.width == 3
-  assert job_flags.given(values, "width") and not job_flags.given(values, "length")

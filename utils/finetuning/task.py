@@ -119,7 +119,7 @@ def training_steps(f, num_examples, global_batch_size):
 
 def check_flags(f):
   """The checks of the fine-tuning flags (`utils/finetuning/flags.py`) without file access, on top
-  of `lifecycle.check_flags`.
+  of `JobConfig.check` (`utils/training/job_config.py`).
 
   Raises:
     errors.UsageError: naming the flag.

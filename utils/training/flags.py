@@ -7,7 +7,8 @@ are those of the original release and NVIDIA's scripts; where the scripts' defau
 (--max_seq_length: 512 for pretraining, 384 for SQuAD, 128 for classification; --optimizer_type:
 LAMB for pretraining, AdamWeightDecay for fine-tuning), each script passes its own to
 `apply_script_defaults`, which the lifecycle calls before the flags are used (and, from the
-command line, before they are parsed, so `--help` shows them). Nothing here reads a parsed value.
+command line, before they are parsed, so `--help` shows them). Nothing here reads a parsed value:
+`utils/training/job_config.py` reads them once into a `JobConfig`, with the rules of their values.
 
 A script's own flags (its data and task) stay in the script; `utils/finetuning/flags.py` holds the
 ones both fine-tuning scripts take.
@@ -116,10 +117,6 @@ flags.DEFINE_bool("tpu_estimator", False,
                   "Build a TPUEstimator even without --use_tpu (its CPU/GPU path); implied by "
                   "--use_tpu.")
 
-# The flags above whose value must be >= 1.
-POSITIVE = ("max_seq_length", "save_checkpoints_steps", "keep_checkpoint_max", "train_batch_size",
-            "eval_batch_size", "display_loss_steps", "num_tpu_cores", "iterations_per_loop")
-
 
 def apply_script_defaults(flag_values, defaults):
   """Gives flags a script's own defaults; a value given on the command line stays.
@@ -130,8 +127,3 @@ def apply_script_defaults(flag_values, defaults):
   """
   for name, value in (defaults or {}).items():
     flag_values.set_default(name, value)
-
-
-def given(flag_values, name):
-  """Whether --`name` was given on the command line."""
-  return flag_values[name].present > 0

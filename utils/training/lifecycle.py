@@ -3,28 +3,29 @@
 A script keeps only what differs (its own flags, its head, its data) and follows these steps, each
 written once, here:
 
-  def run(f):                                                  # f: the parsed flags
-    lifecycle.check_flags(f, ("do_train", "do_predict"))       # before anything is read
-    bert_config = lifecycle.load_bert_config(f)
-    workers = lifecycle.start_workers(f)
+  def run(f, config):      # f: the parsed flags (the script's own); config: the shared ones
+    config.check({"do_train": f.do_train, "do_predict": f.do_predict})  # before anything is read
+    bert_config = lifecycle.load_bert_config(config)
+    workers = lifecycle.start_workers(config)
     ...the script's data...
-    job = lifecycle.open_job(f, workers, PROGRAM)              # output dir and its lock, run log
-    settings = lifecycle.training_settings(f, workers, num_train_steps, num_warmup_steps)
-    model_fn = lifecycle.build_model_fn(f, head_fn, bert_config, settings)
-    lifecycle.build_estimator(f, job, model_fn, settings, batch_sizes)
-    lifecycle.train(f, job, input_fn, num_train_steps)
+    job = lifecycle.prepare_job(config, PROGRAM, workers, head_fn, bert_config, num_train_steps,
+                                num_warmup_steps, batch_sizes)   # output dir and its lock, run
+                                                                 # log, model_fn, Estimator
+    lifecycle.train(config, job, input_fn, num_train_steps)
     job_lib.evaluate(job.estimator, ...) / job_lib.predict(job.estimator, ...)  # rank 0
     job.close()
 
   main = lifecycle.script_main(PROGRAM, run, DEFAULTS)  # PROGRAM = "run_squad.py": defaults,
-                                                        # logging, exit status
+                                                        # the JobConfig, logging, exit status
 
   if __name__ == "__main__":
     cli.run_main(main, DEFAULTS)   # parses with the script's defaults, quiet logs, runs main
 
-Every check of a flag's value happens in `check_flags` (and the script's own checks) before any
-graph is built; errors in what a user gave are `errors.UsageError`s, which `script_main` turns into
-one line and exit status 2 (`errors.run_reporting_errors`).
+`script_main` reads the shared flags once into a `job_config.JobConfig` (typed, frozen); everything
+here takes that, never the flags object. Every check of a flag's value happens in
+`JobConfig.check` (and the script's own checks) before any graph is built; errors in what a user
+gave are `errors.UsageError`s, which `script_main` turns into one line and exit status 2
+(`errors.run_reporting_errors`).
 """
 
 import os
@@ -48,6 +49,7 @@ from utils.training import flags as job_flags
 from utils.training import health
 from utils.training import hooks as hooks_lib
 from utils.training import job as job_lib
+from utils.training import job_config
 from utils.training import model_fn as model_fn_lib
 
 
@@ -56,7 +58,8 @@ def script_main(script_name, run, defaults=None):
 
   Args:
     script_name: e.g. "run_squad.py", for messages.
-    run: the script's job, run(flags) -> exit status.
+    run: the script's job, run(flags, config) -> exit status: `flags` the parsed flags (for the
+      script's own), `config` the `job_config.JobConfig` of the shared ones.
     defaults: dict flag name -> the script's own default (`flags.apply_script_defaults`).
 
   Returns:
@@ -71,8 +74,9 @@ def script_main(script_name, run, defaults=None):
       return errors.USAGE_EXIT_CODE
     job_flags.apply_script_defaults(flags.FLAGS, defaults)
     logging.set_verbosity(logging.INFO)
+    config = job_config.JobConfig.from_flags(flags.FLAGS)
     return errors.run_reporting_errors(
-        script_name, _quiet_after_another_rank(_explaining_full_disks(run)), flags.FLAGS,
+        script_name, _quiet_after_another_rank(_explaining_full_disks(run)), flags.FLAGS, config,
         verbose=getattr(flags.FLAGS, "verbose", False))
 
   return main
@@ -83,9 +87,9 @@ def _quiet_after_another_rank(run):
   worker reports the cause) ends quietly with exit status 1 (`errors.StoppedByAnotherWorker`), not
   a traceback."""
 
-  def checked_run(f):
+  def checked_run(f, config):
     try:
-      return run(f)
+      return run(f, config)
     except errors.StoppedByAnotherWorker:
       raise
     except Exception as e:  # pylint: disable=broad-except  (re-raised unless Horovod shut down)
@@ -102,15 +106,15 @@ def _explaining_full_disks(run):
   """`run` with a write that found no space (anywhere: a checkpoint, the log, a result file)
   reported as `errors.DiskFullError` naming the directory, instead of a traceback."""
 
-  def checked_run(f):
+  def checked_run(f, config):
     try:
-      return run(f)
+      return run(f, config)
     except (errors.UsageError, errors.DiskFullError, errors.TrainingDivergedError):
       raise
     except Exception as e:  # pylint: disable=broad-except  (re-raised unless the disk is full)
       if not disk_space.is_disk_full(e):
         raise
-      raise disk_full_error(e, f.output_dir) from None
+      raise disk_full_error(e, config.output_dir) from None
 
   return checked_run
 
@@ -161,55 +165,22 @@ def disk_full_error(error, output_dir, checkpoint_dir=None, checkpoint_bytes=Non
       "again to resume")
 
 
-def check_flags(f, actions):
-  """The checks of the shared flags that need no file access.
+def refuse_flags(config, names, script_name):
+  """Refuses flags of the shared set that this script has no use for, when they were given.
 
   Args:
-    f: the parsed flags.
-    actions: the script's action flags, e.g. ("do_train", "do_eval"): one is required.
-
-  Raises:
-    errors.UsageError: naming the flag.
-  """
-  require = errors.require
-  require(any(getattr(f, name) for name in actions),
-          "one of %s is required", ", ".join("--" + name for name in actions))
-  for name in ("bert_config_file", "output_dir"):
-    require(getattr(f, name), "--%s is required", name)
-  for name in job_flags.POSITIVE:
-    value = getattr(f, name)
-    require(value >= 1, "--%s must be >= 1, got %d", name, value)
-  require(f.resume_from_step is None or f.resume_from_step >= 0,
-          "--resume_from_step must be >= 0, got %s", f.resume_from_step)
-  require(f.intra_op_threads >= 0 and f.inter_op_threads >= 0,
-          "--intra_op_threads and --inter_op_threads must be >= 0")
-  if f.save_checkpoints_secs is not None:
-    require(not job_flags.given(f, "save_checkpoints_steps"),
-            "--save_checkpoints_secs and --save_checkpoints_steps exclude each other: give one")
-    require(f.save_checkpoints_secs >= 1, "--save_checkpoints_secs must be >= 1 second, got %d",
-            f.save_checkpoints_secs)
-  try:
-    optimization.check_optimizer_type(f.optimizer_type, as_flags=True)
-    optimization.check_precision(f.manual_fp16, f.amp, f.init_loss_scale, as_flags=True,
-                                 bf16=f.bf16)
-    optimization.check_accumulation(f.num_accumulation_steps, as_flags=True)
-    optimization.check_distribution(f.use_tpu, f.horovod, f.num_accumulation_steps,
-                                    as_flags=True)
-  except ValueError as e:
-    raise errors.UsageError(str(e))
-
-
-def refuse_flags(f, names, script_name):
-  """Refuses flags of the shared set that this script has no use for, when they were given.
+    config: the `job_config.JobConfig`.
+    names: the flags this script has no use for.
+    script_name: e.g. "run_squad.py".
 
   Raises:
     errors.UsageError: naming the first such flag given.
   """
   for name in names:
-    errors.require(not job_flags.given(f, name), "--%s is not a flag of %s", name, script_name)
+    errors.require(name not in config.given, "--%s is not a flag of %s", name, script_name)
 
 
-def load_bert_config(f):
+def load_bert_config(config):
   """The model configuration of --bert_config_file, checked against --max_seq_length.
 
   A deterministic run also turns on TensorFlow's op determinism here (before any graph); dropout
@@ -219,25 +190,21 @@ def load_bert_config(f):
     errors.UsageError: naming the file and the key, or the flag.
   """
   try:
-    bert_config = modeling.BertConfig.from_json_file(f.bert_config_file)
+    bert_config = modeling.BertConfig.from_json_file(config.bert_config_file)
   except ValueError as e:
     raise errors.UsageError("--bert_config_file: %s" % e)
-  errors.require(bert_config.max_position_embeddings >= f.max_seq_length,
-                 "--max_seq_length=%d exceeds max_position_embeddings=%d of %s", f.max_seq_length,
-                 bert_config.max_position_embeddings, f.bert_config_file)
-  if f.deterministic_run:
+  errors.require(bert_config.max_position_embeddings >= config.max_seq_length,
+                 "--max_seq_length=%d exceeds max_position_embeddings=%d of %s",
+                 config.max_seq_length, bert_config.max_position_embeddings,
+                 config.bert_config_file)
+  if config.deterministic_run:
     tf.config.experimental.enable_op_determinism()
   return bert_config
 
 
-def start_workers(f):
+def start_workers(config):
   """Starts the job's workers (Horovod with --horovod); returns `workers_lib.Workers`."""
-  return workers_lib.start_workers(f.horovod)
-
-
-def global_batch_size(f, workers):
-  """Examples per optimizer update over all workers."""
-  return f.train_batch_size * f.num_accumulation_steps * workers.size
+  return workers_lib.start_workers(config.horovod)
 
 
 class Job(object):
@@ -250,7 +217,8 @@ class Job(object):
     saves_checkpoints: this worker saves checkpoints.
     run_logger: the `dllogger_setup.RunLogger` (writes on rank 0 only).
     log_path: the dllogger log file.
-    estimator: set by `build_estimator`.
+    model_fn: set by `prepare_job`.
+    estimator: set by `prepare_job`.
   """
 
   def __init__(self, program, workers, output_dir, saves_checkpoints, run_logger, log_path):
@@ -260,6 +228,7 @@ class Job(object):
     self.saves_checkpoints = saves_checkpoints
     self.run_logger = run_logger
     self.log_path = log_path
+    self.model_fn = None
     self.estimator = None
 
   @property
@@ -274,34 +243,79 @@ class Job(object):
       logging.info("outputs: checkpoints in %s, dllogger log %s", self.output_dir, self.log_path)
 
 
-def open_job(f, workers, program):
+def prepare_job(config, program, workers, head_fn, bert_config, num_train_steps,
+                num_warmup_steps, batch_sizes, dropout_seed_value=None, check_model_fn=None):
+  """Everything between the script's data and training, in one order for every script: the
+  --init_checkpoint's check, this worker's output directory (--output_dir's lock) and run log, the
+  training settings, the model function and the Estimator.
+
+  Args:
+    config: the `job_config.JobConfig`.
+    program: the script's name, e.g. "run_squad.py" (as given to `script_main`).
+    workers: from `start_workers`.
+    head_fn: the task's head (`utils/training/model_fn.py`).
+    bert_config: from `load_bert_config`.
+    num_train_steps: optimizer updates (0 when the run does not train).
+    num_warmup_steps: warmup updates.
+    batch_sizes: dict of the TPUEstimator's batch sizes (train_batch_size, eval_batch_size,
+      predict_batch_size: those the script uses).
+    dropout_seed_value: from `dropout_seed`.
+    check_model_fn: optional check_model_fn(job, model_fn), the script's checks of its output
+      directory against the model, run before the Estimator is built (raises
+      `errors.UsageError`).
+
+  Returns:
+    the `Job`, its model_fn and estimator set.
+  """
+  if config.init_checkpoint:
+    job_lib.check_init_checkpoint(config.init_checkpoint)
+  job = open_job(config, program, workers)
+  settings = training_settings(config, workers, num_train_steps, num_warmup_steps)
+  job.model_fn = model_fn_lib.model_fn_builder(
+      head_fn, bert_config, config.init_checkpoint, settings,
+      verbose_logging=config.verbose_logging, dropout_seed=dropout_seed_value)
+  if check_model_fn is not None:
+    check_model_fn(job, job.model_fn)
+  session = workers_lib.session_config(
+      workers, intra_op_threads=config.intra_op_threads, inter_op_threads=config.inter_op_threads,
+      use_xla=config.use_xla, amp=config.amp,
+      enable_scoped_allocator=config.enable_scoped_allocator)
+  job.estimator = job_lib.build_estimator(
+      job.model_fn, job.output_dir, session, workers, job.saves_checkpoints,
+      config.save_checkpoints_steps, config.keep_checkpoint_max, random_seed=config.random_seed,
+      reports_loss=config.report_loss, tpu=tpu_settings(config, settings),
+      batch_sizes=batch_sizes, save_checkpoints_secs=config.save_checkpoints_secs)
+  return job
+
+
+def open_job(config, program, workers):
   """Creates this worker's output directory (taking --output_dir's lock) and opens the run log.
 
   A run log that already holds lines (a restart) is appended to after a RESTART line.
 
   Args:
-    f: the parsed flags.
-    workers: from `start_workers`.
+    config: the `job_config.JobConfig`.
     program: the script's name, e.g. "run_squad.py" (as given to `script_main`).
+    workers: from `start_workers`.
 
   Returns:
     `Job`.
   """
   output_dir, saves = workers_lib.worker_output_dir(
-      workers, f.output_dir, f.node_local_output_dir, f.checkpoint_all_workers)
-  prepare_checkpoints(f, workers, output_dir, saves)
-  log_path = f.dllog_path or os.path.join(f.output_dir, "bert_dllog.json")
+      workers, config.output_dir, config.node_local_output_dir, config.checkpoint_all_workers)
+  prepare_checkpoints(config, workers, output_dir, saves)
+  log_path = config.dllog_path or os.path.join(config.output_dir, "bert_dllog.json")
   try:
     run_logger = dllogger_setup.open_run_log(log_path, workers.rank,
-                                             job_lib.checkpoint_step(f.output_dir))
+                                             job_lib.checkpoint_step(config.output_dir))
   except OSError as e:
     if not disk_space.is_disk_full(e):
       raise
-    raise disk_full_error(e, f.output_dir) from None
+    raise disk_full_error(e, config.output_dir) from None
   return Job(program, workers, output_dir, saves, run_logger, log_path)
 
 
-def prepare_checkpoints(f, workers, output_dir, saves_checkpoints):
+def prepare_checkpoints(config, workers, output_dir, saves_checkpoints):
   """Chooses the checkpoint the job resumes from before anything reads the index; checks that
   a training job's next checkpoint fits on the disk.
 
@@ -315,23 +329,23 @@ def prepare_checkpoints(f, workers, output_dir, saves_checkpoints):
     errors.DiskFullError: a training job whose newest checkpoint no longer fits on the disk.
   """
   if saves_checkpoints:
-    step, note = recovery.prepare_resume(output_dir, f.resume_from_step)
+    step, note = recovery.prepare_resume(output_dir, config.resume_from_step)
     if note:
       logging.warning("%s", note)
     existing = recovery.listed_checkpoints(output_dir)
-    if f.do_train and existing:
+    if config.do_train and existing:
       error, _ = recovery.space_problem(output_dir, recovery.checkpoint_bytes(existing[-1][1]),
-                                        f.keep_checkpoint_max, len(existing))
+                                        config.keep_checkpoint_max, len(existing))
       if error:
         raise errors.DiskFullError(error)
   hvd_utils.broadcast_value(0)
 
 
-def training_settings(f, workers, num_train_steps, num_warmup_steps):
+def training_settings(config, workers, num_train_steps, num_warmup_steps):
   """The training step's settings, built once from the flags, and logged.
 
   Args:
-    f: the parsed flags.
+    config: the `job_config.JobConfig`.
     workers: `workers_lib.Workers` (the learning rate is per worker; the job's is that x workers).
     num_train_steps: optimizer updates (0 when the run does not train).
     num_warmup_steps: warmup updates.
@@ -342,25 +356,25 @@ def training_settings(f, workers, num_train_steps, num_warmup_steps):
   With --bf16 on a CPU without bf16 units (and no GPU), one warning says that TensorFlow emulates
   bf16 there and which CPU flags would make it fast.
   """
-  cpu.warn_if_bf16_is_emulated(f.bf16)
-  schedule = optimization.Schedule(f.optimizer_type, f.learning_rate * workers.size,
+  cpu.warn_if_bf16_is_emulated(config.bf16)
+  schedule = optimization.Schedule(config.optimizer_type, config.learning_rate * workers.size,
                                    max(num_train_steps, 1), num_warmup_steps)
   logging.info("workers: %d; global batch: %d x %d accumulation x %d workers = %d; learning "
                "rate: %g per worker x %d workers = %g; %d updates, %d of warmup", workers.size,
-               f.train_batch_size, f.num_accumulation_steps, workers.size,
-               global_batch_size(f, workers), f.learning_rate, workers.size,
+               config.train_batch_size, config.num_accumulation_steps, workers.size,
+               config.global_batch_size(workers.size), config.learning_rate, workers.size,
                schedule.learning_rate, num_train_steps, num_warmup_steps)
   return model_fn_lib.TrainingSettings(
       schedule=schedule,
-      precision=optimization.Precision(manual_fp16=f.manual_fp16, amp=f.amp,
-                                       init_loss_scale=f.init_loss_scale, bf16=f.bf16),
-      accumulation=optimization.Accumulation(f.num_accumulation_steps,
-                                             f.allreduce_post_accumulation),
-      distribution=optimization.Distribution(hvd=workers.hvd, use_tpu=f.use_tpu,
-                                             tpu_estimator=f.tpu_estimator))
+      precision=optimization.Precision(manual_fp16=config.manual_fp16, amp=config.amp,
+                                       init_loss_scale=config.init_loss_scale, bf16=config.bf16),
+      accumulation=optimization.Accumulation(config.num_accumulation_steps,
+                                             config.allreduce_post_accumulation),
+      distribution=optimization.Distribution(hvd=workers.hvd, use_tpu=config.use_tpu,
+                                             tpu_estimator=config.tpu_estimator))
 
 
-def dropout_seed(f, bert_config, head_dropout_prob=0.0, counts_micro_steps=False):
+def dropout_seed(config, bert_config, head_dropout_prob=0.0, counts_micro_steps=False):
   """The seed of the keyed dropout masks and the micro-step counter of a deterministic run.
 
   A deterministic run keeps dropout (the graph users train) and draws each mask from (seed,
@@ -368,7 +382,7 @@ def dropout_seed(f, bert_config, head_dropout_prob=0.0, counts_micro_steps=False
   dropout anywhere needs it only when it resumes its input by micro-steps (pretraining).
 
   Args:
-    f: the parsed flags (--deterministic_run, --seed).
+    config: the `job_config.JobConfig` (--deterministic_run, --seed).
     bert_config: the model's configuration (its dropout probabilities).
     head_dropout_prob: the task head's own dropout.
     counts_micro_steps: the job needs the counter whatever the dropout.
@@ -376,57 +390,20 @@ def dropout_seed(f, bert_config, head_dropout_prob=0.0, counts_micro_steps=False
   Returns:
     --seed, or None (stateful dropout, no counter).
   """
-  if not f.deterministic_run:
+  if not config.deterministic_run:
     return None
   drops_out = max(bert_config.hidden_dropout_prob, bert_config.attention_probs_dropout_prob,
                   head_dropout_prob) > 0
-  return f.seed if drops_out or counts_micro_steps else None
+  return config.seed if drops_out or counts_micro_steps else None
 
 
-def build_model_fn(f, head_fn, bert_config, settings, dropout_seed_value=None):
-  """The job's `model_fn` around `head_fn` (`utils/training/model_fn.py`).
-
-  Args:
-    f: the parsed flags (--init_checkpoint, --verbose_logging).
-    head_fn: the task's head.
-    bert_config: from `load_bert_config`.
-    settings: from `training_settings`.
-    dropout_seed_value: from `dropout_seed`.
-  """
-  return model_fn_lib.model_fn_builder(head_fn, bert_config, f.init_checkpoint, settings,
-                                       verbose_logging=f.verbose_logging,
-                                       dropout_seed=dropout_seed_value)
-
-
-def tpu_settings(f, settings):
+def tpu_settings(config, settings):
   """The TPUEstimator's settings (the release's TPU flags), or None without a TPUEstimator."""
   if not settings.distribution.uses_tpu_estimator:
     return None
-  return job_lib.TpuSettings(f.use_tpu, f.tpu_name, f.tpu_zone, f.gcp_project, f.master,
-                             f.iterations_per_loop, f.num_tpu_cores)
-
-
-def build_estimator(f, job, model_fn, settings, batch_sizes):
-  """Builds the job's Estimator (or TPUEstimator) into `job.estimator`.
-
-  Args:
-    f: the parsed flags.
-    job: from `open_job`.
-    model_fn: from `build_model_fn`.
-    settings: from `training_settings`.
-    batch_sizes: dict of the TPUEstimator's batch sizes (train_batch_size, eval_batch_size,
-      predict_batch_size: those the script uses).
-  """
-  config = workers_lib.session_config(
-      job.workers, intra_op_threads=f.intra_op_threads, inter_op_threads=f.inter_op_threads,
-      use_xla=f.use_xla, amp=f.amp, enable_scoped_allocator=f.enable_scoped_allocator)
-  job.estimator = job_lib.build_estimator(
-      model_fn, job.output_dir, config, job.workers, job.saves_checkpoints,
-      f.save_checkpoints_steps, f.keep_checkpoint_max,
-      random_seed=f.seed if f.deterministic_run else None, reports_loss=f.report_loss,
-      tpu=tpu_settings(f, settings), batch_sizes=batch_sizes,
-      save_checkpoints_secs=f.save_checkpoints_secs)
-  return job.estimator
+  return job_lib.TpuSettings(config.use_tpu, config.tpu_name, config.tpu_zone,
+                             config.gcp_project, config.master, config.iterations_per_loop,
+                             config.num_tpu_cores)
 
 
 def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False,
@@ -515,7 +492,7 @@ def stop_error(job, signal_name, stop_step):
   return errors.StoppedBySignal(message)
 
 
-def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_error=None):
+def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input_error=None):
   """Trains to `num_train_steps` updates with the job's hooks (checkpoints, the log line every
   --display_loss_steps updates and its TensorBoard scalars, weight sync, Horovod broadcast, the
   stop on SIGTERM, SIGINT or SIGUSR1).
@@ -525,8 +502,8 @@ def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_erro
   (`utils/runtime/stop_signals.py`, docs/LONG_RUNS.md).
 
   Args:
-    f: the parsed flags.
-    job: with its estimator built.
+    config: the `job_config.JobConfig`.
+    job: from `prepare_job`.
     input_fn: the training input function.
     num_train_steps: optimizer updates to train to.
     loss_names: the losses of the log line besides total_loss; None: the pretraining losses.
@@ -537,29 +514,31 @@ def train(f, job, input_fn, num_train_steps, loss_names=None, explain_input_erro
   """
   watcher = stop_signals.watch_signals()
   try:
-    _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_error, watcher)
+    _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_input_error,
+                   watcher)
   finally:
     watcher.close()
 
 
-def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_error, watcher):
+def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_input_error,
+                   watcher):
   """`train` with the signal watcher installed."""
-  updates = hooks_lib.UpdateSource(f.num_accumulation_steps)
+  updates = hooks_lib.UpdateSource(config.num_accumulation_steps)
   log_hook = None
-  if f.report_loss:
+  if config.report_loss:
     kwargs = {} if loss_names is None else {"loss_names": loss_names}
     log_hook = hooks_lib.TrainingLogHook(
-        job.run_logger, updates, global_batch_size(f, job.workers),
-        display_loss_steps=f.display_loss_steps,
-        save_checkpoints_steps=(f.save_checkpoints_steps
-                                if job.saves_checkpoints and not f.save_checkpoints_secs
+        job.run_logger, updates, config.global_batch_size(job.workers.size),
+        display_loss_steps=config.display_loss_steps,
+        save_checkpoints_steps=(config.save_checkpoints_steps
+                                if job.saves_checkpoints and not config.save_checkpoints_secs
                                 else None),
         num_train_steps=num_train_steps,
         # TensorBoard run "train", beside the Estimator's "eval".
         summary_dir=os.path.join(job.output_dir, "train"), **kwargs)
   checkpoint_dir = job.output_dir if job.saves_checkpoints else None
   health_hook = health.CheckpointHealthHook(updates, checkpoint_dir,
-                                            keep_checkpoint_max=f.keep_checkpoint_max)
+                                            keep_checkpoint_max=config.keep_checkpoint_max)
   saved_stops = []
 
   def on_stop_saved(signal_name, stop_step):
@@ -570,19 +549,19 @@ def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_
     watcher.stop_saved(errors.ending_line(job.program, error), errors.STOP_EXIT_CODE)
 
   hooks = job_lib.training_hooks(
-      job.workers, updates, checkpoint_dir, f.save_checkpoints_steps,
-      save_graph_def=f.save_graph_def, log_hook=log_hook, force_weight_sync=f.force_weight_sync,
-      health_hook=health_hook,
-      save_checkpoints_secs=f.save_checkpoints_secs, stop_watcher=watcher,
+      job.workers, updates, checkpoint_dir, config.save_checkpoints_steps,
+      save_graph_def=config.save_graph_def, log_hook=log_hook,
+      force_weight_sync=config.force_weight_sync, health_hook=health_hook,
+      save_checkpoints_secs=config.save_checkpoints_secs, stop_watcher=watcher,
       on_stop_saved=on_stop_saved)
   stop_hook = next(hook for hook in hooks if isinstance(hook, hooks_lib.StopOnSignalHook))
   try:
-    job_lib.train(job.estimator, input_fn, num_train_steps, f.output_dir, hooks,
+    job_lib.train(job.estimator, input_fn, num_train_steps, config.output_dir, hooks,
                   explain_input_error=explain_input_error,
                   explain_nan_loss=lambda step: nan_loss_error(
-                      step, f.output_dir, f.learning_rate, f.manual_fp16, f.init_loss_scale,
-                      bad_step=health_hook.bad_step,
-                      skipped_updates=health_hook.skipped_too_often, bf16=f.bf16))
+                      step, config.output_dir, config.learning_rate, config.manual_fp16,
+                      config.init_loss_scale, bad_step=health_hook.bad_step,
+                      skipped_updates=health_hook.skipped_too_often, bf16=config.bf16))
   except hooks_lib.StoppedBeforeFirstUpdate:
     raise stop_error(job, watcher.signal_name, None)
   except (errors.UsageError, errors.DiskFullError, errors.TrainingDivergedError):
@@ -590,7 +569,7 @@ def _train_watched(f, job, input_fn, num_train_steps, loss_names, explain_input_
   except Exception as e:  # pylint: disable=broad-except  (re-raised unless the disk is full)
     if not disk_space.is_disk_full(e):
       raise
-    raise disk_full_error(e, f.output_dir, checkpoint_dir,
+    raise disk_full_error(e, config.output_dir, checkpoint_dir,
                           health_hook.checkpoint_bytes) from None
   if stop_hook.stopped:
     raise saved_stops[0]  # a run that stopped and returned has ended its hooks: on_saved ran
