@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import create_pretraining_data as cpd
 import tokenization
+from utils.data import instances
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_SEQ_LENGTH = 64
@@ -67,7 +68,7 @@ def options(**overrides):
                 masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=2, do_whole_word_mask=False,
                 random_seed=7)
   values.update(overrides)
-  return cpd.GeneratorOptions(**values)
+  return instances.GeneratorOptions(**values)
 
 
 def generate(inputs, vocab_file, out_dir, num_workers=1, outputs=None, **overrides):
@@ -89,7 +90,7 @@ def read_examples(paths):
       examples.append({
           name: list(feature[name].float_list.value if name == "masked_lm_weights"
                      else feature[name].int64_list.value)
-          for name in cpd.FEATURE_NAMES})
+          for name in instances.FEATURE_NAMES})
   return examples
 
 
@@ -283,47 +284,6 @@ def test_whole_word_masking(corpus, tmp_path):
   assert pieces_masked > 50
 
 
-def test_truncation_counts_match_token_by_token_truncation():
-  for max_tokens in (2, 5, 9):
-    for length_a in range(1, 14):
-      for length_b in range(1, 14):
-        a, b = length_a, length_b
-        removed = [0, 0]
-        while a + b > max_tokens:  # the original's loop: the longer side, B on ties
-          if a > b:
-            a, removed[0] = a - 1, removed[0] + 1
-          else:
-            b, removed[1] = b - 1, removed[1] + 1
-        assert cpd.truncation_counts(length_a, length_b, max_tokens) == tuple(removed)
-
-
-def test_serialize_examples_writes_the_pretraining_features():
-  # The encoder itself (every feature kind, framing, CRC) is tested in test_data_record_encoder.py.
-  rng = np.random.RandomState(3)
-  n = 37
-  features = {
-      "input_ids": rng.randint(0, 120000, size=(n, 16)),  # 1- to 3-byte varints
-      "input_mask": rng.randint(0, 2, size=(n, 16)),
-      "segment_ids": rng.randint(0, 2, size=(n, 16)),
-      "masked_lm_positions": rng.randint(0, 16, size=(n, 4)),
-      "masked_lm_ids": rng.choice([0, 1, 127, 128, 16383, 16384, 2 ** 21, 2 ** 31 - 1],
-                                  size=(n, 4)),
-      "masked_lm_weights": rng.choice([0.0, 1.0, 0.5], size=(n, 4)).astype(np.float32),
-      "next_sentence_labels": rng.randint(0, 2, size=(n, 1)),
-  }
-  flat, lengths = cpd.serialize_examples(features)
-  records = np.split(flat, np.cumsum(lengths)[:-1])
-  for i, record in enumerate(records):
-    parsed = tf.train.Example.FromString(record.tobytes()).features.feature
-    assert sorted(parsed) == sorted(features)
-    key_offsets = [record.tobytes().find(name.encode()) for name in cpd.FEATURE_NAMES]
-    assert 0 < key_offsets[0] and key_offsets == sorted(key_offsets)  # the original's order
-    for name, values in features.items():
-      got = (parsed[name].float_list.value if name == "masked_lm_weights"
-             else parsed[name].int64_list.value)
-      assert list(got) == values[i].tolist(), name
-
-
 def test_errors_name_the_problem(corpus, tmp_path):
   inputs, vocab_file = corpus
   with pytest.raises(ValueError, match="no file matches .*nothing-here-\\*.txt, .*also-not"):
@@ -360,14 +320,14 @@ def test_errors_name_the_problem(corpus, tmp_path):
 @pytest.mark.timeout(120)
 def test_a_dead_worker_stops_the_run_with_the_file_named(corpus, tmp_path, monkeypatch):
   inputs, vocab_file = corpus
-  real_process_file = cpd.process_file
+  real_process_file = instances.process_file
 
   def dies_on_second_file(task):
     if task[0] == 1:
       os._exit(9)  # as if killed (the workers are forked: they run this patched function)
     return real_process_file(task)
 
-  monkeypatch.setattr(cpd, "process_file", dies_on_second_file)
+  monkeypatch.setattr(instances, "process_file", dies_on_second_file)
   with pytest.raises(RuntimeError, match="worker process of input file .*corpus-1.txt died "
                                          "\\(exit code 9"):
     generate(inputs, vocab_file, tmp_path, num_workers=2)
@@ -390,14 +350,14 @@ def test_a_rerun_removes_the_leftovers_of_an_interrupted_run(corpus, tmp_path, c
   # append to a file). Neither the interrupted run's finished-looking b.tfrecord nor its other
   # files may be seen next to the new ones: the rerun removes them before it starts.
   seen = tmp_path / "seen_mid_run.txt"
-  real_process_file = cpd.process_file
+  real_process_file = instances.process_file
 
   def recording(task):
     with open(str(seen), "a") as writer:
       writer.write(" ".join(sorted(os.listdir(str(out)))) + "\n")
     return real_process_file(task)
 
-  monkeypatch.setattr(cpd, "process_file", recording)
+  monkeypatch.setattr(instances, "process_file", recording)
   with caplog.at_level(logging.WARNING):
     generate(inputs, vocab_file, out, num_workers=2, outputs=outputs)
   # Names the rerun itself writes only after every input is done (or never).
@@ -412,7 +372,7 @@ def test_a_rerun_removes_the_leftovers_of_an_interrupted_run(corpus, tmp_path, c
 
 def test_outputs_are_published_only_when_the_whole_set_is_written(corpus, tmp_path, monkeypatch):
   inputs, vocab_file = corpus
-  real_process_file = cpd.process_file
+  real_process_file = instances.process_file
   published = []
 
   def recording(task):
@@ -420,7 +380,7 @@ def test_outputs_are_published_only_when_the_whole_set_is_written(corpus, tmp_pa
     published.append(sorted(os.listdir(str(tmp_path))))  # what a reader sees mid-run
     return result
 
-  monkeypatch.setattr(cpd, "process_file", recording)
+  monkeypatch.setattr(instances, "process_file", recording)
   outputs = generate(inputs, vocab_file, tmp_path)
   assert len(published) == 3
   assert all(not name.endswith(".tfrecord") for names in published for name in names), published

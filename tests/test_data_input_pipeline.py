@@ -20,6 +20,7 @@ import tokenization
 from tests import test_create_pretraining_data as data_tests
 from utils.core import errors
 from utils.data import input_pipeline
+from utils.data import instances
 from utils.data import records
 
 _tf1 = tf.compat.v1
@@ -315,7 +316,7 @@ def test_corrupt_record_is_named(tmp_path):
 def _read_with_protobuf(path):
   """{name: np.array [records, width]} by protobuf parsing (independent of tf.data)."""
   rows = data_tests.read_examples([path])
-  return {name: np.array([row[name] for row in rows]) for name in cpd.FEATURE_NAMES}
+  return {name: np.array([row[name] for row in rows]) for name in instances.FEATURE_NAMES}
 
 
 @pytest.mark.e2e
@@ -339,7 +340,7 @@ def test_records_of_the_original_generator_read_identically(tmp_path):
       [output], batch_size=16, max_seq_length=data_tests.MAX_SEQ_LENGTH,
       max_predictions_per_seq=data_tests.MAX_PREDICTIONS, is_training=False)
   batches, _ = run_dataset(input_fn)
-  for name in cpd.FEATURE_NAMES:
+  for name in instances.FEATURE_NAMES:
     got = np.concatenate([b[name] for b in batches])
     np.testing.assert_array_equal(got, expected[name], err_msg=name)
   # Both label values occur, so the comparison covers them.
@@ -351,7 +352,7 @@ def test_our_records_parse_with_the_original_spec(tmp_path):
   vocab_file = str(tmp_path / "vocab.txt")
   tokenization.build_vocab(inputs, 200, vocab_file)
   output = str(tmp_path / "ours.tfrecord")
-  cpd.create_pretraining_data(inputs, [output], vocab_file, cpd.GeneratorOptions(
+  cpd.create_pretraining_data(inputs, [output], vocab_file, instances.GeneratorOptions(
       max_seq_length=SEQ * 4, max_predictions_per_seq=PRED, masked_lm_prob=0.15,
       short_seq_prob=0.1, dupe_factor=1, do_whole_word_mask=False, random_seed=1))
   spec = dict(ORIGINAL_SPEC, input_ids=tf.io.FixedLenFeature([SEQ * 4], tf.int64),
