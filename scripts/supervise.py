@@ -22,7 +22,7 @@ if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
 
 from utils.core import errors  # noqa: E402
-from utils.runtime import supervisor  # noqa: E402
+from scripts import supervisor  # noqa: E402
 
 PROGRAM = "supervise.py"
 

@@ -5,10 +5,11 @@
   (top level)   the release's modules: modeling, optimization, tokenization, fused_layer_norm,
                 gpu_environment
   runtime/      the process: command-line entry, Horovod, session config, output-dir lock, workers,
-                the data generator's worker pool, free disk space, stop signals, the supervisor,
-                the CPU's bf16 units
+                the data generator's worker pool, free disk space, stop signals, the CPU's bf16
+                units
   runlog/       the run's log: dllogger lines, the training meter, plots, golden losses
-  data/         pretraining records: the input pipeline, record checks, the record encoder
+  data/         pretraining records: the input pipeline, record checks, the data generator's
+                instances (sampling, masking, serialising) and record encoder
   model/        what is built on `modeling.BertModel`: the pretraining heads
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
                 checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
@@ -23,10 +24,11 @@ A module imports its own package and the layers listed before it, never a later 
 package of its own layer (runtime, runlog and data are siblings), and no library module imports an
 entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `tests/`);
 `tests/test_layering.py` checks both. No library module reads absl's global `FLAGS` except
-`training/lifecycle.script_main`, which is each script's `main`: it parses them and passes the
-parsed values down as an argument (`f`) to the lifecycle's steps and fine-tuning's `task.py`, the
-two places that serve the scripts' shared flags; everything below them takes plain values
-(`training/flags.py` and `finetuning/flags.py` define the shared flags, and read none). Horovod is
+`training/lifecycle.script_main`, which is each script's `main`: it reads the shared flags once
+into a typed, frozen `training/job_config.JobConfig` for the lifecycle's steps, and passes the
+parsed flags to the script for its own (and fine-tuning's `task.py`); everything below them takes
+plain values (`training/flags.py` and `finetuning/flags.py` define the shared flags, and read
+none). Horovod is
 imported by `runtime/hvd_utils.py` only, and is optional everywhere. docs/DESIGN.md section 2 describes the layout.
 """
 

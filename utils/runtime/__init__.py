@@ -4,8 +4,7 @@ The scripts' command-line entry with its logging and exit codes (`cli`), Horovod
 one module that imports it), the workers of a job and their output directories (`workers`), the
 session config (`session_config`), the output-directory lock (`output_lock`), the free space of
 its disk (`disk_space`), the watcher of the stop signals (`stop_signals`: SIGTERM, SIGINT,
-SIGUSR1), the process pool of the data generator (`worker_pool`) and the supervisor that
-relaunches a job after a lost worker or host and passes a scheduler's stop signal to its workers
-(`supervisor`, run by scripts/supervise.py). Imports `utils.core` and the release's modules
-(`gpu_environment`).
+SIGUSR1) and the process pool of the data generator (`worker_pool`). Imports `utils.core` and the
+release's modules (`gpu_environment`). The supervisor that relaunches a job is
+scripts/supervisor.py, beside the scripts it serves.
 """

@@ -49,7 +49,7 @@ HOSTS_FLAGS = ("-H", "--hosts", "--host")
 # other interface ("No interface is found for address 127.0.0.1"), so they are dropped then.
 HOROVODRUN_NIC_FLAGS = ("--network-interface", "--network-interfaces")
 # The training script's flags that the supervisor rewrites, and their defaults there
-# (utils/training/flags.py; tests/test_runtime_supervisor.py checks they agree).
+# (utils/training/flags.py; tests/test_scripts_supervisor.py checks they agree).
 SCRIPT_DEFAULTS = {"train_batch_size": 32, "num_accumulation_steps": 1, "learning_rate": 5e-5}
 # Host names that are this machine: alive without a probe.
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")

@@ -1,11 +1,11 @@
-"""utils/runtime/supervisor.py without processes: a fake launcher, probe and clock."""
+"""scripts/supervisor.py without processes: a fake launcher, probe and clock."""
 
 import os
 
 import pytest
 
+from scripts import supervisor
 from utils.core import errors
-from utils.runtime import supervisor
 
 SCRIPT = ["python", "run_pretraining.py", "--output_dir=/out", "--train_batch_size=8",
           "--num_accumulation_steps=1", "--learning_rate=1e-3"]
