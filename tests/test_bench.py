@@ -1,8 +1,10 @@
-"""The benchmark helpers: the MFU FLOP formula and the allreduce traffic count.
+"""The benchmark helpers: the MFU FLOP formula, the allreduce traffic count, the suite's CPU account.
 
 (Speed itself is measured by bench/, never asserted in tests.)
 """
 
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -12,7 +14,9 @@ import modeling
 from bench import flops
 from bench import precision
 from bench import scaling
+from bench import suite_cpu
 from bench import throughput
+from tests import helpers
 
 
 def test_flops_formula_by_hand_for_bert_base():
@@ -144,3 +148,45 @@ def test_precision_jobs_differ_only_in_what_the_variant_names():
   for bad in (["--variants", "fp32,fp64"], ["--steps", "5", "--warmup", "5"]):
     with pytest.raises(SystemExit):
       precision.parse_args(bad)
+
+
+def test_suite_cpu_summary_adds_up_by_program_module_and_test():
+  records = [
+      {"test": "tests/test_a.py::test_one", "program": "run_pretraining.py", "cpu": 8.0},
+      {"test": "tests/test_a.py::test_one", "program": "run_pretraining.py", "cpu": 7.0},
+      {"test": "tests/test_a.py::test_two", "program": "horovodrun", "cpu": 1.5},
+      {"test": "tests/test_b.py::test_three[x]", "program": "run_squad.py", "cpu": 9.0},
+      {"test": "", "program": "__main__.py", "cpu": 4.0},
+  ]
+  summary = suite_cpu.summarize(records, top=3)
+  assert summary["recorded"] == 29.5
+  assert summary["programs"] == [("run_pretraining.py", 2, 15.0), ("run_squad.py", 1, 9.0),
+                                 ("__main__.py", 1, 4.0), ("horovodrun", 1, 1.5)]
+  assert summary["modules"] == [("tests/test_a.py", 16.5), ("tests/test_b.py", 9.0),
+                                ("(the pytest processes: in-process tests and collection)", 4.0)]
+  assert summary["tests"] == [("tests/test_a.py::test_one", 2, 15.0),
+                              ("tests/test_b.py::test_three[x]", 1, 9.0),
+                              ("(the pytest processes: in-process tests and collection)", 1, 4.0)]
+
+
+@pytest.mark.e2e
+def test_suite_cpu_records_the_processes_a_test_starts():
+  proc = subprocess.run(
+      [sys.executable, "bench/suite_cpu.py", "--workers", "0", "--",
+       "tests/test_training_flags.py", "-k", "help"],
+      capture_output=True, text=True, cwd=helpers.REPO_ROOT, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  out = proc.stdout
+  assert out.startswith("pytest exit 0; 3 passed")
+  # The three --helpshort runs of run_pretraining.py, run_squad.py and run_classifier.py, each a
+  # Python process that started TensorFlow's flags (at least a few tenths of a CPU second), plus
+  # pytest's own process.
+  programs = {line.split()[2]: (int(line.split()[1]), float(line.split()[0]))
+              for line in out.split("CPU s  processes  program\n")[1].split("\n\n")[0].splitlines()}
+  for script in ("run_pretraining.py", "run_squad.py", "run_classifier.py"):
+    assert programs[script][0] == 1 and programs[script][1] > 0, (script, out)
+  modules = out.split("CPU s  module\n")[1].split("\n\n")[0]
+  assert "tests/test_training_flags.py" in modules
+  tests = out.split("CPU s  processes  test\n")[1]
+  assert sum("test_help_shows_the_scripts_defaults_and_the_shared_flags[" in line
+             for line in tests.splitlines()) == 3
