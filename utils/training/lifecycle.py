@@ -468,13 +468,16 @@ def _resume_advice(output_dir, checkpoint_step, bad_step):
           "--resume_from_step=%d" % (prefix, values, step))
 
 
-def stop_error(job, signal_name, stop_step):
+def stop_error(job, signal_name, stop_step, before_logging=None):
   """Logs how a job stopped by a signal ended, and returns the error to end it with.
 
   Args:
     job: the `Job`.
     signal_name: e.g. "SIGTERM".
     stop_step: the global step the run stopped at, or None (before its first update).
+    before_logging: optional function error -> None, called with the error before anything is
+      logged (the stop hook's: from then on a signal ends the run as the stop does, so no one who
+      has read the log's STOP line can signal the run into the "nothing saved" exit).
 
   Returns:
     `errors.StoppedBySignal` with the message (exit status `errors.STOP_EXIT_CODE`).
@@ -483,13 +486,16 @@ def stop_error(job, signal_name, stop_step):
   if stop_step is not None and not job.saves_checkpoints:
     written = True  # rank 0 wrote it; the workers met after its save
   message = stop_signals.stop_message(signal_name, stop_step, written)
+  error = errors.StoppedBySignal(message)
+  if before_logging is not None:
+    before_logging(error)
   job.run_logger.log(step=dllogger_setup.STOP_STEP, data={
       "signal": signal_name, "update": stop_step, "checkpoint_written": written,
       "message": message, "exit_code": errors.STOP_EXIT_CODE})
   job.run_logger.flush()
   if job.is_chief:
     logging.info("%s", message)
-  return errors.StoppedBySignal(message)
+  return error
 
 
 def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input_error=None):
@@ -544,9 +550,9 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
   def on_stop_saved(signal_name, stop_step):
     """The stop hook's `on_saved`: logs how the job ends, and has a signal from now on end it so:
     a launcher signals the other workers as soon as the first exits with the stop's status."""
-    error = stop_error(job, signal_name, stop_step)
+    error = stop_error(job, signal_name, stop_step, before_logging=lambda error: (
+        watcher.stop_saved(errors.ending_line(job.program, error), errors.STOP_EXIT_CODE)))
     saved_stops.append(error)
-    watcher.stop_saved(errors.ending_line(job.program, error), errors.STOP_EXIT_CODE)
 
   hooks = job_lib.training_hooks(
       job.workers, updates, checkpoint_dir, config.save_checkpoints_steps,
