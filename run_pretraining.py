@@ -211,7 +211,7 @@ def run(f, config):
     train_input_fn = input_fn_builder(
         train_files, f.train_batch_size, f.max_seq_length, f.max_predictions_per_seq,
         is_training=True, num_workers=workers.size, worker_index=workers.rank,
-        deterministic=f.deterministic_run, seed=f.seed if f.deterministic_run else None,
+        deterministic=f.deterministic_run, seed=config.random_seed,
         skip_records=skip_records[0], vocab_size=bert_config.vocab_size)
     lifecycle.train(config, job, train_input_fn, f.num_train_steps,
                     explain_input_error=explain(train_files))
@@ -220,7 +220,7 @@ def run(f, config):
     eval_input_fn = input_fn_builder(
         eval_files, f.eval_batch_size, f.max_seq_length, f.max_predictions_per_seq,
         is_training=False, deterministic=f.deterministic_run,
-        seed=f.seed if f.deterministic_run else None, vocab_size=bert_config.vocab_size)
+        seed=config.random_seed, vocab_size=bert_config.vocab_size)
     logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
                  len(eval_files), f.eval_batch_size, f.max_eval_steps)
     job_lib.evaluate(job.estimator, eval_input_fn, f.max_eval_steps, job.run_logger,
