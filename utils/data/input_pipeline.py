@@ -17,6 +17,10 @@ from utils.core import paths
 DEFAULT_INPUT_SEED = 12345
 # Training epochs: as many as the job asks for (the Estimator stops at --num_train_steps).
 _EPOCHS_FOREVER = 2**62
+# Every function this module hands to tf.data is traced as written, not through AutoGraph: none
+# has Python control flow on tensors (`tf.cond` is explicit), and AutoGraph's source rewriting of
+# them cost about 1.7 s of CPU at each start of a script (docs/TESTING.md).
+_as_written = tf.autograph.experimental.do_not_convert
 
 
 def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
@@ -102,6 +106,7 @@ BAD_RECORD_PREFIX = "bad input record: "
 TOKEN_ID_FEATURES = ("input_ids", "masked_lm_ids")
 
 
+@_as_written
 def _indexed_records(path):
   """The records of one TFRecord file, each with its origin.
 
@@ -113,7 +118,7 @@ def _indexed_records(path):
     position of the record in its file).
   """
   return tf.data.TFRecordDataset(path).enumerate().map(
-      lambda index, record: (record, path, index))
+      _as_written(lambda index, record: (record, path, index)))
 
 
 def _check_token_ids(features, paths, indices, vocab_size):
@@ -247,6 +252,7 @@ def _serialized_records(files, by_record, num_workers, worker_index, is_training
     d = _records_in_order(files)
     return d.shard(num_workers, worker_index) if by_record else d
 
+  @_as_written
   def epoch_records(epoch):
     return _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic,
                       seed, shuffle_buffer_size, epoch)
@@ -315,6 +321,8 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     if skip_records:
       d = d.skip(skip_records)
     d = d.batch(size, drop_remainder=is_training)
+
+    @_as_written
     def decode(records, paths, indices):
       return _decode_batch(records, name_to_features, paths, indices, vocab_size)
 

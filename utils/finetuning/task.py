@@ -93,7 +93,10 @@ def input_fn_builder(input_file, name_to_features, is_training, drop_remainder, 
       if not deterministic:
         records = records.shuffle(buffer_size=100, seed=seed)
     records = records.batch(size, drop_remainder=drop_remainder)
-    return records.map(lambda batch: _decode_batch(batch, name_to_features))
+    # Traced as written: AutoGraph's source rewriting would only cost start-up time (no Python
+    # control flow on tensors here).
+    return records.map(tf.autograph.experimental.do_not_convert(
+        lambda batch: _decode_batch(batch, name_to_features)))
 
   return input_fn
 
