@@ -11,7 +11,8 @@ the work runs in the `tokenizers` library (Rust, parallel over a batch):
        -> WordPiece model.
 
 The character classes are built from this Python's `unicodedata`, the tables the original uses, so
-both agree character for character. `python tokenization.py build_vocab ...` trains a vocabulary.
+both agree character for character. `python tokenization.py build_vocab ...` trains a vocabulary
+(utils/data/vocabulary.py).
 """
 
 import collections
@@ -27,7 +28,6 @@ import tokenizers
 from tokenizers import models as tk_models
 from tokenizers import normalizers as tk_normalizers
 from tokenizers import pre_tokenizers as tk_pre_tokenizers
-from tokenizers import trainers as tk_trainers
 
 from utils.core import errors
 from utils.core import paths
@@ -41,9 +41,6 @@ MAX_INPUT_CHARS_PER_WORD = 200
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 _GREEK_CAPITAL_SIGMA = "\u03a3"
-# Marks the start of a word while training a vocabulary: a control character, so the normalizer
-# has removed every occurrence from the text.
-_WORD_START = "\x01"
 # Control, format, space, non-spacing mark and punctuation characters are all in planes 0, 1 and
 # 14: planes 2 and 3 hold only ideographs, 4 to 13 are unassigned, 15 and 16 are private use.
 _PLANES_WITH_THESE_CATEGORIES = (range(0x0, 0x20000), range(0xE0000, 0xF0000))
@@ -271,7 +268,7 @@ def _is_removed(char):
 
 
 @functools.lru_cache(maxsize=None)
-def _codepoint_sets():
+def codepoint_sets():
   """The original's character categories (`_is_removed`, `_is_whitespace`, `_is_punctuation`), as
   sorted code point lists.
 
@@ -299,8 +296,8 @@ def _codepoint_sets():
 
 @functools.lru_cache(maxsize=None)
 def _character_classes():
-  """`_codepoint_sets` as Oniguruma classes, plus "removed_python", a class for Python's `re`."""
-  sets = _codepoint_sets()
+  """`codepoint_sets` as Oniguruma classes, plus "removed_python", a class for Python's `re`."""
+  sets = codepoint_sets()
   classes = {name: _ranges_to_class(codepoints) for name, codepoints in sets.items()}
   classes["removed_python"] = "[" + "".join(
       re.escape(chr(a)) if a == b else "%s-%s" % (re.escape(chr(a)), re.escape(chr(b)))
@@ -324,7 +321,7 @@ def _removed_python_re():
   return re.compile(_character_classes()["removed_python"])
 
 
-def _prepare_text(text, do_lower_case):
+def prepare_text(text, do_lower_case):
   """The steps that run in Python before the Rust pipeline: str.lower() and NFD.
 
   The original lower-cases with Python's str.lower(), whose Greek final-sigma rule looks at the
@@ -346,8 +343,8 @@ def _prepare_text(text, do_lower_case):
   return unicodedata.normalize("NFD", text.lower())
 
 
-def _basic_pipeline(do_lower_case):
-  """The normalizer and pre-tokenizer of `BasicTokenizer` (after `_prepare_text`).
+def basic_pipeline(do_lower_case):
+  """The normalizer and pre-tokenizer of `BasicTokenizer` (after `prepare_text`).
 
   Characters are removed in one pass (control characters, and the non-spacing marks when
   lower-casing); CJK characters and punctuation are isolated in one pass; whitespace splits last.
@@ -376,7 +373,7 @@ def _basic_pipeline(do_lower_case):
 @functools.lru_cache(maxsize=None)
 def _whitespace_split_matches():
   """True when `WhitespaceSplit` splits on every whitespace character of the original."""
-  spaces = [chr(cp) for a, b in _runs(_codepoint_sets()["space"]) for cp in range(a, b + 1)]
+  spaces = [chr(cp) for a, b in _runs(codepoint_sets()["space"]) for cp in range(a, b + 1)]
   text = "x" + "x".join(spaces) + "x"
   pieces = tk_pre_tokenizers.WhitespaceSplit().pre_tokenize_str(text)
   return [piece for piece, _ in pieces] == ["x"] * (len(spaces) + 1)
@@ -407,7 +404,7 @@ class BasicTokenizer(object):
     self.do_lower_case = do_lower_case
     self.vocab = vocab
     self._preserved = _preserved_tokens(vocab, preserve_unused_tokens)
-    self._normalizer, self._pre_tokenizer = _basic_pipeline(do_lower_case)
+    self._normalizer, self._pre_tokenizer = basic_pipeline(do_lower_case)
 
   def tokenize(self, text):
     """Text (str or UTF-8 bytes) -> list of str words and punctuation characters."""
@@ -416,7 +413,7 @@ class BasicTokenizer(object):
     return self._tokenize_plain(text)
 
   def _tokenize_plain(self, text):
-    normalized = self._normalizer.normalize_str(_prepare_text(text, self.do_lower_case))
+    normalized = self._normalizer.normalize_str(prepare_text(text, self.do_lower_case))
     return [piece for piece, _ in self._pre_tokenizer.pre_tokenize_str(normalized)]
 
 
@@ -489,7 +486,7 @@ class FullTokenizer(object):
     return self._tokenize_plain(text)
 
   def _tokenize_plain(self, text):
-    prepared = _prepare_text(text, self.do_lower_case)
+    prepared = prepare_text(text, self.do_lower_case)
     return self._backend.encode(prepared, add_special_tokens=False).tokens
 
   def tokenize_to_ids(self, texts):
@@ -504,7 +501,7 @@ class FullTokenizer(object):
     """
     if self._preserved:
       return [self.convert_tokens_to_ids(self.tokenize(text)) for text in texts]
-    prepared = [_prepare_text(text, self.do_lower_case) for text in texts]
+    prepared = [prepare_text(text, self.do_lower_case) for text in texts]
     encodings = self._backend.encode_batch_fast(prepared, add_special_tokens=False)
     return [encoding.ids for encoding in encodings]
 
@@ -530,7 +527,7 @@ class FullTokenizer(object):
       per_line = self.tokenize_to_ids(lines)
       return (np.array([i for ids in per_line for i in ids], np.int32),
               np.array([len(ids) for ids in per_line], np.int64))
-    chunks = [_prepare_text("\n".join(lines[i:i + lines_per_chunk]), self.do_lower_case)
+    chunks = [prepare_text("\n".join(lines[i:i + lines_per_chunk]), self.do_lower_case)
               for i in range(0, len(lines), lines_per_chunk)]
     encodings = backend.encode_batch_fast(chunks, add_special_tokens=False)
     pieces = []
@@ -562,144 +559,17 @@ class FullTokenizer(object):
     return convert_by_vocab(self.inv_vocab, ids)
 
 
-def _iter_prepared_lines(input_files, do_lower_case):
-  """Yields the non-blank lines of `input_files`, prepared as for tokenisation."""
-  for path in input_files:
-    with paths.open_file(path) as reader:
-      for line in reader:
-        line = line.strip()
-        if line:
-          yield _prepare_text(line, do_lower_case)
-
-
-def _training_alphabet(input_files, do_lower_case, limit_alphabet):
-  """The characters of the corpus that survive normalisation, most frequent first.
-
-  Returns:
-    list of at most `limit_alphabet` characters, by descending count, ties by code point.
-  """
-  counts = collections.Counter()
-  for line in _iter_prepared_lines(input_files, do_lower_case):
-    counts.update(line)
-  sets = _codepoint_sets()
-  dropped = set(sets["removed"]) | set(sets["space"])
-  if do_lower_case:
-    dropped |= set(sets["mark"])
-  ranked = sorted((-count, char) for char, count in counts.items() if ord(char) not in dropped)
-  return [char for _, char in ranked[:limit_alphabet]]
-
-
-def build_vocab(input_files, vocab_size, output_file, do_lower_case=True, min_frequency=2,
-                limit_alphabet=1000):
-  """Trains a WordPiece vocabulary on text files and writes it, one token per line.
-
-  Words are split exactly as `FullTokenizer` splits them. Pieces are learnt by byte-pair-encoding
-  merges (the `tokenizers` BPE trainer) on words that start with a marker character, so a piece
-  with the marker becomes a word-initial token and one without it a "##" token. (The library's own
-  WordPiece trainer numbers the "##" characters in hash-map order, so ties make its result change
-  from run to run; this one gives the same vocabulary every time.)
-
-  The file holds [PAD] [UNK] [CLS] [SEP] [MASK], every kept character as a word-initial and as a
-  "##" token (so no word of known characters is [UNK]), then the learnt pieces in the order they
-  were learnt, up to `vocab_size`; a corpus too small to fill it is padded with "[unused0]",
-  "[unused1]", ... (a warning says how many).
-
-  Args:
-    input_files: list of text files (one sentence per line; blank lines are ignored).
-    vocab_size: number of tokens in the written vocabulary, special tokens included.
-    output_file: path of the vocabulary file to write.
-    do_lower_case: train on lower-cased, accent-stripped text (uncased models).
-    min_frequency: least number of occurrences of a pair for it to be merged.
-    limit_alphabet: most distinct characters kept (the most frequent ones).
-
-  Returns:
-    list of the tokens written, in id order.
-
-  Raises:
-    ValueError: for a missing input file, input without any text, or a vocab_size too small for
-      the special tokens and the characters.
-  """
-  missing = [path for path in input_files if not paths.is_file(path)]
-  if not input_files or missing:
-    raise ValueError("build_vocab: input file(s) not found: %s" % (missing or "(none given)"))
-  alphabet = _training_alphabet(input_files, do_lower_case, limit_alphabet)
-  if not alphabet:
-    raise ValueError("build_vocab: no text to train on in %s" % ", ".join(input_files))
-  fixed = list(SPECIAL_TOKENS) + sorted(alphabet) + ["##" + char for char in sorted(alphabet)]
-  if vocab_size < len(fixed):
-    raise ValueError("build_vocab: vocab_size=%d is too small for the %d special tokens and the "
-                     "%d characters (x2: word-initial and ##) of the corpus; raise vocab_size or "
-                     "lower limit_alphabet" % (vocab_size, len(SPECIAL_TOKENS), len(alphabet)))
-
-  backend = tokenizers.Tokenizer(tk_models.BPE())
-  backend.normalizer, pre_tokenizer = _basic_pipeline(do_lower_case)
-  backend.pre_tokenizer = tk_pre_tokenizers.Sequence([
-      pre_tokenizer,
-      tk_pre_tokenizers.Metaspace(replacement=_WORD_START, prepend_scheme="always", split=True)])
-  # Enough merges to fill the vocabulary although some duplicate the characters already in it.
-  trainer = tk_trainers.BpeTrainer(
-      vocab_size=vocab_size + 3 * len(alphabet) + 16, min_frequency=min_frequency,
-      show_progress=False, special_tokens=[])
-  backend.train_from_iterator(_iter_prepared_lines(input_files, do_lower_case), trainer)
-
-  kept = set(alphabet)
-  tokens = list(fixed)
-  seen = set(tokens)
-  for piece, _ in sorted(backend.get_vocab().items(), key=lambda item: item[1]):
-    if piece.startswith(_WORD_START):
-      piece = piece[len(_WORD_START):]
-      token = piece
-    else:
-      token = "##" + piece
-    if not piece or token in seen or not set(piece) <= kept:
-      continue
-    tokens.append(token)
-    seen.add(token)
-    if len(tokens) == vocab_size:
-      break
-  if len(tokens) < vocab_size:
-    logging.warning("build_vocab: the corpus gives %d tokens; filling up to %d with [unusedN]",
-                    len(tokens), vocab_size)
-    tokens += ["[unused%d]" % i for i in range(vocab_size - len(tokens))]
-  with paths.open_file(output_file, "w") as writer:
-    writer.write("".join(token + "\n" for token in tokens))
-  return tokens
-
-
-def _define_build_vocab_flags():
-  """Defines the flags of `python tokenization.py build_vocab` (only when run as a script)."""
-  flags.DEFINE_string("input_file", None, "Text files: comma-separated globs.")
-  flags.DEFINE_string("output_file", None, "Vocabulary file to write.")
-  flags.DEFINE_integer("vocab_size", 8192, "Tokens in the vocabulary, special tokens included.")
-  flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
-  flags.DEFINE_integer("min_frequency", 2, "Least number of occurrences of a merged pair.")
-  flags.DEFINE_integer("limit_alphabet", 1000, "Most distinct single characters kept.")
-  flags.mark_flags_as_required(["input_file", "output_file"])
-
-
-def _main(argv):
-  """`build_vocab`: trains a vocabulary on the files of --input_file, writes --output_file."""
-  flag_values = flags.FLAGS
-  if len(argv) != 2 or argv[1] != "build_vocab":
-    raise errors.UsageError("usage: python tokenization.py build_vocab --input_file=GLOBS "
-                            "--output_file=vocab.txt [--vocab_size=8192] [--nodo_lower_case]")
-  # Sorted as a whole: the vocabulary does not depend on the order of the patterns.
-  files = sorted(paths.resolve_files(paths.split_list(flag_values.input_file)))
-  if not files:
-    raise errors.UsageError("build_vocab: no file matches --input_file=%s"
-                            % flag_values.input_file)
-  try:
-    tokens = build_vocab(files, flag_values.vocab_size, flag_values.output_file,
-                         do_lower_case=flag_values.do_lower_case,
-                         min_frequency=flag_values.min_frequency,
-                         limit_alphabet=flag_values.limit_alphabet)
-  except ValueError as e:
-    raise errors.UsageError("build_vocab: %s" % e)
-  logging.info("build_vocab: wrote %d tokens to %s", len(tokens), flag_values.output_file)
-
-
 if __name__ == "__main__":
-  # Scripts only: cli defines --verbose.
+  # `python tokenization.py build_vocab ...`: the command of the vocabulary trainer,
+  # utils/data/vocabulary.py (a later layer than this module, so imported by the script only; cli
+  # defines --verbose).
+  from utils.data import vocabulary  # pylint: disable=g-import-not-at-top
   from utils.runtime import cli  # pylint: disable=g-import-not-at-top
-  _define_build_vocab_flags()
-  cli.run_main(_main)
+  vocabulary.define_command_flags()
+
+  def main(argv):
+    f = flags.FLAGS
+    vocabulary.command_main(argv, f.input_file, f.output_file, f.vocab_size, f.do_lower_case,
+                            f.min_frequency, f.limit_alphabet)
+
+  cli.run_main(main)

@@ -35,7 +35,7 @@ sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
 
 import build_demo_data  # noqa: E402
-import tokenization  # noqa: E402
+from utils.data import vocabulary  # noqa: E402
 
 FILE_BYTES = 350_000
 SIZES = {"0.7MB": 700_000, "7MB": 7_000_000}
@@ -197,7 +197,7 @@ def main():
   largest = max(names, key=SIZES.get)
   vocab_file = os.path.join(args.work_dir, "vocab-8k-%s.txt" % largest)
   if not os.path.exists(vocab_file):
-    tokenization.build_vocab(corpora[largest], 8192, vocab_file)
+    vocabulary.build_vocab(corpora[largest], 8192, vocab_file)
   output_dir = os.path.join(args.work_dir, "out")
   os.makedirs(output_dir, exist_ok=True)
 

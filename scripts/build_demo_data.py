@@ -36,7 +36,7 @@ from absl import logging  # noqa: E402
 from utils.runtime import cli  # noqa: E402
 
 import create_pretraining_data  # noqa: E402
-import tokenization  # noqa: E402
+from utils.data import vocabulary  # noqa: E402
 
 # Directories of the standard library that hold tests, bundled third-party code or demos.
 _SKIPPED_DIRECTORIES = {"site-packages", "dist-packages", "test", "tests", "idle_test",
@@ -48,8 +48,10 @@ _HELD_OUT_EVERY = 20
 _NUM_TRAIN_SHARDS = 4
 # The model the demo trains: BERT-tiny, its vocabulary the demo's.
 _TINY_CONFIG = "bert_configs/tiny.json"
-_CODE_FILES = ("scripts/build_demo_data.py", "tokenization.py", "create_pretraining_data.py",
-               _TINY_CONFIG)
+# The code that decides the data's bytes: a change to any of them rebuilds it.
+_CODE_FILES = ("scripts/build_demo_data.py", "tokenization.py", "utils/data/vocabulary.py",
+               "create_pretraining_data.py", "utils/data/instances.py",
+               "utils/data/record_encoder.py", _TINY_CONFIG)
 
 flags.DEFINE_string("output_dir", "data/demo", "Where to write the demo data.")
 flags.DEFINE_integer("vocab_size", 4096, "Tokens in the vocabulary.")
@@ -209,7 +211,7 @@ def build(output_dir, settings):
                sum(os.path.getsize(p) for p in train_text + eval_text) / 1e6, corpus_seconds)
 
   vocab_file = os.path.join(output_dir, "vocab.txt")
-  tokenization.build_vocab(train_text, settings["vocab_size"], vocab_file, do_lower_case=True)
+  vocabulary.build_vocab(train_text, settings["vocab_size"], vocab_file, do_lower_case=True)
   vocab_seconds = time.time() - start - corpus_seconds
   config_file = os.path.join(output_dir, "bert_config.json")
   with open(vocab_file) as reader:

@@ -31,6 +31,7 @@ from utils.core import staging
 from utils.checkpoints import torch_pickle
 from utils.core import errors
 from utils.model import pretraining
+from utils.data import vocabulary
 
 pytestmark = pytest.mark.e2e
 
@@ -139,7 +140,7 @@ def corpus(root):
   vocabs = {}
   for cased in (False, True):
     path = root / ("vocab_%s.txt" % ("cased" if cased else "uncased"))
-    tokenization.build_vocab([str(text)], VOCAB_SIZE, str(path), do_lower_case=not cased)
+    vocabulary.build_vocab([str(text)], VOCAB_SIZE, str(path), do_lower_case=not cased)
     vocabs[cased] = path
   return {"text": text, "lines": sentences, "vocab": vocabs}
 

@@ -18,6 +18,7 @@ import tensorflow as tf
 import create_pretraining_data as cpd
 import tokenization
 from utils.data import instances
+from utils.data import vocabulary
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_SEQ_LENGTH = 64
@@ -59,7 +60,7 @@ def corpus(tmp_path_factory):
   directory = tmp_path_factory.mktemp("corpus")
   paths = make_corpus(directory)
   vocab_file = str(directory / "vocab.txt")
-  tokenization.build_vocab(paths, 300, vocab_file, min_frequency=2)
+  vocabulary.build_vocab(paths, 300, vocab_file, min_frequency=2)
   return paths, vocab_file
 
 

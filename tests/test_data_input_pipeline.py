@@ -16,12 +16,12 @@ import tensorflow as tf
 
 import create_pretraining_data as cpd
 import run_pretraining
-import tokenization
 from tests import test_create_pretraining_data as data_tests
 from utils.core import errors
 from utils.data import input_pipeline
 from utils.data import instances
 from utils.data import records
+from utils.data import vocabulary
 
 _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -323,7 +323,7 @@ def _read_with_protobuf(path):
 def test_records_of_the_original_generator_read_identically(tmp_path):
   inputs = data_tests.make_corpus(tmp_path, num_files=1, documents_per_file=30, seed=5)
   vocab_file = str(tmp_path / "vocab.txt")
-  tokenization.build_vocab(inputs, 300, vocab_file)
+  vocabulary.build_vocab(inputs, 300, vocab_file)
   output = str(tmp_path / "original.tfrecord")
   proc = subprocess.run(
       [sys.executable, "-m", "tests.reference.original_bert", "create_pretraining_data", "--",
@@ -350,7 +350,7 @@ def test_records_of_the_original_generator_read_identically(tmp_path):
 def test_our_records_parse_with_the_original_spec(tmp_path):
   inputs = data_tests.make_corpus(tmp_path, num_files=1, documents_per_file=10, seed=9)
   vocab_file = str(tmp_path / "vocab.txt")
-  tokenization.build_vocab(inputs, 200, vocab_file)
+  vocabulary.build_vocab(inputs, 200, vocab_file)
   output = str(tmp_path / "ours.tfrecord")
   cpd.create_pretraining_data(inputs, [output], vocab_file, instances.GeneratorOptions(
       max_seq_length=SEQ * 4, max_predictions_per_seq=PRED, masked_lm_prob=0.15,

@@ -14,7 +14,6 @@ import psutil
 import pytest
 import tensorflow as tf
 
-import tokenization
 from tests import helpers
 from tests.test_create_pretraining_data import make_corpus
 from tests.test_run_pretraining import REPO_ROOT
@@ -26,6 +25,7 @@ from tests.test_run_pretraining import common_flags
 from tests.test_run_pretraining import data  # noqa: F401  (the module's data fixture)
 from tests.test_run_pretraining import read_dllog
 from tests.test_run_pretraining import run_job
+from utils.data import vocabulary
 
 pytestmark = pytest.mark.e2e
 
@@ -244,7 +244,7 @@ def _running_after(processes, seconds):
 def test_killed_generator_takes_its_workers_along_and_publishes_nothing(tmp_path):
   inputs = make_corpus(tmp_path, num_files=4, documents_per_file=400)
   vocab_file = str(tmp_path / "vocab.txt")
-  tokenization.build_vocab(inputs, 300, vocab_file, min_frequency=2)
+  vocabulary.build_vocab(inputs, 300, vocab_file, min_frequency=2)
   outputs = [str(tmp_path / ("out-%d.tfrecord" % i)) for i in range(4)]
   args = [sys.executable, "create_pretraining_data.py", "--input_file=%s" % ",".join(inputs),
           "--output_file=%s" % ",".join(outputs), "--vocab_file=%s" % vocab_file,

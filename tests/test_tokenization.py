@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import tokenization
+from utils.data import vocabulary
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -162,7 +163,7 @@ def trained_vocab(tmp_path_factory):
              "tokenization splits words into pieces; pieces make words. ") * 20
   corpus.write_text("\n".join(PARAGRAPHS + [english]) + "\n", encoding="utf-8")
   vocab_file = str(directory / "vocab.txt")
-  tokens = tokenization.build_vocab([str(corpus)], 400, vocab_file, min_frequency=2)
+  tokens = vocabulary.build_vocab([str(corpus)], 400, vocab_file, min_frequency=2)
   return vocab_file, tokens
 
 
@@ -351,55 +352,6 @@ def test_batch_paths_equal_single_text(trained_vocab):
 # ------------------------------------------------------------------------------------------------
 # Vocabulary files.
 # ------------------------------------------------------------------------------------------------
-
-def test_build_vocab_special_tokens_first_and_exact_size(trained_vocab, tmp_path):
-  vocab_file, tokens = trained_vocab
-  assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-  assert len(tokens) == 400 == len(tokenization.load_vocab(vocab_file))
-  assert len(set(tokens)) == 400
-  assert any(token.startswith("##") for token in tokens)
-  # A corpus too small for the size is filled with [unusedN] up to the size.
-  small = tmp_path / "small.txt"
-  small.write_text("aa ab\n", encoding="utf-8")
-  filled = tokenization.build_vocab([str(small)], 50, str(tmp_path / "v.txt"), min_frequency=1)
-  first_unused = filled.index("[unused0]")
-  assert len(filled) == 50 and 5 < first_unused < 50
-  assert filled[first_unused:] == ["[unused%d]" % i for i in range(50 - first_unused)]
-  # Deterministic (ties between equally frequent pairs are frequent in a small corpus).
-  again = tokenization.build_vocab([str(small)], 50, str(tmp_path / "v2.txt"), min_frequency=1)
-  assert again == filled
-  corpus = tmp_path / "corpus.txt"
-  corpus.write_text("\n".join(PARAGRAPHS) + "\n", encoding="utf-8")
-  runs = [tokenization.build_vocab([str(corpus)], 420, str(tmp_path / "d.txt"), min_frequency=1)
-          for _ in range(3)]
-  assert runs[0] == runs[1] == runs[2]
-  # Every character of the corpus is a word-initial and a ## token: no [UNK] but the long word.
-  tokenizer = tokenization.FullTokenizer(str(tmp_path / "d.txt"))
-  assert [t for p in PARAGRAPHS for t in tokenizer.tokenize(p)].count("[UNK]") == 1
-  with pytest.raises(ValueError, match="vocab_size=20 is too small .* 5 special tokens and the 16 "
-                                       "characters"):
-    tokenization.build_vocab([str(corpus)], 20, str(tmp_path / "v3.txt"), limit_alphabet=16)
-
-
-@pytest.mark.e2e
-def test_build_vocab_command_line(tmp_path):
-  corpus = tmp_path / "c.txt"
-  corpus.write_text("hello world\n\nhello there world\n", encoding="utf-8")
-  out = tmp_path / "vocab.txt"
-  proc = subprocess.run([sys.executable, "tokenization.py", "build_vocab",
-                         "--input_file=%s" % (tmp_path / "*.txt"), "--output_file=%s" % out,
-                         "--vocab_size=40", "--min_frequency=1"],
-                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-  assert proc.returncode == 0, proc.stderr
-  lines = out.read_text(encoding="utf-8").split("\n")[:-1]
-  assert lines[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(lines) == 40
-  assert "hello" in lines
-  missing = subprocess.run([sys.executable, "tokenization.py", "build_vocab",
-                            "--input_file=%s" % (tmp_path / "nothing*.txt"),
-                            "--output_file=%s" % out], cwd=REPO_ROOT, capture_output=True,
-                           text=True, timeout=120)
-  assert missing.returncode != 0 and "nothing*.txt" in missing.stderr
-
 
 def test_load_vocab_semantics(tmp_path):
   path = write_vocab(tmp_path / "v.txt", ["[UNK]", " padded ", "dup", "dup", "last"])

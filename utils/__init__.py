@@ -9,7 +9,8 @@
                 units
   runlog/       the run's log: dllogger lines, the training meter, plots, golden losses
   data/         pretraining records: the input pipeline, record checks, the data generator's
-                instances (sampling, masking, serialising) and record encoder
+                instances (sampling, masking, serialising) and record encoder, the vocabulary
+                trainer
   model/        what is built on `modeling.BertModel`: the pretraining heads
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
                 checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
