@@ -24,14 +24,53 @@ _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# The tests' BERT (a bert_config.json's keys): two layers of width 32, small enough that a
+# training process is mostly start-up. The scripts' end-to-end runs train it; modules override a
+# few sizes where they need another shape.
+TINY_CONFIG = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                   intermediate_size=64, hidden_act="gelu", hidden_dropout_prob=0.1,
+                   attention_probs_dropout_prob=0.1, max_position_embeddings=64,
+                   type_vocab_size=2, initializer_range=0.02)
+
+
 def tiny_config(**overrides):
-  """A BertConfig small enough for fast CPU tests."""
-  values = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                intermediate_size=37, hidden_act="gelu", hidden_dropout_prob=0.1,
-                attention_probs_dropout_prob=0.1, max_position_embeddings=64,
-                type_vocab_size=2, initializer_range=0.02)
+  """`TINY_CONFIG` as a modeling.BertConfig for the in-process graph tests, with four heads of
+  width 8 and an intermediate size that is no multiple of the width (so that a mixed-up axis
+  fails a shape check), then `overrides`."""
+  values = dict(TINY_CONFIG, vocab_size=99, num_attention_heads=4, intermediate_size=37)
   values.update(overrides)
   return modeling.BertConfig(**values)
+
+
+def write_bert_config(path, **overrides):
+  """Writes `TINY_CONFIG` with `overrides` as a bert_config.json at `path`; returns str(path)."""
+  with open(path, "w") as writer:
+    json.dump(dict(TINY_CONFIG, **overrides), writer)
+  return str(path)
+
+
+def run_python(args, check=True, timeout=300, python=None, launcher=(), env=None):
+  """Runs `[*launcher, python, *args]` from the repository root and waits for it (the tests'
+  one way to run a script or a module end to end).
+
+  Args:
+    args: the program and its arguments, e.g. [SCRIPT, "--do_train"] or ["-m", "utils.x"].
+    check: raise AssertionError (exit status, command, the output's tails) on a non-zero exit.
+    timeout: seconds before subprocess.TimeoutExpired.
+    python: the interpreter (default: this one).
+    launcher: e.g. ["horovodrun", "-np", "2", ...], or () for none.
+    env: the environment (default: this process's).
+
+  Returns:
+    subprocess.CompletedProcess with text stdout and stderr.
+  """
+  command = list(launcher) + [python or sys.executable] + [str(arg) for arg in args]
+  proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                        cwd=REPO_ROOT, env=env)
+  if check and proc.returncode != 0:
+    raise AssertionError("exit %d: %s\n%s\n%s" % (proc.returncode, " ".join(command[:4]),
+                                                   proc.stdout[-3000:], proc.stderr[-6000:]))
+  return proc
 
 
 def random_batch(rng, batch_size, seq_length, vocab_size, num_predictions, type_vocab_size=2):

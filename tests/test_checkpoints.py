@@ -11,8 +11,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -31,26 +29,16 @@ _tf1 = tf.compat.v1
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")
 SEQ, PRED = 32, 5
-CONFIG = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-              intermediate_size=64, hidden_act="gelu", hidden_dropout_prob=0.1,
-              attention_probs_dropout_prob=0.1, max_position_embeddings=64, type_vocab_size=2,
-              initializer_range=0.02)
+CONFIG = helpers.TINY_CONFIG
 FP32_ADAM = dict(optimizer_type="adam")
 FP16_LAMB_ACCUMULATION = dict(optimizer_type="lamb", manual_fp16=True, num_accumulation_steps=2)
 
 
-def run(args, check=True, timeout=300):
-  proc = subprocess.run([sys.executable] + list(args), cwd=REPO_ROOT, capture_output=True,
-                        text=True, timeout=timeout)
-  if check and proc.returncode != 0:
-    raise AssertionError("exit %d: %s\n%s\n%s" % (proc.returncode, args[:3], proc.stdout[-3000:],
-                                                  proc.stderr[-5000:]))
-  return proc
+# This module's processes: the suite's one way to run a program and check its exit.
+run = helpers.run_python
 
 
-def write_config(path, **overrides):
-  path.write_text(json.dumps(dict(CONFIG, **overrides)))
-  return str(path)
+write_config = helpers.write_bert_config
 
 
 def job_flags(config, train_dir, out, **overrides):

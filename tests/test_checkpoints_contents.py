@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import modeling
+from tests import helpers
 from utils.checkpoints import contents
 from utils.checkpoints import release
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = dict(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-              intermediate_size=16, max_position_embeddings=16, type_vocab_size=2)
+CONFIG = dict(helpers.TINY_CONFIG, vocab_size=30, hidden_size=8, num_hidden_layers=1,
+              intermediate_size=16, max_position_embeddings=16)
 
 
 @pytest.fixture(scope="module")

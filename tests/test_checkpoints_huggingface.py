@@ -41,22 +41,14 @@ SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")
 HF_CLIENT = os.path.join(REPO_ROOT, "tests", "hf", "hf_client.py")
 SEQ, PRED = 32, 5
 VOCAB_SIZE = 400
-CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-              intermediate_size=64, hidden_act="gelu", hidden_dropout_prob=0.1,
-              attention_probs_dropout_prob=0.1, max_position_embeddings=64, type_vocab_size=2,
-              initializer_range=0.02)
+CONFIG = dict(helpers.TINY_CONFIG, vocab_size=VOCAB_SIZE)
 # Our graph and transformers' on the same fp32 weights and batch.
 TOLERANCE = 1e-4
 CORPUS_LINES = 400
 
 
-def run(args, check=True, timeout=300, python=None):
-  proc = subprocess.run([python or sys.executable] + list(args), cwd=REPO_ROOT,
-                        capture_output=True, text=True, timeout=timeout)
-  if check and proc.returncode != 0:
-    raise AssertionError("exit %d: %s\n%s\n%s" % (proc.returncode, args[:3], proc.stdout[-3000:],
-                                                  proc.stderr[-5000:]))
-  return proc
+# This module's processes (`python=` the transformers environment's interpreter).
+run = helpers.run_python
 
 
 class _HfClient(object):
@@ -161,7 +153,13 @@ def train_two_updates_command(root, name, **overrides):
                max_seq_length=SEQ, max_predictions_per_seq=PRED, train_batch_size=4,
                learning_rate=1e-2, num_warmup_steps=1, save_checkpoints_steps=2, do_train=True,
                num_train_steps=2, optimizer_type="lamb", manual_fp16=True,
-               num_accumulation_steps=2)
+               num_accumulation_steps=2,
+               # The same weights every time (as the original release's checkpoint below, --seed
+               # 3): `assert_outputs_close` requires the outputs to vary across the batch by over
+               # 100x its tolerance (0.01), and the NSP logits of a model two updates from its
+               # initialisation span what the draw gives: 0.0057 in a run that failed on it,
+               # 0.030 with this seed.
+               deterministic_run=True)
   flags.update(overrides)
   command = [SCRIPT] + ["--%s=%s" % item for item in flags.items() if item[1] is not None]
   return command, {"config": str(config), "checkpoint": str(out / "model.ckpt-2"), "dir": out}

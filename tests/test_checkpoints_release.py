@@ -10,13 +10,14 @@ import pytest
 import tensorflow as tf
 
 import modeling
+from tests import helpers
 from utils.checkpoints import contents
 from utils.checkpoints import release
 from utils.core import errors
 
 _tf1 = tf.compat.v1
-CONFIG = dict(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-              intermediate_size=16, max_position_embeddings=16, type_vocab_size=2)
+CONFIG = dict(helpers.TINY_CONFIG, vocab_size=30, hidden_size=8, num_hidden_layers=1,
+              intermediate_size=16, max_position_embeddings=16)
 BUNDLE_FILES = ["bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index"]
 
 

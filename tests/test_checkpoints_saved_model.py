@@ -11,7 +11,6 @@ line runs on the encoder.
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -36,14 +35,8 @@ SQUAD = dict(max_seq_length=SEQ, doc_stride=16, max_query_length=12, n_best_size
              max_answer_length=10)
 
 
-def run(args, check=True, timeout=400, executable=None):
-  command = [executable] if executable else [sys.executable]
-  proc = subprocess.run(command + list(args), capture_output=True, text=True, timeout=timeout,
-                        cwd=REPO_ROOT)
-  if check and proc.returncode != 0:
-    raise AssertionError("exit %d: %s\n%s\n%s" % (proc.returncode, args[:3], proc.stdout[-3000:],
-                                                  proc.stderr[-6000:]))
-  return proc
+# This module's processes (`python=` saved_model_cli).
+run = helpers.run_python
 
 
 def flag_list(values):
@@ -68,7 +61,7 @@ def saved_model_cli_run(saved_model, features, row, tmp_path):
   cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
   out = tmp_path / "cli"
   run(["run", "--dir", str(saved_model), "--tag_set", "serve", "--signature_def",
-       "serving_default", "--inputs", ";".join(inputs), "--outdir", str(out)], executable=cli)
+       "serving_default", "--inputs", ";".join(inputs), "--outdir", str(out)], python=cli)
   return {name[:-len(".npy")]: np.load(out / name) for name in os.listdir(out)}
 
 
@@ -207,7 +200,7 @@ def test_encoder_saved_model_of_the_export_command(files, tmp_path):
   cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
   run(["run", "--dir", str(export), "--tag_set", "serve", "--signature_def", "serving_default",
        "--input_exprs", "input_ids=[[2,7,9,3]];input_mask=[[1,1,1,1]];segment_ids=[[0,0,0,0]]",
-       "--outdir", str(tmp_path / "cli")], executable=cli)
+       "--outdir", str(tmp_path / "cli")], python=cli)
   one = {"input_ids": np.array([[2, 7, 9, 3]], np.int32),
          "input_mask": np.ones([1, 4], np.int32), "segment_ids": np.zeros([1, 4], np.int32)}
   ours = encoder_outputs(bert_config, checkpoint, one)

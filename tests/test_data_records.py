@@ -26,10 +26,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")
 BIN_DIR = os.path.dirname(sys.executable)
 SEQ, PRED, VOCAB = 16, 3, 100
-CONFIG = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-              intermediate_size=32, max_position_embeddings=SEQ, type_vocab_size=2,
-              hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-              initializer_range=0.02)
+CONFIG = dict(helpers.TINY_CONFIG, vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1,
+              intermediate_size=32, max_position_embeddings=SEQ)
 # The largest id of the data, only in the last record of the last file.
 LARGEST_ID = VOCAB + 17
 
@@ -152,8 +150,8 @@ def _config(tmp_path, **changes):
 
 
 def _run(args, launcher=(), timeout=240):
-  return subprocess.run(list(launcher) + [sys.executable, SCRIPT] + list(args),
-                        capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+  return helpers.run_python([SCRIPT] + list(args), check=False, launcher=launcher,
+                            timeout=timeout)
 
 
 @pytest.mark.e2e

@@ -33,19 +33,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")
 BIN_DIR = os.path.dirname(sys.executable)
 SEQ, PRED = 32, 5
-CONFIG = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-              intermediate_size=64, max_position_embeddings=64, type_vocab_size=2)
+CONFIG = helpers.TINY_CONFIG
 
 
 def run_job(args, timeout=240, launcher=(), env=None, check=True):
   """Runs run_pretraining.py (optionally under a launcher); returns the CompletedProcess."""
-  cmd = list(launcher) + [sys.executable, SCRIPT] + list(args)
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
-                        env=env)
-  if check and proc.returncode != 0:
-    raise AssertionError("exit %d\n%s\n%s" % (proc.returncode, proc.stdout[-4000:],
-                                              proc.stderr[-6000:]))
-  return proc
+  return helpers.run_python([SCRIPT] + list(args), check=check, timeout=timeout,
+                            launcher=launcher, env=env)
 
 
 def common_flags(data, out, **overrides):
@@ -60,14 +54,10 @@ def common_flags(data, out, **overrides):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
   root = tmp_path_factory.mktemp("pipeline")
-  config_path = root / "bert_config.json"
-  config_path.write_text(json.dumps(dict(CONFIG, hidden_act="gelu", hidden_dropout_prob=0.1,
-                                         attention_probs_dropout_prob=0.1,
-                                         initializer_range=0.02)))
-  no_dropout_path = root / "bert_config_no_dropout.json"
-  no_dropout_path.write_text(json.dumps(dict(CONFIG, hidden_act="gelu", hidden_dropout_prob=0.0,
-                                             attention_probs_dropout_prob=0.0,
-                                             initializer_range=0.02)))
+  config_path = helpers.write_bert_config(root / "bert_config.json")
+  no_dropout_path = helpers.write_bert_config(root / "bert_config_no_dropout.json",
+                                              hidden_dropout_prob=0.0,
+                                              attention_probs_dropout_prob=0.0)
   rng = np.random.RandomState(0)
   train_dir = root / "train"
   train_dir.mkdir()
