@@ -29,7 +29,6 @@ from tokenizers import models as tk_models
 from tokenizers import normalizers as tk_normalizers
 from tokenizers import pre_tokenizers as tk_pre_tokenizers
 
-from utils.core import errors
 from utils.core import paths
 
 # Tokens every BERT vocabulary starts with, in this order ([PAD] has id 0).
