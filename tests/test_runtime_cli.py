@@ -8,6 +8,7 @@ TF_CPP_MIN_LOG_LEVEL, so they print what a user's terminal shows.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -111,6 +112,30 @@ def test_native_filter_drops_benign_lines_and_keeps_the_rest_even_after_a_crash(
   assert proc.returncode == 7
   assert proc.stderr.splitlines() == ["2024-01-01 00:00:00.2: E y.cc:2] a real error",
                                       "python line", "last words"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM, signal.SIGINT])
+def test_native_filter_outlives_a_stop_signal_sent_to_the_whole_process_group(signum):
+  # Ctrl-C, `scancel --signal` and Slurm's `--signal` reach every process of the group or job
+  # step, the filter included. Seen under Slurm with SIGUSR1: the filter died, the job's last lines
+  # were lost and it exited 1 instead of 75.
+  program = textwrap.dedent("""
+      import os, signal, sys, time
+      sys.path.insert(0, %r)
+      from utils.runtime import cli
+      signal.signal(%d, lambda *_: None)
+      cli.filter_native_stderr()
+      os.write(2, b"before\\n")
+      os.killpg(0, %d)
+      time.sleep(0.5)
+      os.write(2, b"after the signal\\n")
+      sys.exit(75)
+  """ % (REPO_ROOT, signum, signum))
+  proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                        timeout=60, start_new_session=True)
+  assert proc.returncode == 75, proc.stderr
+  assert proc.stderr.splitlines() == ["before", "after the signal"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ instead of `app.run(main)`. `run_main` runs `main` under absl's `app.run` and ad
 import atexit
 import logging as std_logging
 import os
+import signal
 import subprocess
 import sys
 
@@ -34,6 +35,7 @@ from absl import app
 from absl import flags
 
 from utils.core import errors
+from utils.runtime import stop_signals
 
 # TensorFlow's native log threshold in quiet mode: 1 drops INFO, keeps warnings and errors.
 QUIET_NATIVE_LOG_LEVEL = "1"
@@ -57,9 +59,7 @@ flags.DEFINE_bool("verbose", False,
 # stdout; ends at end of input. It ignores SIGINT / SIGTERM, so a process killed by either still
 # gets its last lines (a traceback) printed: the filter ends when the last writer closes the pipe.
 _LINE_FILTER_PROGRAM = r"""
-import signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
+import sys
 dropped = [a.encode() for a in sys.argv[1:]]
 out = sys.stdout.buffer
 for line in sys.stdin.buffer:
@@ -157,7 +157,12 @@ def filter_native_stderr(dropped_lines=BENIGN_NATIVE_LINES, executable=sys.execu
   Native libraries write to the descriptor directly, so only a filter on it can drop their lines.
   The filter is a separate process, so a crash of this one (a fatal native error) loses nothing:
   the filter prints what was written and ends when every writer has closed the pipe. At exit the
-  original stderr is put back and the filter is given a moment to print its last lines.
+  original stderr is put back and the filter is given a moment to print its last lines. The filter
+  ignores the stop signals (`stop_signals.STOP_SIGNALS`) from its first instruction on (ignored
+  dispositions survive exec): they reach it beside the job whenever they go to a process group or
+  a whole job step (Ctrl-C in a terminal, `scancel --signal`, Slurm's `--signal`), and a filter
+  ended by one would take the stop's own lines with it and leave the job writing into a closed
+  pipe (exit 1 instead of the stop's 75).
 
   Args:
     dropped_lines: lines containing any of these strings are not printed.
@@ -169,8 +174,15 @@ def filter_native_stderr(dropped_lines=BENIGN_NATIVE_LINES, executable=sys.execu
   sys.stderr.flush()
   read_end, write_end = os.pipe()
   original = os.dup(2)
-  proc = subprocess.Popen([executable, "-S", "-c", _LINE_FILTER_PROGRAM] + list(dropped_lines),
-                          stdin=read_end, stdout=original, stderr=original, close_fds=True)
+  # Ignored while the filter starts (main thread; the job's own handlers come later).
+  previous = {signum: signal.signal(signum, signal.SIG_IGN)
+              for signum in stop_signals.STOP_SIGNALS}
+  try:
+    proc = subprocess.Popen([executable, "-S", "-c", _LINE_FILTER_PROGRAM] + list(dropped_lines),
+                            stdin=read_end, stdout=original, stderr=original, close_fds=True)
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
   os.close(read_end)
   os.dup2(write_end, 2)
   os.close(write_end)
