@@ -4,19 +4,21 @@
 #
 #   scripts/run_pretraining_lamb.sh --config bert_configs/base.json \
 #       --phase1_data /data/seq128 --phase2_data /data/seq512 --output_dir /results \
-#       --np 8 --hosts node1:4,node2:4 [--launcher horovodrun|mpirun|none] [--dry_run]
+#       --np 8 --hosts node1:4,node2:4 [--launcher horovodrun|mpirun|srun|none] [--dry_run]
 #
 # Every option has a default (NVIDIA's recipe, scaled per worker) and `--help` lists them. Batch
 # sizes and learning rates are PER WORKER: the global batch is batch x accumulation x workers and
 # run_pretraining.py multiplies the learning rate by the number of workers. The python and the
 # horovodrun are the project's environment's (scripts/env.sh) unless --python / --horovodrun name
 # others; mpirun is the one on PATH unless --mpirun names one. The launcher says which it uses.
+# `--launcher srun` runs inside a Slurm allocation (scripts/slurm/pretrain.sbatch): srun starts the
+# --np workers itself, wired to MPI through --srun_mpi (pmix by default).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 declare -A opt=(
-  [python]="" [horovodrun]="" [mpirun]=mpirun [config]="$here/bert_configs/base.json" [output_dir]="$here/output/pretraining"
+  [python]="" [horovodrun]="" [mpirun]=mpirun [srun_mpi]=pmix [config]="$here/bert_configs/base.json" [output_dir]="$here/output/pretraining"
   [phase1_data]="" [phase2_data]="" [eval_data]="" [launcher]=horovodrun [np]=1 [hosts]=""
   [precision]=fp32 [xla]=false [phases]=1,2 [optimizer]=lamb
   [phase1_seq]=128 [phase1_pred]=20 [phase1_batch]=64 [phase1_accum]=128 [phase1_lr]=7.5e-4
@@ -116,8 +118,16 @@ case "${opt[launcher]}" in
     [ -n "${opt[hosts]}" ] && launch+=(-H "${opt[hosts]}")
     [ "$(id -u)" = 0 ] && launch+=(--allow-run-as-root)
     horovod=(--horovod) ;;
+  srun)
+    launcher_path="$(resolve srun launcher)"
+    [ -n "${SLURM_JOB_ID:-}" ] \
+      || { echo "$0: --launcher srun runs inside a Slurm allocation (sbatch or salloc)" >&2; exit 2; }
+    # A worker's non-zero exit leaves the others to end themselves (a graceful stop exits 75 on
+    # every worker after one checkpoint; srun killing the rest at the first 75 would cut it short).
+    launch=(srun --mpi="${opt[srun_mpi]}" --ntasks="${opt[np]}" --kill-on-bad-exit=0)
+    horovod=(--horovod) ;;
   none) horovod=() ;;
-  *) echo "$0: --launcher must be horovodrun, mpirun or none, got ${opt[launcher]}" >&2; exit 2 ;;
+  *) echo "$0: --launcher must be horovodrun, mpirun, srun or none, got ${opt[launcher]}" >&2; exit 2 ;;
 esac
 
 echo "using python ${opt[python]}${launcher_path:+, launcher $launcher_path}" >&2

@@ -47,23 +47,29 @@ class ClusterError(RuntimeError):
   """The cluster could not be built or torn down; the message names the step."""
 
 
-def missing_packages():
-  """Debian packages the cluster needs that are not installed (sorted, no duplicates)."""
-  return sorted({package for path, package in PACKAGES.items() if not os.path.exists(path)})
+def missing_packages(packages=None):
+  """Debian packages of `packages` (program path -> package; default: the cluster's) that are not
+  installed (sorted, no duplicates)."""
+  packages = PACKAGES if packages is None else packages
+  return sorted({package for path, package in packages.items() if not os.path.exists(path)})
 
 
-def install_packages(log=sys.stderr):
+def install_packages(log=sys.stderr, packages=None):
   """Installs the missing packages with apt-get (as scripts/env.sh installs OpenMPI).
+
+  Args:
+    log: where the one line saying what is installed goes.
+    packages: dict program path -> Debian package (default: the 2-host cluster's `PACKAGES`).
 
   Raises:
     ClusterError: when packages are missing and cannot be installed (not root, no apt-get, or
       apt-get failed).
   """
-  missing = missing_packages()
+  missing = missing_packages(packages)
   if not missing:
     return
   if os.geteuid() != 0 or not shutil.which("apt-get"):
-    raise ClusterError("the 2-host cluster needs the Debian packages %s: install them as root"
+    raise ClusterError("the test cluster needs the Debian packages %s: install them as root"
                        % " ".join(missing))
   print("[cluster] installing Debian packages %s" % " ".join(missing), file=log, flush=True)
   env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -328,7 +334,7 @@ class Cluster(object):
     found = ["network namespace %s" % n for n in self.namespaces.values()
              if n in self._existing_namespaces()]
     for pid in _all_pids():
-      cmdline = _read("/proc/%d/cmdline" % pid).replace("\0", " ")
+      cmdline = command_line(pid)
       if self.work_dir in cmdline:
         found.append("process %d: %s" % (pid, cmdline.strip()))
     for line in _read("/proc/self/mountinfo").splitlines():
@@ -341,6 +347,11 @@ class Cluster(object):
 
 def _all_pids():
   return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def command_line(pid):
+  """The command line of process `pid`, arguments joined by spaces ("" once it has ended)."""
+  return _read("/proc/%d/cmdline" % pid).replace("\0", " ").strip()
 
 
 def _read(path):
