@@ -4,10 +4,12 @@ directory."""
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -33,6 +35,67 @@ def test_make_directory_creates_parents_and_names_a_file_in_the_way(tmp_path):
     output_lock.make_directory(str(regular / "run"), flag="--out")
   with pytest.raises(ValueError, match="results.txt"):
     output_lock.make_directory(str(regular))
+
+
+def test_directory_problem_names_what_keeps_a_path_from_being_a_directory_creating_nothing(
+    tmp_path):
+  assert output_lock.directory_problem(str(tmp_path)) is None
+  assert output_lock.directory_problem(str(tmp_path / "new" / "deeper")) is None
+  regular = tmp_path / "results.txt"
+  regular.write_text("not a directory")
+  fifo = tmp_path / "pipe"
+  os.mkfifo(fifo)
+  for path, culprit, kind in [(regular, regular, "a regular file"),
+                              (regular / "run" / "deeper", regular, "a regular file"),
+                              (fifo / "run", fifo, "a special file")]:
+    assert output_lock.directory_problem(str(path)) == "%s is %s, not a directory" % (culprit,
+                                                                                      kind)
+  assert output_lock.directory_problem("gs://bucket/run") is None  # its file system tells
+  assert sorted(os.listdir(tmp_path)) == ["pipe", "results.txt"]
+
+
+def _as_unprivileged_user(function):
+  """function() in a forked child that runs as user and group nobody when this process is root
+  (root may write into any directory), as this process otherwise; returns its result."""
+  read_end, write_end = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # the child: never returns to pytest
+    status = 1
+    try:
+      if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+      os.write(write_end, json.dumps(function()).encode())
+      status = 0
+    finally:
+      os._exit(status)  # pylint: disable=protected-access
+  os.close(write_end)
+  with os.fdopen(read_end) as reader:
+    result = reader.read()
+  _, status = os.waitpid(pid, 0)
+  assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+  return json.loads(result)
+
+
+NOBODY = 65534
+
+
+def test_directory_problem_names_a_directory_that_is_not_writable():
+  # Under a directory everyone may enter (pytest's own may be root's alone).
+  root = tempfile.mkdtemp(prefix="output-lock-")
+  try:
+    os.chmod(root, 0o755)
+    locked, open_dir = os.path.join(root, "locked"), os.path.join(root, "open")
+    os.mkdir(locked, 0o555)
+    os.mkdir(open_dir)
+    os.chmod(locked, 0o555)
+    os.chmod(open_dir, 0o777)
+    problems = _as_unprivileged_user(lambda: [output_lock.directory_problem(path) for path in (
+        locked, os.path.join(locked, "run"), open_dir, os.path.join(open_dir, "run"))])
+    assert problems == ["%s is not writable" % locked] * 2 + [None, None]
+  finally:
+    shutil.rmtree(root)
 
 
 def test_a_held_lock_refuses_a_second_holder_naming_the_first(tmp_path):

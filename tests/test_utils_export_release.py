@@ -1,8 +1,9 @@
 """utils/export_release.py, the command line `python -m utils.export_release`, through its `main`
 in process: a release bundle and a transformers directory (and back) from a checkpoint written
 here, the casing warning, and the usage errors: every bad flag combination and bad input ends with
-status 2 and one line naming the flag or file, and writes nothing. The end-to-end runs of the
-command (and transformers loading its output) are tests/test_checkpoints*.py's."""
+status 2 and one line naming the flag or file, and writes nothing; an --output_dir that cannot be
+a directory is refused so by the command itself too, before any work. The end-to-end runs of the
+command that export (and transformers loading its output) are tests/test_checkpoints*.py's."""
 
 import json
 import os
@@ -379,3 +380,65 @@ def test_verbose_adds_the_traceback_before_the_error_line(source, tmp_path, caps
   verbose = capsys.readouterr().err
   assert verbose.startswith("Traceback (most recent call last)")
   assert verbose.splitlines()[-1] == quiet.strip()
+
+
+@pytest.fixture(scope="module")
+def hf_export(source, tmp_path_factory):
+  """A transformers directory of `source`'s checkpoint (the input of --from_huggingface)."""
+  hf_dir = tmp_path_factory.mktemp("hf_export") / "hf"
+  assert export_release.main(["--format=huggingface", "--checkpoint=%s" % source["prefix"],
+                              "--bert_config_file=%s" % source["config"],
+                              "--vocab_file=%s" % source["vocab"],
+                              "--output_dir=%s" % hf_dir]) == 0
+  return str(hf_dir)
+
+
+def _inputs_of(mode, source, hf_export):
+  """Input flags that export (or import) successfully in `mode`: a format or from_huggingface."""
+  if mode == "from_huggingface":
+    return ["--from_huggingface=%s" % hf_export]
+  return ["--format=%s" % mode, "--checkpoint=%s" % source["prefix"],
+          "--bert_config_file=%s" % source["config"], "--vocab_file=%s" % source["vocab"]]
+
+
+def _unusable_output_dir(tmp_path, where):
+  """(--output_dir, the regular file that keeps it from being a directory) under `tmp_path`."""
+  regular = tmp_path / "results"
+  regular.write_text("the user's file")
+  return (regular / "sub" if where == "under a file" else regular), regular
+
+
+@pytest.mark.parametrize("where", ["under a file", "a file"])
+@pytest.mark.parametrize("mode", ["release", "huggingface", "saved_model", "from_huggingface"])
+def test_an_output_dir_that_cannot_be_a_directory_is_refused_naming_the_file(
+    source, hf_export, tmp_path, capsys, mode, where):
+  out, regular = _unusable_output_dir(tmp_path, where)
+  status = export_release.main(_inputs_of(mode, source, hf_export) + ["--output_dir=%s" % out])
+  _assert_usage_error(status, capsys.readouterr(), "--output_dir=%s: %s is a regular file, not a "
+                      "directory" % (out, regular))
+  assert os.listdir(tmp_path) == ["results"] and regular.read_text() == "the user's file"
+
+
+def test_the_output_dir_is_checked_before_the_checkpoint_is_read(source, tmp_path, capsys):
+  out, regular = _unusable_output_dir(tmp_path, "under a file")
+  status = export_release.main(["--checkpoint=%s" % (tmp_path / "model.ckpt-9"),
+                                "--bert_config_file=%s" % source["config"],
+                                "--output_dir=%s" % out])
+  # The missing checkpoint would be named had it been looked at first.
+  _assert_usage_error(status, capsys.readouterr(), "--output_dir=%s: %s is a regular file"
+                      % (out, regular))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mode,where", [("from_huggingface", "under a file"),
+                                        ("release", "a file")])
+def test_the_command_refuses_an_unusable_output_dir_with_one_line(source, hf_export, tmp_path,
+                                                                  mode, where):
+  out, regular = _unusable_output_dir(tmp_path, where)
+  proc = helpers.run_python(["-m", "utils.export_release", "--output_dir=%s" % out]
+                            + _inputs_of(mode, source, hf_export), check=False, timeout=120)
+  assert proc.returncode == errors.USAGE_EXIT_CODE, proc.stderr[-3000:]
+  assert proc.stderr.splitlines() == [
+      PROGRAM_ERROR + "--output_dir=%s: %s is a regular file, not a directory" % (out, regular)]
+  assert proc.stdout == ""
+  assert os.listdir(tmp_path) == ["results"] and regular.read_text() == "the user's file"

@@ -16,8 +16,10 @@ bundle that run_pretraining.py --init_checkpoint and the fine-tuning scripts tak
 
 --checkpoint is a checkpoint prefix (.../model.ckpt-1000) or a directory (its newest checkpoint).
 The weights are checked against the model bert_config.json describes. docs/HANDOFF.md has the
-details. Exit code 2 for bad arguments or input, naming the file and the problem; the huggingface,
-saved_model and import outputs are written whole or not at all.
+details. Exit code 2 for bad arguments or input, naming the file and the problem; an --output_dir
+that cannot be a writable directory (a regular file on its way, a directory that is not writable)
+is refused before anything is read. The huggingface, saved_model and import outputs are written
+whole or not at all.
 """
 
 import argparse
@@ -31,6 +33,7 @@ from utils.checkpoints import huggingface
 from utils.checkpoints import release
 from utils.checkpoints import saved_model
 from utils.core import errors
+from utils.runtime import output_lock
 
 FORMATS = ("release", "huggingface", "saved_model")
 
@@ -78,7 +81,17 @@ def _export_saved_model(args):
   return 0
 
 
+def _check_output_dir(output_dir):
+  """Raises errors.UsageError naming --output_dir and why it cannot be written (a regular file
+  on the way, a directory that is not writable); nothing is created."""
+  problem = output_lock.directory_problem(output_dir)
+  errors.require(problem is None, "--output_dir=%s: %s", output_dir, problem)
+
+
 def _run(args):
+  # Before any checkpoint is read: an output that cannot be written fails at once, with its
+  # reason, not after the work with the file system's traceback.
+  _check_output_dir(args.output_dir)
   if args.from_huggingface:
     if args.checkpoint or args.bert_config_file:
       raise errors.UsageError("--from_huggingface takes no --checkpoint or --bert_config_file "

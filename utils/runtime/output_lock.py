@@ -1,4 +1,5 @@
-"""Output directories: created with a clear error, and locked by the job that writes them.
+"""Output directories: created (or checked) with a clear error, and locked by the job that
+writes them.
 
 Two jobs writing one directory interleave their checkpoints, events file and log into one set that
 belongs to neither. The process that writes a directory therefore takes its lock first:
@@ -14,7 +15,10 @@ included), so a lock file whose `flock` is free belongs to a dead process: it is
 a warning naming that process. Remote ("scheme://") directories are not locked (no file locks
 there); `lock_output_dir` logs that and returns an inert lock.
 
-No TensorFlow import at module level: the data generator uses `make_directory` too.
+`make_directory` creates a directory, or fails naming the flag and why (the regular file in the
+way, the directory that is not writable); `directory_problem` tells the same without creating
+anything, for a tool that checks its output directory before any work. No TensorFlow import at
+module level: the data generator uses `make_directory` too.
 """
 
 import atexit
@@ -29,6 +33,7 @@ import time
 from absl import logging
 
 from utils.core import paths
+from utils.runtime import disk_space
 
 LOCK_FILE_NAME = ".output_dir.lock"
 
@@ -61,14 +66,35 @@ def make_directory(path, flag="--output_dir"):
     raise ValueError("%s=%s: not a directory" % (flag, path))
 
 
+def directory_problem(path):
+  """Why `path` cannot be made a directory and written into, found without creating anything.
+
+  Args:
+    path: a directory to write, existing or not. A "scheme://" path is not checked (only its file
+      system can tell, when it is written).
+
+  Returns:
+    None when it can be (it is a writable directory, or its nearest existing parent is one), else
+    the reason, naming the culprit: "<path> is a regular file, not a directory" (the path itself
+    or a parent on the way; "a special file" for a pipe or a device) or "<directory> is not
+    writable".
+  """
+  if paths.is_remote(path):
+    return None
+  nearest = disk_space.existing_ancestor(path)
+  if not os.path.isdir(nearest):
+    return "%s is %s, not a directory" % (nearest, "a regular file" if os.path.isfile(nearest)
+                                          else "a special file")
+  if not os.access(nearest, os.W_OK | os.X_OK):
+    return "%s is not writable" % nearest
+  return None
+
+
 def _reason(error, path):
-  """A short reason for a failed directory creation: the regular file in the way, if any."""
-  if not paths.is_remote(path):
-    parent = os.path.abspath(path)
-    while parent and parent != os.path.dirname(parent):
-      if os.path.exists(parent) and not os.path.isdir(parent):
-        return "%s is a regular file, not a directory" % parent
-      parent = os.path.dirname(parent)
+  """A short reason for a failed directory creation: `directory_problem`'s, else the error's."""
+  problem = directory_problem(path)
+  if problem:
+    return problem
   if isinstance(error, OSError) and error.strerror:
     return error.strerror
   return getattr(error, "message", str(error)).strip().splitlines()[0]
