@@ -31,6 +31,7 @@ pieces are masked together.
 """
 
 import collections
+import functools
 import glob
 import os
 import shutil
@@ -144,16 +145,20 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
 
   The outputs appear under their names only when the whole set is written: every file is written
   as "<name>.partial" (parts of a shared output as "<name>.part-NNNNN.partial"), and all are
-  renamed at the end. A run that fails removes what it wrote; a run killed outright leaves only
-  ".partial" files, which the next run over the same outputs removes first, with the outputs of
-  earlier runs, so it starts clean.
+  renamed at the end. A run that fails removes what it wrote, and the directories it created that
+  stayed empty. A run killed outright (kill -9 included) has its ".partial" files and those
+  directories removed by a cleaner process a moment later (`worker_pool.clean_up_if_killed`);
+  whatever is left all the same (the cleaner killed too), the next run over the same outputs
+  removes first, with the outputs of earlier runs, so it starts clean.
 
   Returns:
     dict output path -> number of records written.
 
   Raises:
-    ValueError: naming the problem (options, vocabulary, an input without any text, an output
-      directory that cannot be created).
+    instances.InputDataError: naming the file and the fix (an input that is not UTF-8, no
+      document in any input).
+    ValueError: naming the problem (options, vocabulary, an output directory that cannot be
+      created).
   """
   validate_options(options)
   tokenizer = load_tokenizer(vocab_file, do_lower_case)
@@ -169,32 +174,15 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
     target = _partial(output if direct else "%s.part-%05d" % (output, index))
     tasks.append((index, path, target, vocab_file, do_lower_case, options))
     parts[output].append(target)
-  _start_clean(output_files)
-
-  start = time.time()
-  counts = [0] * len(input_files)
-  done = 0
+  new_directories = _missing_directories(output_files)
   try:
-    for index, written in _run_tasks(tasks, num_workers):
-      counts[index] = written
-      done += 1
-      elapsed = max(time.time() - start, 1e-9)
-      logging.info("create_pretraining_data: %d/%d files, %d instances, %.0f instances/s",
-                   done, len(input_files), sum(counts), sum(counts) / elapsed)
-    if sum(counts) == 0:
-      raise ValueError("empty corpus: no line of %s has a token" % ", ".join(input_files))
-    if not direct:
-      for output, output_parts in parts.items():
-        _concatenate(output_parts, _partial(output))
-    for output in output_files:  # the whole set is written: publish it
-      paths.rename(_partial(output), output)
+    _start_clean(output_files)
+    with worker_pool.clean_up_if_killed(
+        functools.partial(_clean_up_killed_run, tasks, output_files, new_directories)):
+      counts = _write_outputs(tasks, parts, num_workers)
   except BaseException:
-    # Leave nothing that could pass for a finished output.
-    for task in tasks:
-      paths.remove_if_exists(task[2])
-    for output in output_files:
-      paths.remove_if_exists(_partial(output))
-      paths.remove_if_exists(output)
+    # No empty directory of the run's own making is left behind (one that existed is kept).
+    _remove_empty_directories(new_directories)
     raise
   totals = collections.OrderedDict((output, 0) for output in output_files)
   for index, count in enumerate(counts):
@@ -202,9 +190,90 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
   return totals
 
 
+def _write_outputs(tasks, parts, num_workers):
+  """Runs the tasks, then publishes the outputs (a shared one concatenated from its parts).
+
+  Args:
+    tasks: the `instances.process_file` tasks, in input order.
+    parts: ordered dict output path -> the ".partial" files of its tasks, in input order.
+    num_workers: processes at a time.
+
+  Returns:
+    list: the number of records of each input file.
+
+  Raises:
+    instances.InputDataError: when no input file holds a document; or what a task raised. After
+      any error, nothing written is left (published outputs included).
+  """
+  start = time.time()
+  counts = [0] * len(tasks)
+  done = 0
+  try:
+    for index, written in _run_tasks(tasks, num_workers):
+      counts[index] = written
+      done += 1
+      elapsed = max(time.time() - start, 1e-9)
+      logging.info("create_pretraining_data: %d/%d files, %d instances, %.0f instances/s",
+                   done, len(tasks), sum(counts), sum(counts) / elapsed)
+    if sum(counts) == 0:
+      raise instances.InputDataError(
+          "no documents in the input files %s: no line holds a token (only blank lines, spaces or "
+          "control characters); give text with one sentence per line and a blank line between "
+          "documents" % ", ".join(task[1] for task in tasks))
+    for output, output_parts in parts.items():
+      if output_parts != [_partial(output)]:  # an output shared by several input files
+        _concatenate(output_parts, _partial(output))
+    for output in parts:  # the whole set is written: publish it
+      paths.rename(_partial(output), output)
+  except BaseException:
+    # Leave nothing that could pass for a finished output.
+    _remove_partial_files(tasks, list(parts))
+    for output in parts:
+      paths.remove_if_exists(output)
+    raise
+  return counts
+
+
 def _partial(path):
   """The name `path` is written under until the whole output set is complete."""
   return path + ".partial"
+
+
+def _remove_partial_files(tasks, output_files):
+  """Removes the ".partial" files of a run: each task's and each output's."""
+  for task in tasks:
+    paths.remove_if_exists(task[2])
+  for output in output_files:
+    paths.remove_if_exists(_partial(output))
+
+
+def _clean_up_killed_run(tasks, output_files, new_directories):
+  """What a run killed outright leaves, removed: its ".partial" files, then the directories it
+  created if they stayed empty. Published outputs are kept (the run may have ended its work)."""
+  _remove_partial_files(tasks, output_files)
+  _remove_empty_directories(new_directories)
+
+
+def _missing_directories(output_files):
+  """The local directories that creating the outputs' directories would create, deepest first."""
+  missing = set()
+  for output in output_files:
+    if paths.is_remote(output):
+      continue  # object stores have no empty directories to leave behind
+    directory = os.path.dirname(os.path.abspath(output))
+    while not os.path.lexists(directory):
+      missing.add(directory)
+      directory = os.path.dirname(directory)
+  return sorted(missing, key=len, reverse=True)  # a directory before its parent
+
+
+def _remove_empty_directories(directories):
+  """Removes each of `directories` (deepest first) that is empty; the others are kept."""
+  for directory in directories:
+    try:
+      os.rmdir(directory)
+    except OSError:  # not empty (what another run or the user put there) or already gone
+      pass
 
 
 def _start_clean(output_files):
@@ -239,14 +308,15 @@ def _run_tasks(tasks, num_workers):
   file starts with fresh memory; the tokenizer of each gets its share of the cores.
 
   Raises:
-    ValueError: a task's ValueError (bad input), re-raised with the input file named.
+    instances.InputDataError, ValueError: a task's (bad input), raised again with its message,
+      which names the input file.
     RuntimeError: naming the input file, when its worker fails otherwise or dies (killed, out of
       memory).
   """
   threads = max(1, default_num_workers() // num_workers)
   results = worker_pool.run_tasks(instances.process_file, tasks, num_workers,
                                   describe=lambda task: "input file %s" % task[1],
-                                  passed_errors=(ValueError,),
+                                  passed_errors=(instances.InputDataError, ValueError),
                                   environ={"RAYON_NUM_THREADS": str(threads)})
   for _, result in results:
     yield result
@@ -287,7 +357,13 @@ def define_flags():
   flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
 
 
-def main(_):
+def main(argv):
+  """Runs the generator on the parsed flags (`argv`: the program, then what the flags left).
+
+  Returns:
+    the exit status: None (0) or 2 for bad input data; bad flags raise errors.UsageError (2), a
+    worker that died ends the process with status 1.
+  """
   flag_values = flags.FLAGS
   options = GeneratorOptions(
       max_seq_length=flag_values.max_seq_length,
@@ -308,8 +384,14 @@ def main(_):
     totals = create_pretraining_data(input_files, output_files, flag_values.vocab_file, options,
                                      do_lower_case=flag_values.do_lower_case,
                                      num_workers=flag_values.num_workers)
+  except instances.InputDataError as e:
+    # The input's content, not a flag: one line naming the file and the fix, exit status 2,
+    # without the hint to the flags that a usage error gets.
+    errors.report(os.path.basename(argv[0]), str(e))
+    return errors.USAGE_EXIT_CODE
   except ValueError as e:
-    # Bad flags or input: one line naming the problem, exit status 2.
+    # Bad flags or the files they name: one line naming the problem (and cli's hint to the
+    # flags), exit status 2.
     raise errors.UsageError(str(e))
   except RuntimeError as e:
     # A dead worker: one line naming its file, exit status 1.

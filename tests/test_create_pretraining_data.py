@@ -1,4 +1,6 @@
-"""create_pretraining_data.py: the records, their sampling invariants, determinism and errors.
+"""create_pretraining_data.py: the records, their sampling invariants, determinism and errors, and
+what a failed or killed run leaves behind (nothing: no partial file, no empty directory of its own,
+no process).
 
 Records are read back with protobuf (`tf.train.Example.FromString`), independently of our writer;
 the corpus is tokenised again with `tokenization.FullTokenizer.tokenize` to check where the segments
@@ -8,8 +10,11 @@ come from. Expected counts are computed here with Python's own round().
 import logging
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +22,8 @@ import tensorflow as tf
 
 import create_pretraining_data as cpd
 import tokenization
+from tests import helpers
+from utils.core import errors
 from utils.data import instances
 from utils.data import vocabulary
 
@@ -300,9 +307,10 @@ def test_errors_name_the_problem(corpus, tmp_path):
     generate(inputs, str(no_special), tmp_path / "x")
   blank = tmp_path / "blank.txt"
   blank.write_text("\n\n  \n\x05\n", encoding="utf-8")
-  with pytest.raises(ValueError, match="empty corpus: .*blank.txt"):
+  with pytest.raises(instances.InputDataError,
+                     match="^no documents in the input files .*blank.txt: no line holds a token"):
     generate([str(blank)], vocab_file, tmp_path / "blank_out")
-  assert not os.listdir(str(tmp_path / "blank_out"))
+  assert not os.listdir(str(tmp_path / "blank_out"))  # it existed before: kept
   with pytest.raises(ValueError, match="--output_file lists 2 files but only 1 input"):
     cpd.resolve_output_files("a,b", 1)
   with pytest.raises(ValueError, match="--max_seq_length must be an integer >= 5"):
@@ -311,11 +319,37 @@ def test_errors_name_the_problem(corpus, tmp_path):
     generate(inputs, vocab_file, tmp_path / "y", masked_lm_prob=0.0)
   latin1 = tmp_path / "latin1.txt"
   latin1.write_bytes(b"caf\xe9\n")
-  with pytest.raises(ValueError, match="latin1.txt is not UTF-8"):
+  not_utf8 = r"^%s: not UTF-8 text at byte offset 3 \(line 1\): convert the file to UTF-8$" % (
+      re.escape(str(latin1)))
+  with pytest.raises(instances.InputDataError, match=not_utf8):
     generate([str(latin1)], vocab_file, tmp_path / "z")
-  with pytest.raises(ValueError, match="^input file .*latin1.txt is not UTF-8"):  # from a worker
+  with pytest.raises(instances.InputDataError, match=not_utf8):  # from a worker
     generate([inputs[0], str(latin1)], vocab_file, tmp_path / "z2", num_workers=2)
   assert not os.listdir(str(tmp_path / "z2"))
+
+
+def test_a_failed_run_removes_the_directories_it_created_and_only_those(corpus, tmp_path,
+                                                                         monkeypatch):
+  inputs, vocab_file = corpus
+  latin1 = tmp_path / "latin1.txt"
+  latin1.write_bytes(b"caf\xe9\n")
+  existing = tmp_path / "existing"
+  existing.mkdir()
+  kept = tmp_path / "kept" / "new"  # created by the run, but another file lands in it
+  outputs = [str(tmp_path / "new" / "deeper" / "a.tfrecord"), str(existing / "b.tfrecord"),
+             str(kept / "c.tfrecord")]
+  real_process_file = instances.process_file
+
+  def writes_beside_the_output(task):
+    (kept / "theirs.txt").write_text("not the run's")
+    return real_process_file(task)
+
+  monkeypatch.setattr(instances, "process_file", writes_beside_the_output)
+  with pytest.raises(instances.InputDataError, match="latin1.txt: not UTF-8"):
+    cpd.create_pretraining_data([inputs[0], inputs[1], str(latin1)], outputs, vocab_file,
+                                options(dupe_factor=1), num_workers=2)
+  assert sorted(os.listdir(tmp_path)) == ["existing", "kept", "latin1.txt"]
+  assert os.listdir(existing) == [] and os.listdir(kept) == ["theirs.txt"]
 
 
 @pytest.mark.timeout(120)
@@ -419,3 +453,112 @@ def test_command_line_progress_and_errors(corpus, tmp_path):
                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
   assert missing.returncode == 2 and "/no/vocab.txt" in missing.stderr
   assert "Traceback" not in missing.stderr
+
+
+def _error_lines(stderr):
+  """The lines of a run's stderr that are not absl log records ("I1126 20:27:42.975300 ...")."""
+  return [line for line in stderr.splitlines() if not re.match(r"[IWEF]\d{4} \d\d:", line)]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("problem", ["not UTF-8", "no documents"])
+def test_bad_input_data_is_named_with_its_fix_and_leaves_no_directory(corpus, tmp_path, problem):
+  inputs, vocab_file = corpus
+  if problem == "not UTF-8":
+    data = b"A first line.\n\nThen caf\xe9 au lait.\n"
+    bad = tmp_path / "latin1.txt"
+    offset = data.index(b"\xe9")
+    expected = "%s: not UTF-8 text at byte offset %d (line 3): convert the file to UTF-8" % (
+        bad, offset)
+    input_files = [inputs[0], str(bad)]  # the bad file is read by a worker process
+  else:
+    data = b"\n  \n\t\n\n\x05\n"
+    bad = tmp_path / "blank.txt"
+    expected = ("no documents in the input files %s: no line holds a token (only blank lines, "
+                "spaces or control characters); give text with one sentence per line and a "
+                "blank line between documents" % bad)
+    input_files = [str(bad)]
+  bad.write_bytes(data)
+  out = tmp_path / "out" / "new"
+  proc = helpers.run_python(
+      ["create_pretraining_data.py", "--input_file=%s" % ",".join(input_files),
+       "--output_file=%s" % ",".join(str(out / ("%d.tfrecord" % i))
+                                     for i in range(len(input_files))),
+       "--vocab_file=%s" % vocab_file, "--num_workers=2", "--dupe_factor=1"],
+      check=False, timeout=120)
+  assert proc.returncode == errors.USAGE_EXIT_CODE, proc.stderr[-3000:]
+  # One line naming the file and the fix: no hint to the flags (the flags were right).
+  assert _error_lines(proc.stderr) == ["create_pretraining_data.py: error: " + expected]
+  assert not (tmp_path / "out").exists()  # the run created it, wrote nothing: removed
+
+
+def _process_status(pid):
+  """(state letter, parent pid) of process `pid` from /proc, None when there is none."""
+  try:
+    with open("/proc/%d/stat" % pid) as reader:
+      fields = reader.read().rsplit(")", 1)[1].split()
+  except OSError:
+    return None
+  return fields[0], int(fields[1])
+
+
+def _alive(pid):
+  """Whether process `pid` runs (a zombie has ended: it waits only to be reaped)."""
+  status = _process_status(pid)
+  return status is not None and status[0] != "Z"
+
+
+def _children(pid):
+  """Pids of the live processes whose parent is `pid`."""
+  return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()
+          and _alive(int(entry)) and (_process_status(int(entry)) or ("", 0))[1] == pid]
+
+
+def _command_line(pid):
+  """The command line of process `pid` (bytes, NUL-separated), None when there is none."""
+  try:
+    with open("/proc/%d/cmdline" % pid, "rb") as reader:
+      return reader.read()
+  except OSError:
+    return None
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+def test_a_generator_killed_outright_leaves_no_partial_file_and_no_process(tmp_path):
+  inputs = make_corpus(tmp_path, num_files=8, documents_per_file=150)
+  vocab_file = str(tmp_path / "vocab.txt")
+  vocabulary.build_vocab(inputs, 300, vocab_file, min_frequency=2)
+  out = tmp_path / "out"
+  out.mkdir()
+  outputs = [str(out / ("%d.tfrecord" % i)) for i in range(len(inputs))]
+  stderr_path = tmp_path / "stderr.txt"
+  with open(stderr_path, "w") as stderr:
+    parent = subprocess.Popen(
+        [sys.executable, "create_pretraining_data.py", "--input_file=%s" % ",".join(inputs),
+         "--output_file=%s" % ",".join(outputs), "--vocab_file=%s" % vocab_file,
+         "--max_seq_length=%d" % MAX_SEQ_LENGTH, "--max_predictions_per_seq=%d" % MAX_PREDICTIONS,
+         "--dupe_factor=10", "--num_workers=2"],
+        cwd=REPO_ROOT, stderr=stderr, start_new_session=True)
+  try:
+    deadline = time.time() + 90
+    while not any(name.endswith(".partial") for name in os.listdir(out)):
+      assert parent.poll() is None, "ended before writing:\n" + stderr_path.read_text()[-3000:]
+      assert time.time() < deadline, "no .partial file after 90 s"
+      time.sleep(0.005)
+    run = _children(parent.pid)
+    forks = [pid for pid in run if _command_line(pid) == _command_line(parent.pid)]
+    assert len(forks) >= 2, "expected its worker processes: %s" % run
+    parent.send_signal(signal.SIGKILL)
+    assert parent.wait(timeout=30) == -signal.SIGKILL  # killed mid-run, not ended by itself
+    deadline = time.time() + 10
+    while os.listdir(out) or any(_alive(pid) for pid in run):
+      assert time.time() < deadline, "10 s after kill -9: files %s, processes %s" % (
+          os.listdir(out), [pid for pid in run if _alive(pid)])
+      time.sleep(0.05)
+  finally:
+    try:
+      os.killpg(parent.pid, signal.SIGKILL)  # what is left of the run, should the test fail
+    except ProcessLookupError:
+      pass
+    parent.wait()

@@ -217,9 +217,10 @@ def test_corrupt_record_names_the_file_and_record(data, tmp_path):
   assert time.time() - started < 150
 
 
-def _generator_workers(pid):
-  """The generator's forked workers among the children of `pid` (they run its script; the log
-  filter process of utils/runtime/cli.py, also a child, does not)."""
+def _generator_forks(pid):
+  """The generator's forked processes among the children of `pid`: its workers and its cleaner
+  (they run its script; the log filter process of utils/runtime/cli.py, also a child, does
+  not)."""
   return [child for child in psutil.Process(pid).children()
           if any("create_pretraining_data.py" in part for part in child.cmdline())]
 
@@ -254,14 +255,15 @@ def test_killed_generator_takes_its_workers_along_and_publishes_nothing(tmp_path
                             stderr=subprocess.DEVNULL, start_new_session=True)
   workers = []
   try:
-    _wait_for(lambda: len(_generator_workers(parent.pid)) == 2, parent,
-              "two worker processes", timeout=60)
-    workers = _generator_workers(parent.pid)
+    _wait_for(lambda: len(_generator_forks(parent.pid)) == 3, parent,
+              "two worker processes and the cleaner", timeout=60)
+    workers = _generator_forks(parent.pid)
     parent.send_signal(signal.SIGKILL)
     parent.wait(timeout=30)
-    # The kernel kills the workers as their parent dies (they are gone within milliseconds).
-    # Workers that outlive it finish the file they are on and publish it: about 3 s per file
-    # with this corpus and dupe factor, so 1 s tells the two apart.
+    # The kernel kills the workers as their parent dies (they are gone within milliseconds), and
+    # the cleaner ends once it has removed their .partial files. Workers that outlive it finish
+    # the file they are on and publish it: about 3 s per file with this corpus and dupe factor,
+    # so 1 s tells the two apart.
     alive = _running_after(workers, seconds=1)
   finally:
     helpers.kill_session(parent)
@@ -270,6 +272,7 @@ def test_killed_generator_takes_its_workers_along_and_publishes_nothing(tmp_path
   time.sleep(1)  # anything a surviving worker would publish
   names = os.listdir(str(tmp_path))
   assert not [n for n in names if n.endswith(".tfrecord")], names  # no output looks finished
+  assert not [n for n in names if n.endswith(".partial")], names  # nor half-written ones stay
   # A rerun starts clean: the whole set, no leftovers.
   started = time.time()
   proc = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)

@@ -1,5 +1,5 @@
 """utils/runtime/worker_pool.py: results, errors named by their task, clean ends, death with the
-parent.
+parent, and the cleaner that cleans up after a parent killed outright.
 
 The tasks are small functions of this file; what a worker did is read back from its result (its
 pid, its environment) or from files it writes.
@@ -205,3 +205,65 @@ def test_workers_die_when_the_parent_is_killed(tmp_path):
     if parent.poll() is None:
       parent.kill()
       parent.wait()
+
+
+def test_a_cleaner_does_nothing_while_its_parent_lives_and_ends_with_the_block(tmp_path):
+  marker = tmp_path / "cleaned"
+  clean_up = lambda: marker.write_text("cleaned")  # noqa: E731
+  with worker_pool.clean_up_if_killed(clean_up, poll_seconds=0.01):
+    assert len(children_alive()) == 1  # the cleaner, waiting
+    time.sleep(0.1)
+  with pytest.raises(KeyError):
+    with worker_pool.clean_up_if_killed(clean_up, poll_seconds=0.01):
+      raise KeyError("the parent's own error: it cleans up itself")
+  time.sleep(0.1)
+  assert not marker.exists() and not children_alive()
+
+
+_CLEANED_PARENT_PROGRAM = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, %(repo)r)
+    from utils.runtime import worker_pool
+
+    def clean_up():
+      open(os.path.join(%(directory)r, "cleaned"), "w").close()
+
+    with worker_pool.clean_up_if_killed(clean_up):
+      open(os.path.join(%(directory)r, "started"), "w").close()
+      time.sleep(120)
+    """)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kill", ["kill -9 of the parent", "SIGTERM to the process group"])
+def test_a_cleaner_cleans_up_after_a_killed_parent_and_ends(tmp_path, kill):
+  program = _CLEANED_PARENT_PROGRAM % {"repo": REPO_ROOT, "directory": str(tmp_path)}
+  parent = subprocess.Popen([sys.executable, "-c", program], start_new_session=True)
+  try:
+    deadline = time.time() + 60
+    while not (tmp_path / "started").exists():
+      assert parent.poll() is None, "the parent ended early"
+      assert time.time() < deadline, "the parent did not start"
+      time.sleep(0.05)
+    (cleaner,) = [int(pid) for pid in open("/proc/%d/task/%d/children"
+                                           % (parent.pid, parent.pid)).read().split()]
+    if kill == "kill -9 of the parent":
+      parent.send_signal(signal.SIGKILL)
+      assert parent.wait(timeout=30) == -signal.SIGKILL
+    else:
+      # As a scheduler stops a job: every process of the group gets it, the cleaner too, which
+      # must outlive the parent to clean up after it.
+      os.killpg(parent.pid, signal.SIGTERM)
+      assert parent.wait(timeout=30) == -signal.SIGTERM
+    deadline = time.time() + 10
+    while not (tmp_path / "cleaned").exists() or _state(cleaner) not in (None, "Z"):
+      assert time.time() < deadline, "10 s after the parent died: cleaned %s, cleaner %s" % (
+          (tmp_path / "cleaned").exists(), _state(cleaner))
+      time.sleep(0.05)
+  finally:
+    try:
+      os.killpg(parent.pid, signal.SIGKILL)  # what is left, should the test fail
+    except ProcessLookupError:
+      pass
+    parent.wait()

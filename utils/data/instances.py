@@ -17,6 +17,7 @@ from absl import logging
 import numpy as np
 
 import tokenization
+from utils.core import errors
 from utils.core import paths
 from utils.data import record_encoder
 
@@ -29,6 +30,13 @@ FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions"
 GeneratorOptions = collections.namedtuple("GeneratorOptions", [
     "max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob",
     "dupe_factor", "do_whole_word_mask", "random_seed"])
+
+
+class InputDataError(errors.UsageError):
+  """An input file's content cannot be used (not UTF-8, no text); the message names the file and
+  the fix. A usage error (exit status 2), but of the data, not of a flag: the generator reports it
+  without the hint to its flags."""
+
 
 # A tokenised input file. tokens: int32 [num_tokens]; sentence_starts: int64 [num_sentences + 1]
 # (sentence k is tokens[sentence_starts[k]:sentence_starts[k + 1]]); document_starts: int64
@@ -50,7 +58,7 @@ def read_corpus(input_file, tokenizer):
     `Corpus`.
 
   Raises:
-    ValueError: naming the file when it is not UTF-8 text.
+    InputDataError: naming the file and where, when it is not UTF-8 text.
   """
   text = _read_text(input_file)
   lines = []
@@ -78,13 +86,16 @@ def read_corpus(input_file, tokenizer):
 
 
 def _read_text(path):
-  """The whole text of a UTF-8 file; ValueError naming the file when it is not UTF-8."""
+  """The whole text of a UTF-8 file; InputDataError naming the file, the offset and the line of
+  the first byte that is not UTF-8."""
+  with paths.open_file(path, "rb") as reader:
+    data = reader.read()
   try:
-    with paths.open_file(path, "rb") as reader:
-      data = reader.read()
     return data.decode("utf-8")
   except UnicodeDecodeError as e:
-    raise ValueError("input file %s is not UTF-8 text: %s" % (path, e))
+    line = data.count(b"\n", 0, e.start) + 1
+    raise InputDataError("%s: not UTF-8 text at byte offset %d (line %d): convert the file to "
+                         "UTF-8" % (path, e.start, line)) from e
 
 
 def truncation_counts(length_a, length_b, max_num_tokens):

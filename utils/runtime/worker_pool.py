@@ -21,16 +21,26 @@ Errors, with several workers (the pool stops at the first and ends the other wor
 The function and the tasks reach the workers by fork, not by pickling: a function defined at run
 time (a test's stand-in) runs in the workers as it is. Results go back through a pipe and must
 pickle. Linux only: "fork" and `prctl` (elsewhere workers outlive a parent killed outright).
+
+What the tasks wrote for the parent to finish is the parent's to remove; should the parent die
+outright, a process of `clean_up_if_killed` does it for it:
+
+  with worker_pool.clean_up_if_killed(remove_partial_files):
+    for index, result in worker_pool.run_tasks(...): ...
 """
 
+import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import time
 
 # prctl(2) option: the signal a process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
+# Seconds between two looks of a cleaner process (`clean_up_if_killed`) at its parent.
+PARENT_POLL_SECONDS = 0.1
 
 
 def default_num_workers():
@@ -140,3 +150,43 @@ def run_tasks(function, tasks, num_workers, describe=str, passed_errors=(ValueEr
       process.terminate()
       process.join()
       receiver.close()
+
+
+@contextlib.contextmanager
+def clean_up_if_killed(clean_up, poll_seconds=PARENT_POLL_SECONDS):
+  """Context: should this process die inside the block, however it dies (kill -9 included),
+  `clean_up()` runs right after, in a forked process.
+
+  The workers cannot do it: the kernel kills them with their parent (`die_with_parent`), and the
+  worker of a finished task is gone while its output waits for the parent. The cleaner process
+  polls its parent's pid every `poll_seconds`; it ignores SIGINT and SIGTERM, which reach a whole
+  process group or job at once and must not end it before the process it cleans up after. It is
+  killed when the block ends, however it ends (the parent cleans up after its own errors).
+
+  Args:
+    clean_up: called without arguments in the cleaner (e.g. removes partial outputs); it sees this
+      process's memory as it was when the block started.
+    poll_seconds: seconds between two looks at the parent.
+
+  Yields:
+    None.
+  """
+  context = multiprocessing.get_context("fork")
+  cleaner = context.Process(target=_clean_up_after_parent,
+                            args=(clean_up, os.getpid(), poll_seconds), daemon=True)
+  cleaner.start()
+  try:
+    yield
+  finally:
+    cleaner.kill()
+    cleaner.join()
+
+
+def _clean_up_after_parent(clean_up, parent_pid, poll_seconds):
+  """Body of the cleaner process: runs `clean_up()` once the process `parent_pid` has died (this
+  process was re-parented)."""
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, signal.SIG_IGN)
+  while os.getppid() == parent_pid:
+    time.sleep(poll_seconds)
+  clean_up()
