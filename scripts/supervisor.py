@@ -28,6 +28,7 @@ it is tested without processes.
 """
 
 import collections
+import functools
 import os
 import re
 import shlex
@@ -41,6 +42,7 @@ import time
 import psutil
 
 from utils.core import errors
+from utils.runtime import worker_pool
 
 # The launcher's flags for the number of workers and for the host list, by launcher.
 NP_FLAGS = ("-np", "--num-proc", "-n", "--np")
@@ -66,6 +68,11 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 # training script: a forwarded signal skips them (they would kill the workers a few seconds later).
 LAUNCHER_PROGRAMS = frozenset(["horovodrun", "mpirun", "mpiexec", "orterun", "orted", "prterun",
                                "prted", "ssh", "srun"])
+
+# The signal the launcher gets when the supervisor dies, however it dies (kill -9 included): the
+# launchers pass it to the workers, which stop (gracefully if there is time) and free the output
+# directory's lock, instead of training on unsupervised.
+LAUNCHER_DEATH_SIGNAL = signal.SIGTERM
 
 # What one launch gave: its exit status, the last lines of its output, and whether the
 # supervisor forwarded a signal to it.
@@ -440,7 +447,13 @@ class ProcessLauncher(object):
   them to stop at the same update. With no worker found here (the command names no .py script, or
   runs none on this machine) the launcher gets the signal.
 
-  Call `install_signal_handlers()` once, from the main thread; then `launch` as `supervise` wants.
+  Should the supervisor die itself, however (kill -9, an out-of-memory kill, a scheduler without
+  cgroups ending the job's first process only), the kernel sends the launcher
+  `LAUNCHER_DEATH_SIGNAL`: the launcher ends its workers, which free the output directory's lock,
+  so a supervisor started again on the same directory finds neither an orphan nor a held lock.
+
+  Call `install_signal_handlers()` once, and `launch` only, from the main thread (the death
+  signal is tied to the thread that starts the launcher).
   """
 
   def __init__(self, stream=None, processes=list_processes):
@@ -485,7 +498,10 @@ class ProcessLauncher(object):
       self._script = argv[index] if index is not None else None
       self._proc = proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
+                                           start_new_session=True,
+                                           preexec_fn=functools.partial(
+                                               worker_pool.die_with_parent, os.getpid(),
+                                               LAUNCHER_DEATH_SIGNAL))
     reader = threading.Thread(target=self._copy, args=(proc.stdout, tail), daemon=True)
     reader.start()
     code = proc.wait()

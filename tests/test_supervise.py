@@ -8,6 +8,7 @@ supervisor with status 2 before anything is launched; a job stopped by a signal 
 relaunched.
 """
 
+import fcntl
 import json
 import os
 import re
@@ -218,6 +219,74 @@ def test_sigterm_to_the_supervisor_stops_the_job_gracefully_under_either_launche
     assert job.checkpoint_values(out)["micro_step"] == update * det.ACCUMULATION
     assert "supervise.py: launch 2:" not in text
     assert "status 75 (stopped, checkpoint written; run the same command to resume)" in text
+
+
+def job_processes(out):
+  """The live processes whose command line names the output directory `out` (launcher, workers)."""
+  found = []
+  for process in psutil.process_iter(["cmdline", "status"]):
+    if process.info["status"] != psutil.STATUS_ZOMBIE and any(
+        str(out) in arg for arg in process.info["cmdline"] or ()):
+      found.append(process)
+  return found
+
+
+def lock_is_free(out):
+  """Whether nothing holds the output directory's lock (an flock on `.output_dir.lock`)."""
+  path = out / ".output_dir.lock"
+  if not path.exists():
+    return True
+  with open(path, "a") as lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      return False
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    return True
+
+
+def test_a_killed_supervisor_takes_its_job_with_it_under_either_launcher(data, tmp_path):  # noqa: F811
+  # kill -9 of the supervisor (an operator, the out-of-memory killer, a scheduler without cgroups)
+  # used to leave the launcher, re-parented to PID 1, and its workers training with nobody reading
+  # their output and the output directory locked: the next supervisor got exit 2 "in use".
+  runs = {}
+  for launcher, launch in (("horovodrun", det.LAUNCHERS["gloo"]()),
+                           ("mpirun", det.LAUNCHERS["mpirun"]())):
+    out = tmp_path / launcher
+    cmd = det.command(data, str(out), launch, num_train_steps=100000,
+                      save_checkpoints_steps=1000, horovod=True)
+    runs[launcher] = (out, cmd, det.start(supervised(cmd, "--max_restarts=3"),
+                                          tmp_path / (launcher + ".out")))
+  try:
+    for launcher, (out, _, (_, _, proc)) in runs.items():
+      det._wait_for_step(out / "bert_dllog.json", proc, 2)  # pylint: disable=protected-access
+      assert len(job_processes(out)) >= 3, launcher  # the launcher and two workers
+    killed = time.time()
+    for _, (_, _, (_, _, proc)) in runs.items():
+      proc.send_signal(signal.SIGKILL)
+    left = {}
+    for launcher, (out, _, _) in runs.items():
+      deadline = killed + 30
+      while job_processes(out) and time.time() < deadline:
+        time.sleep(0.2)
+      left[launcher] = [(p.pid, " ".join(p.cmdline()[:3])) for p in job_processes(out)]
+    ended_after = time.time() - killed
+  finally:
+    for _, (out, _, (_, _, proc)) in runs.items():
+      helpers.kill_session(proc)
+      for process in job_processes(out):
+        process.kill()
+  assert left == {"horovodrun": [], "mpirun": []}, left
+  for launcher, (out, _, _) in runs.items():
+    assert lock_is_free(out), launcher
+  # A supervisor started again on the same directory runs the job (here: resumes and stops at
+  # once, as the first update is the last), instead of "in use" from an orphan's lock.
+  out, cmd, _ = runs["horovodrun"]
+  again = subprocess.run(supervised(cmd + ["--num_train_steps=1"], "--max_restarts=0"),
+                         capture_output=True, text=True, timeout=300)
+  assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-2000:]
+  assert "in use" not in again.stderr
+  print("supervisor killed: launchers and workers gone after %.1f s" % ended_after)
 
 
 def test_processes_a_killed_launcher_leaves_behind_are_ended(tmp_path):

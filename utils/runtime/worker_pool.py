@@ -39,6 +39,11 @@ import time
 
 # prctl(2) option: the signal a process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
+try:
+  # Looked up at import, not after a fork (no dynamic loading between fork and exec).
+  _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+  _prctl = None
 # Seconds between two looks of a cleaner process (`clean_up_if_killed`) at its parent.
 PARENT_POLL_SECONDS = 0.1
 
@@ -51,23 +56,26 @@ def default_num_workers():
     return os.cpu_count() or 1
 
 
-def die_with_parent(parent_pid):
-  """Makes the kernel kill this (forked) process when its parent dies, even by kill -9.
+def die_with_parent(parent_pid, signum=signal.SIGKILL):
+  """Has the kernel send `signum` to this (forked) process when its parent dies, even by kill -9.
+
+  Also fit for `subprocess.Popen`'s `preexec_fn` (it loads nothing between fork and exec). The
+  signal comes when the parent's thread that forked ends: fork from a thread that lives as long as
+  the parent (the main one).
 
   Args:
     parent_pid: the pid of the parent, read before the fork; when the parent has already died
       (this process was re-parented), this process exits at once with status 1.
+    signum: the signal (SIGKILL: ends at once; SIGTERM lets a launcher end what it started).
 
   Returns:
     True when the death signal is set, False where prctl is missing (not Linux).
   """
-  try:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-  except (OSError, AttributeError):  # not Linux
+  if _prctl is None:
     return False
+  _prctl(_PR_SET_PDEATHSIG, int(signum))
   if os.getppid() != parent_pid:  # the parent died before prctl took effect
-    os._exit(1)
+    os._exit(1)  # pylint: disable=protected-access
   return True
 
 
