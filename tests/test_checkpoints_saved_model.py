@@ -189,6 +189,9 @@ def test_encoder_saved_model_of_the_export_command(files, tmp_path):
               "--checkpoint=%s" % checkpoint, "--bert_config_file=%s" % files["config"],
               "--output_dir=%s" % export])
   assert "exported the encoder" in proc.stdout
+  # The command's own lines only: TensorFlow's deprecation warnings of the SavedModel builder
+  # stay behind --verbose.
+  assert proc.stderr == "", proc.stderr[-3000:]
   batch = helpers.random_batch(rng, 3, 20, bert_config.vocab_size, 2)
   features = {name: batch[name] for name in ("input_ids", "input_mask", "segment_ids")}
   served = serve(export, features, tmp_path)

@@ -27,7 +27,7 @@ import sys
 
 # Before TensorFlow loads: its native start-up INFO lines are left out unless --verbose is given
 # or TF_CPP_MIN_LOG_LEVEL is set (`utils/runtime/cli.py`).
-from utils.runtime import cli  # noqa: F401  pylint: disable=g-bad-import-order,unused-import
+from utils.runtime import cli  # pylint: disable=g-bad-import-order
 from utils.checkpoints import contents as ckpt
 from utils.checkpoints import huggingface
 from utils.checkpoints import release
@@ -143,6 +143,9 @@ def main(argv=None):
                       help="with --from_huggingface: initialise a missing pooler or pretraining "
                            "head afresh (and drop another head's weights) instead of refusing")
   args = parser.parse_args(argv)
+  # TensorFlow's Python warnings (the SavedModel builder's deprecation notices) only with
+  # --verbose: the command's output is its own lines.
+  cli.configure_python_logging(args.verbose)
   return errors.run_reporting_errors("export_release", _run, args, verbose=args.verbose)
 
 
