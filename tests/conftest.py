@@ -23,7 +23,9 @@ tf.compat.v1.disable_eager_execution()
 # pytest-xdist's two workers (`make test`) the longest ones then overlap with everything else
 # instead of ending the run alone.
 SLOWEST_FIRST = (
-    "tests/cluster",  # the 2-host cluster's three modules: one group, one worker (188 s)
+    # The 2-host cluster's modules, Slurm's included: one group, one worker (188 s before Slurm's
+    # module, which took 266 s alone, half of it waiting for Slurm's timers).
+    "tests/cluster",
     "tests/test_run_pretraining_deterministic.py",  # 188 s
     "tests/test_run_pretraining.py",  # 169 s
     "tests/test_doc_commands.py",  # 151 s
