@@ -183,11 +183,13 @@ def test_sigterm_to_the_supervisor_goes_to_the_job_and_ends_supervision(tmp_path
   assert counter.read_text().split() == ["x"]
 
 
-def test_sigterm_to_the_supervisor_stops_the_job_gracefully_under_either_launcher(
-    data, tmp_path):  # noqa: F811
-  # Signalled themselves, horovodrun and mpirun SIGKILL the workers 5 s and 1 s after passing
-  # SIGTERM on; the supervisor signals the workers instead, which stop at one update and save it.
-  # A 2-worker job under each launcher, both at once.
+def start_supervised_jobs_under_either_launcher(data, tmp_path):  # noqa: F811
+  """A supervised 2-worker job that trains until stopped, under horovodrun --gloo and under mpirun,
+  both started at once.
+
+  Returns:
+    {launcher: (output dir, the launcher command, `det.start`'s (cmd, output file, Popen))}.
+  """
   runs = {}
   # (mpirun yields while it waits: with 4 workers on the cores a polling rank starves the others.)
   for launcher, launch in (("horovodrun", det.LAUNCHERS["gloo"]()),
@@ -195,8 +197,18 @@ def test_sigterm_to_the_supervisor_stops_the_job_gracefully_under_either_launche
     out = tmp_path / launcher
     cmd = det.command(data, str(out), launch, num_train_steps=100000,
                       save_checkpoints_steps=1000, horovod=True)
-    runs[launcher] = (out, det.start(supervised(cmd, "--max_restarts=3"),
-                                     tmp_path / (launcher + ".out")))
+    runs[launcher] = (out, cmd, det.start(supervised(cmd, "--max_restarts=3"),
+                                          tmp_path / (launcher + ".out")))
+  return runs
+
+
+def test_sigterm_to_the_supervisor_stops_the_job_gracefully_under_either_launcher(
+    data, tmp_path):  # noqa: F811
+  # Signalled themselves, horovodrun and mpirun SIGKILL the workers 5 s and 1 s after passing
+  # SIGTERM on; the supervisor signals the workers instead, which stop at one update and save it.
+  # A 2-worker job under each launcher, both at once.
+  runs = {launcher: (out, started) for launcher, (out, _, started)
+          in start_supervised_jobs_under_either_launcher(data, tmp_path).items()}
   codes = {}
   try:
     for launcher, (out, (_, _, proc)) in runs.items():
@@ -249,14 +261,7 @@ def test_a_killed_supervisor_takes_its_job_with_it_under_either_launcher(data, t
   # kill -9 of the supervisor (an operator, the out-of-memory killer, a scheduler without cgroups)
   # used to leave the launcher, re-parented to PID 1, and its workers training with nobody reading
   # their output and the output directory locked: the next supervisor got exit 2 "in use".
-  runs = {}
-  for launcher, launch in (("horovodrun", det.LAUNCHERS["gloo"]()),
-                           ("mpirun", det.LAUNCHERS["mpirun"]())):
-    out = tmp_path / launcher
-    cmd = det.command(data, str(out), launch, num_train_steps=100000,
-                      save_checkpoints_steps=1000, horovod=True)
-    runs[launcher] = (out, cmd, det.start(supervised(cmd, "--max_restarts=3"),
-                                          tmp_path / (launcher + ".out")))
+  runs = start_supervised_jobs_under_either_launcher(data, tmp_path)
   try:
     for launcher, (out, _, (_, _, proc)) in runs.items():
       det._wait_for_step(out / "bert_dllog.json", proc, 2)  # pylint: disable=protected-access

@@ -393,14 +393,21 @@ Host {hosts}
 """
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(
-      description="Start the 2-host cluster, run a command on hostA, tear the cluster down.")
+def command_arguments(description, argv=None):
+  """The arguments of a command that runs one command on a test cluster (`command`, `timeout`);
+  from then on SIGTERM exits through Python, so `with` blocks still tear the cluster down."""
+  parser = argparse.ArgumentParser(description=description)
   parser.add_argument("command", nargs="+", help="the command (after --)")
   parser.add_argument("--timeout", type=float, default=3600, help="seconds the command may run")
   args = parser.parse_args(argv)
   # An outer `timeout` (SIGTERM) must still tear the cluster down: exit through the `with`.
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+  return args
+
+
+def main(argv=None):
+  args = command_arguments(
+      "Start the 2-host cluster, run a command on hostA, tear the cluster down.", argv)
   install_packages()
   with Cluster() as cluster:
     print("[cluster] hosts %s at %s, interface %s, node-local dir %s" % (

@@ -18,7 +18,6 @@ cluster installs openssh-server).
 `stop()` ends the daemons and everything the 2-host cluster's `stop()` ends.
 """
 
-import argparse
 import os
 import re
 import signal
@@ -315,12 +314,8 @@ def parse_scontrol(text):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(
-      description="Start the 2-host cluster and Slurm on it, run a command on hostA, tear down.")
-  parser.add_argument("command", nargs="+", help="the command (after --)")
-  parser.add_argument("--timeout", type=float, default=3600, help="seconds the command may run")
-  args = parser.parse_args(argv)
-  signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+  args = cluster_lib.command_arguments(
+      "Start the 2-host cluster and Slurm on it, run a command on hostA, tear down.", argv)
   cluster_lib.install_packages()
   install_packages()
   with cluster_lib.Cluster() as cluster:
