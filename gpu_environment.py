@@ -7,9 +7,9 @@ Small pieces the model and the training script need for reduced precision and ac
   cast of it when the model asks for one (the fp16 model does; the bf16 model asks for fp32 and
   casts per product, `modeling.dense_layer`). Checkpoints therefore always hold fp32 values under
   the original names, whatever the compute type.
-* `local_gpu_count()` / `amp_takes_effect(amp)`: the GPUs this process sees, and whether
-  NVIDIA's automatic mixed precision changes anything on them. (Whether the CPU has bf16 units is
-  the process's business: `utils/runtime/cpu.py`.)
+* `local_gpu_count()` / `local_gpu_name(index)` / `amp_takes_effect(amp)`: the GPUs this process
+  sees, the name of one, and whether NVIDIA's automatic mixed precision changes anything on them.
+  (Whether the CPU has bf16 units is the process's business: `utils/runtime/cpu.py`.)
 * `pin_to_local_gpu(session_config, local_rank)`: makes a process see only the GPU of its local
   rank, the usual one-process-per-GPU Horovod layout. On a machine without GPUs it changes nothing.
 """
@@ -66,6 +66,24 @@ def get_custom_getter(compute_type):
 def local_gpu_count():
   """Number of GPUs this process can see (0 on a CPU-only machine)."""
   return len(tf.config.list_physical_devices("GPU"))
+
+
+def local_gpu_name(index=0):
+  """The name of a GPU this process sees, for messages.
+
+  Args:
+    index: which of them: a Horovod worker's local rank (`pin_to_local_gpu` gives it that GPU);
+      out of range, the first.
+
+  Returns:
+    the device's name as its driver reports it (e.g. "NVIDIA A100-SXM4-80GB"), else TensorFlow's
+    ("/physical_device:GPU:0"); None on a machine without GPUs.
+  """
+  gpus = tf.config.list_physical_devices("GPU")
+  if not gpus:
+    return None
+  gpu = gpus[index] if 0 <= index < len(gpus) else gpus[0]
+  return tf.config.experimental.get_device_details(gpu).get("device_name") or gpu.name
 
 
 def amp_takes_effect(amp):

@@ -303,11 +303,38 @@ def parsed_flags(program, args, defaults=None):
       absl_logger.setLevel(level)
 
 
-def job_config(args=()):
-  """The `JobConfig` of the shared flags parsed from the command line `args` (e.g. ["--bf16"])."""
+def job_config(args=(), defaults=None):
+  """The `JobConfig` of the shared flags parsed from the command line `args` (e.g. ["--bf16"]),
+  after a script's `defaults` (flag name -> value)."""
   from utils.training import job_config as job_config_lib  # pylint: disable=import-outside-toplevel
-  with parsed_flags("prog", args):
+  with parsed_flags("prog", args, defaults):
     return job_config_lib.JobConfig.from_flags(flags.FLAGS)
+
+
+def start_lines(output, program):
+  """The lines of a script's output that hold its start line (`lifecycle.start_line`: after the
+  log prefix, "<program>: precision ...")."""
+  return [line for line in output.splitlines() if "] %s: precision " % program in line]
+
+
+def expected_start_line(script, args, num_train_steps, num_warmup_steps, num_workers=1):
+  """The start line an Estimator script prints on this machine (its device and CPU).
+
+  Args:
+    script: the imported script module (its PROGRAM and DEFAULTS; its flags defined).
+    args: the flags it ran with.
+    num_train_steps, num_warmup_steps: the updates it computed.
+    num_workers: the job's workers.
+
+  Returns:
+    str, `lifecycle.start_line` of the command line.
+  """
+  from utils.runtime import cpu  # pylint: disable=import-outside-toplevel
+  from utils.training import lifecycle  # pylint: disable=import-outside-toplevel
+  config = job_config(args, script.DEFAULTS)
+  return lifecycle.start_line(script.PROGRAM, config, num_workers,
+                              lifecycle.compute_device(config.use_tpu, config.tpu_name, 0),
+                              cpu.bf16_units(), num_train_steps, num_warmup_steps)
 
 
 def run_script_in_process(script, args):

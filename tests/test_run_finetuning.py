@@ -60,10 +60,27 @@ def ours(script, values, **kwargs):
 
 
 def all_succeed(commands, timeout=300):
-  """Runs python commands side by side (`run_side_by_side`); raises naming one that failed."""
-  for args, (returncode, stderr) in zip(commands, run_side_by_side(commands, timeout)):
+  """Runs python commands side by side (`run_side_by_side`); raises naming one that failed.
+
+  Returns:
+    their stderr, in order.
+  """
+  results = run_side_by_side(commands, timeout)
+  for args, (returncode, stderr) in zip(commands, results):
     if returncode != 0:
       raise AssertionError("exit %d: %s\n%s" % (returncode, args[:3], stderr[-6000:]))
+  return [stderr for _, stderr in results]
+
+
+def assert_start_line(stderr, script, command, precision, num_train_steps, num_warmup_steps):
+  """The run of `command` (the script's file name, then its flags) printed its start line exactly
+  once, naming `precision` and its flag, with this machine's device and CPU units
+  (tests/test_training_lifecycle.py has the exact strings)."""
+  lines = helpers.start_lines(stderr, script.PROGRAM)
+  assert len(lines) == 1, stderr[-3000:]
+  assert "] %s: precision %s" % (script.PROGRAM, precision) in lines[0], lines[0]
+  assert lines[0].endswith(helpers.expected_start_line(script, command[1:], num_train_steps,
+                                                       num_warmup_steps)), lines[0]
 
 
 def original_and_ours(script, original_values, our_values):
@@ -157,13 +174,13 @@ def test_squad_with_bf16_predicts_like_fp32_and_trains(files, tmp_path):
   values = dict(SQUAD, vocab_file=files["vocab"], bert_config_file=files["config"],
                 init_checkpoint=files["checkpoint"], predict_file=files["squad"][0],
                 do_predict=True, predict_batch_size=4)
-  all_succeed([["run_squad.py"] + flag_list(dict(values, output_dir=tmp_path / "fp32")),
-               ["run_squad.py"] + flag_list(dict(values, output_dir=tmp_path / "bf16",
-                                                 bf16=True)),
-               ["run_squad.py"] + flag_list(dict(
-                   values, output_dir=tmp_path / "bf16_train", bf16=True, do_train=True,
-                   train_file=files["squad"][0], train_batch_size=4, num_train_epochs=1,
-                   learning_rate=2e-3, warmup_proportion=0.0))], timeout=600)
+  commands = [["run_squad.py"] + flag_list(dict(values, output_dir=tmp_path / "fp32")),
+              ["run_squad.py"] + flag_list(dict(values, output_dir=tmp_path / "bf16", bf16=True)),
+              ["run_squad.py"] + flag_list(dict(
+                  values, output_dir=tmp_path / "bf16_train", bf16=True, do_train=True,
+                  train_file=files["squad"][0], train_batch_size=4, num_train_epochs=1,
+                  learning_rate=2e-3, warmup_proportion=0.0))]
+  fp32_err, bf16_err, train_err = all_succeed(commands, timeout=600)
   fp32 = read_json(tmp_path / "fp32" / "nbest_predictions.json")
   bf16 = read_json(tmp_path / "bf16" / "nbest_predictions.json")
   assert list(bf16) == list(fp32)
@@ -186,6 +203,12 @@ def test_squad_with_bf16_predicts_like_fp32_and_trains(files, tmp_path):
   assert not np.array_equal(trained["bert/encoder/layer_0/output/dense/kernel"],
                             initial["bert/encoder/layer_0/output/dense/kernel"])
   assert os.path.exists(tmp_path / "bf16_train" / "predictions.json")
+  # Each run says once what it computes in and why (fp32 by default, bf16 by its flag, with the
+  # CPU's bf16 units), and its sizes: the updates of one epoch.
+  assert_start_line(fp32_err, run_squad, commands[0], "fp32 (default); ", 0, 0)
+  assert_start_line(bf16_err, run_squad, commands[1], "bf16 (--bf16; ", 0, 0)
+  assert_start_line(train_err, run_squad, commands[2], "bf16 (--bf16; ",
+                    int(trained["global_step"]), 0)
 
 
 def test_classifier_eval_and_predictions_equal_the_originals(files, tmp_path):
@@ -218,10 +241,15 @@ def _sentiment_command(files, data_dir, out, **extra):
 def test_fp16_and_bf16_fine_tuning_match_fp32_accuracy_and_updates_are_logged(files, tmp_path):
   data_dir = str(tmp_path / "sentiment")
   finetuning_data.write_sentiment(data_dir, finetuning_data.rng(11), n_train=320, n_dev=200)
-  all_succeed([_sentiment_command(files, data_dir, tmp_path / "fp32"),
-               _sentiment_command(files, data_dir, tmp_path / "fp16", manual_fp16=True),
-               _sentiment_command(files, data_dir, tmp_path / "bf16", bf16=True)],
-              timeout=900)
+  commands = [_sentiment_command(files, data_dir, tmp_path / "fp32"),
+              _sentiment_command(files, data_dir, tmp_path / "fp16", manual_fp16=True),
+              _sentiment_command(files, data_dir, tmp_path / "bf16", bf16=True)]
+  errs = all_succeed(commands, timeout=900)
+  # Each run's start line names its precision and the flag that chose it: 60 updates, 6 of
+  # warmup (below).
+  for err, command, precision in zip(errs, commands, ("fp32 (default); ", "fp16 (--manual_fp16); ",
+                                                      "bf16 (--bf16; ")):
+    assert_start_line(err, run_classifier, command, precision, 60, 6)
   fp32, fp16, bf16 = (
       helpers.read_eval_results(tmp_path / name / "eval_results.txt")["eval_accuracy"]
       for name in ("fp32", "fp16", "bf16"))

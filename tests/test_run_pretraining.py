@@ -243,6 +243,16 @@ def _bf16_warnings(stderr):
   return [l for l in stderr.splitlines() if "without bf16 units" in l]
 
 
+def _assert_start_line(stderr, args, precision, num_train_steps, num_warmup_steps):
+  """The run's output holds its start line exactly once, naming `precision` and its flag, with
+  this machine's device and CPU units (tests/test_training_lifecycle.py has the exact strings)."""
+  lines = helpers.start_lines(stderr, "run_pretraining.py")
+  assert len(lines) == 1, stderr[-3000:]
+  assert "] run_pretraining.py: precision %s" % precision in lines[0], lines[0]
+  assert lines[0].endswith(helpers.expected_start_line(run_pretraining, args, num_train_steps,
+                                                       num_warmup_steps)), lines[0]
+
+
 @pytest.mark.e2e
 def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
   # One record repeated, no dropout: every update sees the same batch; --deterministic_run: the
@@ -250,9 +260,12 @@ def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
   flags = dict(input_files_dir=data["same_dir"], bert_config_file=data["no_dropout_config"],
                do_train=True, deterministic_run=True)
   fp32_out, bf16_out = tmp_path / "fp32", tmp_path / "bf16"
-  _, bf16_err = _precision_runs_side_by_side([
-      common_flags(data, fp32_out, num_train_steps=2, **flags),
-      common_flags(data, bf16_out, num_train_steps=2, bf16=True, **flags)])
+  runs = [common_flags(data, fp32_out, num_train_steps=2, **flags),
+          common_flags(data, bf16_out, num_train_steps=2, bf16=True, **flags)]
+  fp32_err, bf16_err = _precision_runs_side_by_side(runs)
+  # Each run says what it computes in and why, once: fp32 by default, bf16 by its flag.
+  _assert_start_line(fp32_err, runs[0], "fp32 (default); ", 2, 1)
+  _assert_start_line(bf16_err, runs[1], "bf16 (--bf16; ", 2, 1)
   fp32_values, bf16_values = checkpoint_values(fp32_out), checkpoint_values(bf16_out)
   # The same variables under the same names, every float one fp32 (the release's layout).
   assert set(bf16_values) == set(fp32_values)
@@ -279,10 +292,12 @@ def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
     assert not _bf16_warnings(bf16_err), (units, bf16_err[-3000:])
   # Each run resumes in the other precision: the step continues from the checkpoint and the
   # weights (and LAMB slots) move on from it.
-  fp32_err, bf16_err = _precision_runs_side_by_side([
-      common_flags(data, bf16_out, num_train_steps=4, **flags),
-      common_flags(data, fp32_out, num_train_steps=4, bf16=True, **flags)])
+  runs = [common_flags(data, bf16_out, num_train_steps=4, **flags),
+          common_flags(data, fp32_out, num_train_steps=4, bf16=True, **flags)]
+  fp32_err, bf16_err = _precision_runs_side_by_side(runs)
   assert "from step 2 to 4" in fp32_err and "from step 2 to 4" in bf16_err
+  _assert_start_line(fp32_err, runs[0], "fp32 (default); ", 4, 1)
+  _assert_start_line(bf16_err, runs[1], "bf16 (--bf16; ", 4, 1)
   assert not _bf16_warnings(fp32_err)
   for out, before in ((bf16_out, bf16_values), (fp32_out, fp32_values)):
     after = checkpoint_values(out)

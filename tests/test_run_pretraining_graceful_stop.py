@@ -5,12 +5,13 @@ launcher ends the job at one update boundary shared by every worker, with a chec
 update, the message "stopped by <signal> at update N; checkpoint written; run the same command to
 resume" and exit status 75; the same command then continues with the losses of an uninterrupted
 deterministic run. A second signal exits at once (128 + its number), or, once the stop is saved,
-as the stop ends (its line, 75); one before the first update saves nothing.
---save_checkpoints_secs writes checkpoints by time.
+as the stop ends (its line, 75), leaving neither a save's `_temp` files nor the output
+directory's lock; one before the first update saves nothing. --save_checkpoints_secs writes
+checkpoints by time.
 
 The runs use the tiny deterministic configuration of
-tests/test_run_pretraining_deterministic.py; each waits for a logged update before it is
-signalled.
+tests/test_run_pretraining_deterministic.py (one with a large vocabulary where a save must be
+caught in flight); each waits for a logged update before it is signalled.
 """
 
 import json
@@ -31,6 +32,8 @@ from tests import test_run_pretraining_deterministic as det
 from tests import test_run_pretraining as job
 from utils.core import errors
 from utils.runlog import golden
+from utils.runtime import output_lock
+from utils.training import lifecycle
 
 # Long enough that a signal sent after update FIRST_LOGGED lands well before the end.
 UPDATES = 300
@@ -39,6 +42,9 @@ FIRST_LOGGED = 3
 LONG = 100000
 STOP_LINE = re.compile(r"stopped by (SIG\w+) at update (\d+); checkpoint written; run the same "
                        r"command to resume")
+# The vocabulary of the "big_save" configuration: its embedding and the optimizer's moments make
+# a checkpoint of about 140 MB, whose write (about 0.1 s here) can be caught in flight.
+BIG_SAVE_VOCAB = 500000
 
 pytestmark = pytest.mark.e2e
 
@@ -47,8 +53,11 @@ pytestmark = pytest.mark.e2e
 def data(tmp_path_factory):
   root = tmp_path_factory.mktemp("stop")
   path = root / "config.json"
-  path.write_text(json.dumps(dict(det.CONFIG, hidden_act="gelu", hidden_dropout_prob=0.1,
-                                  attention_probs_dropout_prob=0.1, initializer_range=0.02)))
+  values = dict(det.CONFIG, hidden_act="gelu", hidden_dropout_prob=0.1,
+                attention_probs_dropout_prob=0.1, initializer_range=0.02)
+  path.write_text(json.dumps(values))
+  big_save = root / "big_save.json"
+  big_save.write_text(json.dumps(dict(values, vocab_size=BIG_SAVE_VOCAB)))
   train_dir = root / "train"
   train_dir.mkdir()
   rng = np.random.RandomState(7)
@@ -56,7 +65,8 @@ def data(tmp_path_factory):
     helpers.write_batch_records(
         train_dir / ("part-%d.tfrecord" % index),
         helpers.random_batch(rng, 24, det.SEQ, det.CONFIG["vocab_size"], det.PRED))
-  return {"root": root, "configs": {"dropout": str(path)}, "train_dir": str(train_dir)}
+  return {"root": root, "configs": {"dropout": str(path), "big_save": str(big_save)},
+          "train_dir": str(train_dir)}
 
 
 def command(data, out, launcher=(), **overrides):
@@ -80,6 +90,30 @@ def wait_for_text(path, text, proc, timeout=300):
       return
     time.sleep(0.02)
   raise AssertionError("%r never appeared in %s" % (text, path))
+
+
+def wait_for_save_in_flight(out, proc, timeout=300):
+  """Waits until the output directory `out` holds a checkpoint save in flight (polled every
+  millisecond: the save lasts about 0.1 s); returns its `model.ckpt-N_temp` name."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    assert proc.poll() is None, "the run ended before a save was seen in flight"
+    temp = [name for name in os.listdir(out) if name.endswith("_temp")]
+    if temp:
+      return temp[0]
+    time.sleep(0.001)
+  raise AssertionError("no save seen in flight in %s" % out)
+
+
+def wait_for_stop_record(out, proc, timeout=300):
+  """Waits until the run log in `out` has its STOP line: the stop is saved (the line is logged
+  right after `SignalWatcher.stop_saved`)."""
+  log = out / "bert_dllog.json"
+  deadline = time.time() + timeout
+  while not log.exists() or not stop_records(log):
+    assert proc.poll() is None, "the run ended before its STOP line was seen"
+    assert time.time() < deadline, "no STOP line in %s" % log
+    time.sleep(0.002)
 
 
 def finish(started, timeout=400):
@@ -191,6 +225,73 @@ def test_a_second_signal_exits_at_once(data, tmp_path):
   assert "SIGTERM received again during the stop: exiting at once (status 143)" in output
   assert not stop_lines(output) and stop_records(out / "bert_dllog.json") == []
   assert checkpoint_steps(out) == []
+
+
+def test_a_second_signal_during_the_stop_save_leaves_no_temp_files_and_no_lock(data, tmp_path):
+  """The exit at once skips `atexit` and `finally`: the watcher's clean-ups remove the save's
+  `model.ckpt-N_temp/` (while TensorFlow is still writing it) and the output directory's lock,
+  which stayed until a rerun removed them."""
+  out = tmp_path / "out"
+  run = det.start(command(data, out, num_train_steps=LONG, config="big_save"),
+                  tmp_path / "out.out")
+  try:
+    wait_for_update(out / "bert_dllog.json", run[2], 1)
+    run[2].send_signal(signal.SIGTERM)  # the stop: the update in flight, then a checkpoint of it
+    temp = wait_for_save_in_flight(out, run[2])
+    run[2].send_signal(signal.SIGTERM)
+    code, output = finish(run, timeout=120)
+  finally:
+    helpers.kill_session(run[2])
+  assert code == 128 + signal.SIGTERM, output[-4000:]
+  assert "SIGTERM received again during the stop: exiting at once (status 143)" in output
+  assert "clean-up before the exit" not in output, output[-4000:]  # none failed or hung
+  names = sorted(os.listdir(out))
+  assert temp not in names and not [name for name in names if "_temp" in name], names
+  assert output_lock.LOCK_FILE_NAME not in names, names
+  # The signal caught the save in flight: no file of its checkpoint was completed.
+  assert not [name for name in names if name.startswith("model.ckpt-")], names
+  assert stop_records(out / "bert_dllog.json") == []
+
+
+def test_a_second_signal_after_the_stop_is_saved_leaves_no_lock(data, tmp_path):
+  """Once the stop is saved (its STOP line is logged: about 0.1 s after the first signal in this
+  tiny run, which ends about 0.3 s later) a second signal ends the run as the stop does, 75, by
+  the same exit at once: it left the lock behind."""
+  out = tmp_path / "out"
+  run = det.start(command(data, out, num_train_steps=LONG), tmp_path / "out.out")
+  try:
+    wait_for_update(out / "bert_dllog.json", run[2])
+    run[2].send_signal(signal.SIGTERM)
+    wait_for_stop_record(out, run[2])
+    run[2].send_signal(signal.SIGTERM)
+    code, output = finish(run, timeout=60)
+  finally:
+    helpers.kill_session(run[2])
+  assert code == errors.STOP_EXIT_CODE, output[-4000:]
+  last_lines = [line for line in output.splitlines() if line.startswith("run_pretraining.py: ")]
+  assert len(last_lines) == 1 and stop_lines(last_lines[0]), output[-4000:]
+  update = stop_lines(last_lines[0])[0][1]
+  names = os.listdir(out)
+  assert output_lock.LOCK_FILE_NAME not in names, names
+  assert checkpoint_steps(out) == [update]
+  assert not [name for name in names if "_temp" in name], names
+
+
+def test_removing_a_save_in_flight_keeps_every_complete_checkpoint(tmp_path):
+  """Only the `_temp` files go: not the indexed checkpoint, nor a complete one the index does not
+  name yet (a save between its files and the index update: the next run resumes from it)."""
+  out = tmp_path / "out"
+  out.mkdir()
+  complete = ["model.ckpt-4.index", "model.ckpt-4.data-00000-of-00001",
+              "model.ckpt-6.index", "model.ckpt-6.data-00000-of-00001", "checkpoint"]
+  for name in complete:
+    (out / name).write_text("x")
+  (out / "model.ckpt-8_temp").mkdir()
+  (out / "model.ckpt-8_temp" / "part-00000-of-00001.data-00000-of-00001.tempstate1").write_text("x")
+  removed = lifecycle.remove_save_in_flight(str(out))
+  assert [os.path.basename(path) for path in removed] == ["model.ckpt-8_temp"]
+  assert sorted(os.listdir(out)) == sorted(complete)
+  assert lifecycle.remove_save_in_flight(str(out)) == []  # nothing in flight: nothing to do
 
 
 def test_a_signal_after_the_stop_is_saved_ends_the_run_as_the_stop_does(data, tmp_path):

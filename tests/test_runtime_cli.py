@@ -172,7 +172,9 @@ def test_a_short_run_prints_its_own_lines_only(data, tmp_path):
   assert not noise, "\n".join(noise)
   assert not [line for line in lines if "global step (tf.train.get_global_step)" in line]
   # What the user needs: the configuration, one line per logged update, the summaries, the outputs.
-  assert any("global batch: 4 x 2 accumulation x 1 workers = 8" in line for line in lines)
+  assert any("run_pretraining.py: precision fp32 (default); device " in line
+             and "; 1 worker; global batch 8 = 4 x 2 accumulation x 1 worker; " in line
+             for line in lines)
   logged_steps = [int(m.group(1)) for m in
                   (re.match(r"DLL \S+ \S+ - (\d+) throughput_train", line) for line in lines) if m]
   assert logged_steps == [1, 10, 20]

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from utils.runtime import output_lock
 from utils.runtime import stop_signals
 
 
@@ -109,6 +110,79 @@ def test_second_signal_exits_from_the_reader_thread():
     assert threads[0] is not threading.main_thread()
   finally:
     watcher.close()
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_an_exit_at_once_runs_the_clean_ups_first_in_their_order(tmp_path, saved):
+  """A second signal (status 143), or one once the stop is saved (its status, 75): both end the
+  process without `atexit`, so the registered clean-ups run first, in the watcher's thread: here
+  the real output-directory lock, whose file would otherwise stay behind."""
+  lock = output_lock.lock_output_dir(str(tmp_path))
+  lock_file = tmp_path / output_lock.LOCK_FILE_NAME
+  events, threads = [], []
+  watcher = stop_signals.watch_signals(exit_at_once=lambda status: events.append(("exit", status)),
+                                       announce=lambda line: events.append(("line", line)))
+  try:
+    watcher.add_cleanup(lambda: threads.append(threading.current_thread()))
+    watcher.add_cleanup(lambda: events.append(("first", lock_file.exists())))
+    watcher.add_cleanup(lock.release)
+    watcher.add_cleanup(lambda: events.append(("second", lock_file.exists())))
+    os.kill(os.getpid(), signal.SIGTERM)
+    _wait(lambda: watcher.stop_requested)
+    assert [kind for kind, _ in events] == ["line"]  # the first signal cleans nothing
+    if saved:
+      watcher.stop_saved("prog.py: stopped by SIGTERM at update 3; checkpoint written", 75)
+    os.kill(os.getpid(), signal.SIGTERM)
+    _wait(lambda: any(kind == "exit" for kind, _ in events))
+  finally:
+    watcher.close()
+    lock.release()
+  status = 75 if saved else 128 + signal.SIGTERM
+  assert [kind for kind, _ in events] == ["line", "line", "first", "second", "exit"]
+  assert events[2:] == [("first", True), ("second", False), ("exit", status)]
+  assert not lock.held and not lock_file.exists()
+  assert threads and threads[0] is not threading.main_thread()
+
+
+def test_a_failing_clean_up_is_reported_and_the_others_still_run():
+  lines, done, exits = [], [], []
+
+  def failing():
+    raise OSError("device busy")
+
+  watcher = stop_signals.SignalWatcher(stop_signals.StopState(), stop_signals.STOP_SIGNALS,
+                                       exits.append, lines.append)
+  watcher.add_cleanup(failing)
+  watcher.add_cleanup(lambda: done.append(True))
+  watcher.handle(signal.SIGINT)
+  watcher.handle(signal.SIGINT)
+  assert done == [True] and exits == [128 + signal.SIGINT]
+  assert "clean-up before the exit failed: device busy" in lines
+
+
+def test_a_clean_up_that_hangs_does_not_hold_the_exit_up():
+  """A second signal means "now": a clean-up stuck (e.g. on a network file system) gets
+  `cleanup_seconds`, then the process exits without it."""
+  lines, exits, release = [], [], threading.Event()
+  watcher = stop_signals.SignalWatcher(stop_signals.StopState(), stop_signals.STOP_SIGNALS,
+                                       exits.append, lines.append, cleanup_seconds=0.2)
+  watcher.add_cleanup(release.wait)
+  try:
+    watcher.handle(signal.SIGTERM)
+    started = time.monotonic()
+    watcher.handle(signal.SIGTERM)
+    waited = time.monotonic() - started
+  finally:
+    release.set()
+  assert exits == [128 + signal.SIGTERM]
+  assert 0.2 <= waited < 5.0
+  assert "clean-up before the exit still running after 0.2 s: exiting without it" in lines
+
+
+def test_run_cleanups_without_actions_starts_no_thread():
+  before = threading.active_count()
+  assert stop_signals.run_cleanups((), 1.0, lambda line: None)
+  assert threading.active_count() == before
 
 
 def test_watch_signals_refuses_other_threads():

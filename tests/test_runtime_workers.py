@@ -43,10 +43,11 @@ def _lock_owner_pid(directory):
 
 def test_rank_0_creates_and_locks_the_output_dir_and_saves(tmp_path, locks):
   out = str(tmp_path / "a" / "out")
-  directory, saves = workers_lib.worker_output_dir(_workers(), out, False, False)
+  directory, saves, lock = workers_lib.worker_output_dir(_workers(), out, False, False)
   assert (directory, saves) == (out, True)
   assert os.path.isdir(out)
   assert [lock.directory for lock in locks] == [out] and locks[0].held
+  assert lock is locks[0]  # returned: the job releases it on an exit at once (stop signals)
   assert _lock_owner_pid(out) == os.getpid()
   # One job per --output_dir: a second taker of the same directory is refused.
   with pytest.raises(errors.UsageError, match="is in use by another job"):
@@ -56,22 +57,22 @@ def test_rank_0_creates_and_locks_the_output_dir_and_saves(tmp_path, locks):
 @pytest.mark.parametrize("checkpoint_all_workers", [False, True])
 def test_other_ranks_write_their_own_unlocked_directory(tmp_path, locks, checkpoint_all_workers):
   out = str(tmp_path / "out")
-  directory, saves = workers_lib.worker_output_dir(
+  directory, saves, lock = workers_lib.worker_output_dir(
       _workers(rank=2, local_rank=1, local_size=2), out, False, checkpoint_all_workers)
   assert directory == os.path.join(out, "worker_2") and os.path.isdir(directory)
   assert saves is checkpoint_all_workers
-  assert locks == []
+  assert locks == [] and lock is None
   assert os.listdir(directory) == [] and os.listdir(out) == ["worker_2"]
 
 
 def test_node_local_rank_0_of_each_node_writes_and_saves_in_the_output_dir(tmp_path, locks):
   out = str(tmp_path / "out")
   workers = _workers(rank=3, local_rank=0, local_size=3)
-  assert workers_lib.worker_output_dir(workers, out, True, False) == (out, True)
+  assert workers_lib.worker_output_dir(workers, out, True, False) == (out, True, locks[0])
   assert [lock.directory for lock in locks] == [out]
   second = _workers(rank=4, local_rank=1, local_size=3)
   assert workers_lib.worker_output_dir(second, out, True, False) == (
-      os.path.join(out, "worker_4"), False)
+      os.path.join(out, "worker_4"), False, None)
 
 
 def test_an_output_dir_that_cannot_be_made_is_a_usage_error(tmp_path, locks):

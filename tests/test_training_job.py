@@ -53,7 +53,8 @@ def single_worker_job(tmp_path):
   workers = workers_lib.start_workers(False, environ=environ)
   assert workers == workers_lib.Workers(hvd=None, rank=0, size=1, local_rank=0, local_size=1)
   assert environ == {"TF_OVERRIDE_GLOBAL_THREADPOOL": "1"}
-  output_dir, saves = workers_lib.worker_output_dir(workers, str(tmp_path / "out"), False, False)
+  output_dir, saves, _ = workers_lib.worker_output_dir(workers, str(tmp_path / "out"), False,
+                                                       False)
   assert output_dir == str(tmp_path / "out") and saves
   assert tf.io.gfile.isdir(output_dir)
   config = workers_lib.session_config(workers, intra_op_threads=1, inter_op_threads=1)

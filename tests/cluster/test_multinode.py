@@ -294,7 +294,7 @@ def cut_off_phase_1(cluster, data, tmp_path_factory):
 def assert_trained_like_one_process_with_4x_the_batch(run, directory):
   """The 4-rank job `run` (a fixture's dict) saved, at run["step"] in `directory`, the weights of
   one process with batch 4B (run["references"])."""
-  assert "global batch: 2 x 1 accumulation x 4 workers = 8" in run["output"]
+  assert "; 4 workers; global batch 8 = 2 x 1 accumulation x 4 workers; " in run["output"]
   trained = values_at(directory, run["step"])
   assert trained["global_step"] == run["step"]
   expected, wrong = run["references"]

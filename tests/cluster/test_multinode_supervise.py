@@ -140,9 +140,10 @@ def test_the_job_continues_on_host_a_with_the_same_global_batch(lost_host_run):
   assert "--network-interface dropped" in text
   assert "--num_accumulation_steps=2" in launches[1] and "--learning_rate=0.002" in launches[1]
   # The relaunched script's own account of its settings (utils/training/lifecycle.py).
-  assert "global batch: 2 x 1 accumulation x 2 workers = 4" in text
-  assert "global batch: 2 x 2 accumulation x 1 workers = 4" in text
-  assert re.search(r"learning rate: 0\.002 per worker x 1 workers = 0\.002\b", text)
+  assert "; 2 workers; global batch 4 = 2 x 1 accumulation x 2 workers; " in text
+  assert "; 1 worker; global batch 4 = 2 x 2 accumulation x 1 worker; " in text
+  assert "; learning rate 0.002 = 0.001 per worker x 2 workers; " in text
+  assert "; learning rate 0.002 = 0.002 per worker x 1 worker; " in text
   assert "supervise.py: the job finished" in text
   assert multinode.newest_step(run["out"]) == UPDATES
 

@@ -28,6 +28,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 
 from absl import logging
@@ -117,6 +118,9 @@ class OutputDirLock(object):
     self.directory = directory
     self.path = path  # None: an inert lock (remote directory)
     self._fd = fd
+    # `release` may run in a signal watcher's thread (utils/runtime/stop_signals.py) as well as
+    # at exit: one release only, or the second would close whatever file reuses the descriptor.
+    self._releasing = threading.Lock()
     if fd is not None:
       atexit.register(self.release)
 
@@ -125,15 +129,16 @@ class OutputDirLock(object):
     return self._fd is not None
 
   def release(self):
-    """Removes the lock file and drops the lock (idempotent)."""
-    if self._fd is None:
-      return
-    try:
-      os.remove(self.path)  # while still holding the flock: no one can take a half-removed lock
-    except OSError:
-      pass
-    os.close(self._fd)
-    self._fd = None
+    """Removes the lock file and drops the lock (idempotent, from any thread)."""
+    with self._releasing:
+      if self._fd is None:
+        return
+      try:
+        os.remove(self.path)  # while still holding the flock: no one can take a half-removed lock
+      except OSError:
+        pass
+      os.close(self._fd)
+      self._fd = None
     atexit.unregister(self.release)
 
 

@@ -20,6 +20,11 @@ a thread from Python's wakeup file descriptor, so the second one acts at once ev
 thread is inside a long TensorFlow call (a Python signal handler would run only after that call
 returns).
 
+Such an exit skips `atexit` handlers and `finally` blocks (the main thread cannot be unwound from
+inside TensorFlow), so the caller registers what must not be left behind with
+`SignalWatcher.add_cleanup`: the watcher's thread runs those actions just before the exit, for
+at most CLEANUP_SECONDS in all.
+
 `StopState` is the state machine alone (no signals, no threads), for tests and for the watcher.
 """
 
@@ -35,6 +40,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 # What `StopState.on_signal` asks its caller to do.
 STOP = "stop"            # the first signal: finish the update in flight, save, stop
 EXIT_NOW = "exit_now"    # a second signal during the stop: exit at once
+
+# How long the clean-up actions may take before an exit at once goes ahead without them: a second
+# signal means "now", and a scheduler kills soon after it (a stuck network file system must not
+# keep the process alive).
+CLEANUP_SECONDS = 2.0
 
 
 def signal_name(signum):
@@ -123,6 +133,39 @@ def _exit_at_once(status):
   os._exit(status)  # pylint: disable=protected-access
 
 
+def run_cleanups(actions, timeout, announce):
+  """Runs `actions` one after the other, in a thread of their own, waiting at most `timeout`.
+
+  An action that raises is reported and the next one runs: the exit that follows must happen
+  whatever fails. The thread is a daemon, so one still running does not delay the exit.
+
+  Args:
+    actions: functions () -> None.
+    timeout: seconds to wait for all of them.
+    announce: function message -> None, told of an action that failed or did not end in time.
+
+  Returns:
+    True when every action returned (raising or not) within `timeout`.
+  """
+  if not actions:
+    return True
+
+  def run_all():
+    for action in actions:
+      try:
+        action()
+      except Exception as e:  # pylint: disable=broad-except  (reported; the exit goes on)
+        announce("clean-up before the exit failed: %s" % (str(e) or type(e).__name__))
+
+  thread = threading.Thread(target=run_all, name="stop-signals-cleanup", daemon=True)
+  thread.start()
+  thread.join(timeout)
+  if thread.is_alive():
+    announce("clean-up before the exit still running after %g s: exiting without it" % timeout)
+    return False
+  return True
+
+
 class SignalWatcher(object):
   """Installed handlers for STOP_SIGNALS, a wakeup pipe and the thread that reads it.
 
@@ -130,11 +173,13 @@ class SignalWatcher(object):
   signal_name, received_at).
   """
 
-  def __init__(self, state, signals, exit_at_once, announce):
+  def __init__(self, state, signals, exit_at_once, announce, cleanup_seconds=CLEANUP_SECONDS):
     self.state = state
     self._signals = tuple(signals)
     self._exit_at_once = exit_at_once
     self._announce = announce
+    self._cleanup_seconds = cleanup_seconds
+    self._cleanups = ()  # replaced whole by `add_cleanup`: the reader thread sees one tuple
     self._previous_handlers = {}
     self._previous_wakeup_fd = -1
     self._saved_stop = None  # (last line, exit status) once the stop is saved
@@ -177,9 +222,28 @@ class SignalWatcher(object):
     """
     self._saved_stop = (last_line, exit_status)  # one assignment: the reader thread sees both
 
+  def add_cleanup(self, action):
+    """Registers an action to run just before the watcher ends the process at once.
+
+    The actions run in the order they were added, in a thread of the watcher's, while the main
+    thread may still be inside TensorFlow (e.g. writing the checkpoint the action removes): each
+    must be quick and must not take locks the main thread may hold (logging's included). One that
+    fails is reported and skipped; all of them get CLEANUP_SECONDS (`watch_signals`), then the
+    exit goes ahead.
+
+    Args:
+      action: function () -> None.
+    """
+    self._cleanups = self._cleanups + (action,)
+
+  def _exit_now(self, status):
+    """Runs the clean-up actions, then ends the process with `status`."""
+    run_cleanups(self._cleanups, self._cleanup_seconds, self._announce)
+    self._exit_at_once(status)
+
   def handle(self, signum):
     """Acts on `signum` as the watcher does: the first asks for a stop, a second exits now (with
-    the stop's own line and status once the stop is saved)."""
+    the stop's own line and status once the stop is saved), after the clean-up actions."""
     action = self.state.on_signal(signum)
     name = signal_name(signum)
     if action == STOP:
@@ -190,11 +254,11 @@ class SignalWatcher(object):
     if saved_stop is not None:
       last_line, exit_status = saved_stop
       self._announce(last_line)
-      self._exit_at_once(exit_status)
+      self._exit_now(exit_status)
       return
     self._announce("%s received again during the stop: exiting at once (status %d), nothing "
                    "saved" % (name, immediate_exit_code(signum)))
-    self._exit_at_once(immediate_exit_code(signum))
+    self._exit_now(immediate_exit_code(signum))
 
   @property
   def stop_requested(self):
@@ -239,7 +303,7 @@ def _python_level_handler(signum, frame):
 
 
 def watch_signals(signals=STOP_SIGNALS, clock=time.monotonic, exit_at_once=_exit_at_once,
-                  announce=_say):
+                  announce=_say, cleanup_seconds=CLEANUP_SECONDS):
   """Installs a `SignalWatcher` for `signals` (from the main thread).
 
   Args:
@@ -248,6 +312,8 @@ def watch_signals(signals=STOP_SIGNALS, clock=time.monotonic, exit_at_once=_exit
     exit_at_once: function exit status -> None that ends the process (tests inject one that
       records).
     announce: function message -> None, for the lines the watcher prints (stderr by default).
+    cleanup_seconds: how long the clean-up actions (`SignalWatcher.add_cleanup`) may take before
+      an exit at once.
 
   Returns:
     the installed `SignalWatcher`; `close()` restores what was there.
@@ -257,7 +323,7 @@ def watch_signals(signals=STOP_SIGNALS, clock=time.monotonic, exit_at_once=_exit
   """
   if threading.current_thread() is not threading.main_thread():
     raise ValueError("stop signals can only be watched from the main thread")
-  watcher = SignalWatcher(StopState(clock), signals, exit_at_once, announce)
+  watcher = SignalWatcher(StopState(clock), signals, exit_at_once, announce, cleanup_seconds)
   watcher._install()  # pylint: disable=protected-access
   return watcher
 

@@ -1,7 +1,7 @@
 """The workers of a job as one process sees them: Horovod start-up, output directories, threads.
 
   workers = workers_lib.start_workers(use_horovod)    # environment, Horovod, quiet ranks > 0
-  output_dir, saves = workers_lib.worker_output_dir(workers, output_dir, ...)
+  output_dir, saves, lock = workers_lib.worker_output_dir(workers, output_dir, ...)
   config = workers_lib.session_config(workers, ...)   # threads shared by a node's workers
 
 Everything here takes plain arguments; errors in what a user gave are `errors.UsageError`s.
@@ -69,21 +69,23 @@ def worker_output_dir(workers, output_dir, node_local_output_dir, checkpoint_all
     checkpoint_all_workers: every worker saves checkpoints.
 
   Returns:
-    (directory, saves_checkpoints): where this worker writes, and whether it saves checkpoints.
+    (directory, saves_checkpoints, lock): where this worker writes, whether it saves checkpoints,
+    and the `output_lock.OutputDirLock` this process took (None when it writes elsewhere).
   """
   directory = hvd_utils.worker_output_dir(output_dir, workers.rank, workers.local_rank,
                                           node_local_output_dir)
   # The directory (a usage error when it cannot be made), then one job per --output_dir: the
   # process that writes --output_dir holds its lock until it exits.
+  lock = None
   try:
     output_lock.make_directory(directory)
     if directory == output_dir:
-      output_lock.lock_output_dir(output_dir)
+      lock = output_lock.lock_output_dir(output_dir)
   except ValueError as e:
     raise errors.UsageError(str(e))
   saves = checkpoint_all_workers or hvd_utils.saves_checkpoints(
       workers.rank, workers.local_rank, node_local_output_dir)
-  return directory, saves
+  return directory, saves, lock
 
 
 def threads_per_worker(requested, workers_on_node, cores=None):

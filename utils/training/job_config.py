@@ -94,6 +94,11 @@ class JobConfig:
     """Examples per optimizer update over `num_workers` workers."""
     return self.train_batch_size * self.num_accumulation_steps * num_workers
 
+  def job_learning_rate(self, num_workers):
+    """The schedule's peak learning rate over `num_workers` workers: --learning_rate is per worker
+    (NVIDIA's convention), so the job's is that x workers."""
+    return self.learning_rate * num_workers
+
   def check(self, actions):
     """Every rule about the shared flags' values that needs no file access.
 

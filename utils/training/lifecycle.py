@@ -10,7 +10,9 @@ written once, here:
     ...the script's data...
     job = lifecycle.prepare_job(config, PROGRAM, workers, head_fn, bert_config, num_train_steps,
                                 num_warmup_steps, batch_sizes)   # output dir and its lock, run
-                                                                 # log, model_fn, Estimator
+                                                                 # log, the start line (precision,
+                                                                 # device, sizes), model_fn,
+                                                                 # Estimator
     lifecycle.train(config, job, input_fn, num_train_steps)
     job_lib.evaluate(job.estimator, ...) / job_lib.predict(job.estimator, ...)  # rank 0
     job.close()
@@ -34,6 +36,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+import gpu_environment
 import modeling
 import optimization
 from utils.checkpoints import contents as checkpoints_lib
@@ -217,17 +220,20 @@ class Job(object):
     saves_checkpoints: this worker saves checkpoints.
     run_logger: the `dllogger_setup.RunLogger` (writes on rank 0 only).
     log_path: the dllogger log file.
+    output_lock: the `output_lock.OutputDirLock` of --output_dir this process holds, or None.
     model_fn: set by `prepare_job`.
     estimator: set by `prepare_job`.
   """
 
-  def __init__(self, program, workers, output_dir, saves_checkpoints, run_logger, log_path):
+  def __init__(self, program, workers, output_dir, saves_checkpoints, run_logger, log_path,
+               output_lock=None):
     self.program = program
     self.workers = workers
     self.output_dir = output_dir
     self.saves_checkpoints = saves_checkpoints
     self.run_logger = run_logger
     self.log_path = log_path
+    self.output_lock = output_lock
     self.model_fn = None
     self.estimator = None
 
@@ -247,7 +253,7 @@ def prepare_job(config, program, workers, head_fn, bert_config, num_train_steps,
                 num_warmup_steps, batch_sizes, dropout_seed_value=None, check_model_fn=None):
   """Everything between the script's data and training, in one order for every script: the
   --init_checkpoint's check, this worker's output directory (--output_dir's lock) and run log, the
-  training settings, the model function and the Estimator.
+  start line (`log_start_line`), the training settings, the model function and the Estimator.
 
   Args:
     config: the `job_config.JobConfig`.
@@ -270,6 +276,7 @@ def prepare_job(config, program, workers, head_fn, bert_config, num_train_steps,
   if config.init_checkpoint:
     job_lib.check_init_checkpoint(config.init_checkpoint)
   job = open_job(config, program, workers)
+  log_start_line(program, config, workers, num_train_steps, num_warmup_steps)
   settings = training_settings(config, workers, num_train_steps, num_warmup_steps)
   job.model_fn = model_fn_lib.model_fn_builder(
       head_fn, bert_config, config.init_checkpoint, settings,
@@ -301,7 +308,7 @@ def open_job(config, program, workers):
   Returns:
     `Job`.
   """
-  output_dir, saves = workers_lib.worker_output_dir(
+  output_dir, saves, lock = workers_lib.worker_output_dir(
       workers, config.output_dir, config.node_local_output_dir, config.checkpoint_all_workers)
   prepare_checkpoints(config, workers, output_dir, saves)
   log_path = config.dllog_path or os.path.join(config.output_dir, "bert_dllog.json")
@@ -312,7 +319,7 @@ def open_job(config, program, workers):
     if not disk_space.is_disk_full(e):
       raise
     raise disk_full_error(e, config.output_dir) from None
-  return Job(program, workers, output_dir, saves, run_logger, log_path)
+  return Job(program, workers, output_dir, saves, run_logger, log_path, output_lock=lock)
 
 
 def prepare_checkpoints(config, workers, output_dir, saves_checkpoints):
@@ -342,7 +349,7 @@ def prepare_checkpoints(config, workers, output_dir, saves_checkpoints):
 
 
 def training_settings(config, workers, num_train_steps, num_warmup_steps):
-  """The training step's settings, built once from the flags, and logged.
+  """The training step's settings, built once from the flags (`start_line` says what they are).
 
   Args:
     config: the `job_config.JobConfig`.
@@ -357,21 +364,124 @@ def training_settings(config, workers, num_train_steps, num_warmup_steps):
   bf16 there and which CPU flags would make it fast.
   """
   cpu.warn_if_bf16_is_emulated(config.bf16)
-  schedule = optimization.Schedule(config.optimizer_type, config.learning_rate * workers.size,
+  schedule = optimization.Schedule(config.optimizer_type, config.job_learning_rate(workers.size),
                                    max(num_train_steps, 1), num_warmup_steps)
-  logging.info("workers: %d; global batch: %d x %d accumulation x %d workers = %d; learning "
-               "rate: %g per worker x %d workers = %g; %d updates, %d of warmup", workers.size,
-               config.train_batch_size, config.num_accumulation_steps, workers.size,
-               config.global_batch_size(workers.size), config.learning_rate, workers.size,
-               schedule.learning_rate, num_train_steps, num_warmup_steps)
   return model_fn_lib.TrainingSettings(
       schedule=schedule,
-      precision=optimization.Precision(manual_fp16=config.manual_fp16, amp=config.amp,
-                                       init_loss_scale=config.init_loss_scale, bf16=config.bf16),
+      precision=precision_of(config),
       accumulation=optimization.Accumulation(config.num_accumulation_steps,
                                              config.allreduce_post_accumulation),
       distribution=optimization.Distribution(hvd=workers.hvd, use_tpu=config.use_tpu,
                                              tpu_estimator=config.tpu_estimator))
+
+
+# The device name of a run on the CPU (`compute_device`): bf16 speed depends on its units there.
+CPU_DEVICE = "CPU"
+# The flag that chose each reduced precision (`optimization.Precision.name`); fp32 is the default.
+PRECISION_FLAGS = {"fp16": "--manual_fp16", "amp": "--amp", "bf16": "--bf16"}
+
+
+def precision_of(config):
+  """The `optimization.Precision` of the flags (--manual_fp16, --amp, --bf16, --init_loss_scale)."""
+  return optimization.Precision(manual_fp16=config.manual_fp16, amp=config.amp,
+                                init_loss_scale=config.init_loss_scale, bf16=config.bf16)
+
+
+def compute_device(use_tpu, tpu_name, local_rank):
+  """Where this worker's products run, for the start line.
+
+  Args:
+    use_tpu, tpu_name: the flags of the same names.
+    local_rank: this worker's rank on its node (a Horovod worker computes on that GPU).
+
+  Returns:
+    "TPU" (with --tpu_name's value), "GPU (<its name>)" when this process sees a GPU, else
+    `CPU_DEVICE`.
+  """
+  if use_tpu:
+    return "TPU %s" % tpu_name if tpu_name else "TPU"
+  gpu_name = gpu_environment.local_gpu_name(local_rank)
+  return CPU_DEVICE if gpu_name is None else "GPU (%s)" % gpu_name
+
+
+def precision_text(precision_name, device, cpu_bf16_units):
+  """The precision a job computes in and where that came from.
+
+  Args:
+    precision_name: `optimization.Precision.name`: "fp32", "fp16", "amp" or "bf16".
+    device: from `compute_device`.
+    cpu_bf16_units: the CPU's bf16 flags (`cpu.bf16_units`: a sorted list, empty when it has
+      none, None when they cannot be read); said only for bf16 on the CPU, where they decide
+      whether bf16 is fast.
+
+  Returns:
+    e.g. "fp32 (default)", "bf16 (--bf16; CPU has amx_bf16, avx512_bf16)".
+  """
+  notes = [PRECISION_FLAGS.get(precision_name, "default")]
+  if precision_name == "amp" and not device.startswith("GPU"):
+    # The rewrite applies to GPU kernels only (gpu_environment.amp_takes_effect).
+    notes.append("no effect without a GPU: computes in fp32")
+  if precision_name == "bf16" and device == CPU_DEVICE:
+    if cpu_bf16_units:
+      notes.append("CPU has %s" % ", ".join(cpu_bf16_units))
+    elif cpu_bf16_units is None:
+      notes.append("the CPU's bf16 units are unknown")
+    else:
+      notes.append("CPU has no bf16 units: emulated, no faster than fp32")
+  return "%s (%s)" % (precision_name, "; ".join(notes))
+
+
+def _count(number, noun):
+  """The count with its noun: "1 worker", "2 workers"."""
+  return "%d %s%s" % (number, noun, "" if number == 1 else "s")
+
+
+def start_line(program, config, num_workers, device, cpu_bf16_units, num_train_steps,
+               num_warmup_steps):
+  """The line every Estimator script starts with: what it computes in, where, and its sizes.
+
+  One format for the three scripts, e.g. "run_squad.py: precision bf16 (--bf16; CPU has
+  avx512_bf16); device CPU; 1 worker; global batch 8 = 8 x 1 accumulation x 1 worker; learning
+  rate 3e-05 = 3e-05 per worker x 1 worker; 6 updates, 0 of warmup".
+
+  Args:
+    program: the script's name, e.g. "run_squad.py".
+    config: the `job_config.JobConfig`.
+    num_workers: the job's workers.
+    device: from `compute_device`.
+    cpu_bf16_units: from `cpu.bf16_units` (see `precision_text`).
+    num_train_steps: optimizer updates (0 when the run does not train).
+    num_warmup_steps: warmup updates.
+
+  Returns:
+    str, one line.
+  """
+  workers = _count(num_workers, "worker")
+  return ("%s: precision %s; device %s; %s; global batch %d = %d x %d accumulation x %s; "
+          "learning rate %g = %g per worker x %s; %s, %d of warmup" % (
+              program, precision_text(precision_of(config).name, device, cpu_bf16_units),
+              device, workers, config.global_batch_size(num_workers), config.train_batch_size,
+              config.num_accumulation_steps, workers, config.job_learning_rate(num_workers),
+              config.learning_rate, workers, _count(num_train_steps, "update"),
+              num_warmup_steps))
+
+
+def log_start_line(program, config, workers, num_train_steps, num_warmup_steps):
+  """Logs `start_line` for this machine, on rank 0 only (the job's settings are the same on every
+  worker; ranks > 0 log warnings only anyway, but the line must not depend on that).
+
+  Args:
+    program: the script's name.
+    config: the `job_config.JobConfig`.
+    workers: `workers_lib.Workers`.
+    num_train_steps: optimizer updates (0 when the run does not train).
+    num_warmup_steps: warmup updates.
+  """
+  if workers.rank != 0:
+    return
+  device = compute_device(config.use_tpu, config.tpu_name, workers.local_rank)
+  logging.info("%s", start_line(program, config, workers.size, device, cpu.bf16_units(),
+                                num_train_steps, num_warmup_steps))
 
 
 def dropout_seed(config, bert_config, head_dropout_prob=0.0, counts_micro_steps=False):
@@ -504,8 +614,9 @@ def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input
   stop on SIGTERM, SIGINT or SIGUSR1).
 
   While it trains, the first of those signals (to any worker) ends training at an update boundary
-  that every worker agrees on, after a checkpoint of it; a second one exits at once
-  (`utils/runtime/stop_signals.py`, docs/LONG_RUNS.md).
+  that every worker agrees on, after a checkpoint of it; a second one exits at once, leaving
+  neither a save in flight nor the --output_dir lock (`add_exit_cleanups`,
+  `utils/runtime/stop_signals.py`, docs/LONG_RUNS.md).
 
   Args:
     config: the `job_config.JobConfig`.
@@ -520,10 +631,65 @@ def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input
   """
   watcher = stop_signals.watch_signals()
   try:
+    add_exit_cleanups(watcher, job)
     _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_input_error,
                    watcher)
   finally:
     watcher.close()
+
+
+def add_exit_cleanups(watcher, job):
+  """Has a signal that ends the job at once first remove what this worker would leave behind.
+
+  That exit skips `atexit` handlers and `finally` blocks (utils/runtime/stop_signals.py): without
+  these actions, the --output_dir lock and an interrupted save's `model.ckpt-N_temp/` stayed until
+  the next run removed them.
+
+  Args:
+    watcher: the `stop_signals.SignalWatcher`.
+    job: the `Job`.
+  """
+  if job.saves_checkpoints:
+    checkpoint_dir = job.output_dir
+    watcher.add_cleanup(lambda: remove_save_in_flight(checkpoint_dir))
+  if job.output_lock is not None:
+    # Last: another job may take the directory as soon as its lock is gone.
+    watcher.add_cleanup(job.output_lock.release)
+
+
+def remove_save_in_flight(checkpoint_dir, passes=3):
+  """Removes the `_temp` files of a checkpoint save in flight, for a process about to exit at once.
+
+  The rule is a failed save's `_temp` one (`recovery.remove_temporary`). Complete checkpoints
+  stay, also one whose save had not updated the index yet: the next run resumes from it (after a
+  full disk, `disk_full_error` removes such files too, since that save failed). The main thread may
+  still be inside TensorFlow writing the files: a pass that raced with it (a file created while
+  its directory was removed) is followed by another, until one finds nothing. A file the writer
+  creates after the last pass, in the instant before the exit, stays: the next run removes it
+  (`recovery.prepare_resume`).
+
+  Args:
+    checkpoint_dir: where this worker saves checkpoints.
+    passes: how many passes at most.
+
+  Returns:
+    the paths removed.
+
+  Raises:
+    tf.errors.OpError or OSError: when the last pass failed.
+  """
+  removed = []
+  for attempt in range(passes):
+    try:
+      found = recovery.remove_temporary(checkpoint_dir)
+    except (tf.errors.OpError, OSError):
+      if attempt == passes - 1:
+        raise
+      continue  # a file appeared or went under the removal: look again
+    if not found:
+      break
+    removed.extend(found)
+  return removed
 
 
 def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_input_error,
