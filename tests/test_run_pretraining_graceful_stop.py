@@ -145,7 +145,8 @@ def stop_records(log):
 
 
 def assert_stopped(code, output, out, signal_name, signalled_after=FIRST_LOGGED, updates=UPDATES):
-  """Exit 75, one stop message, a checkpoint of that update (the only one), a STOP log line.
+  """Exit 75, one stop message (a one-process run's output: the line it ends with, not also a log
+  line of the same words), a checkpoint of that update (the only one), a STOP log line.
 
   Returns:
     the update the run stopped at.
@@ -153,6 +154,9 @@ def assert_stopped(code, output, out, signal_name, signalled_after=FIRST_LOGGED,
   assert code == errors.STOP_EXIT_CODE, "exit %d\n%s" % (code, output[-6000:])
   lines = stop_lines(output)
   assert lines and all(line == lines[0] for line in lines), output[-4000:]
+  # Besides the run log's STOP record (printed as a DLL line), the message once.
+  assert len([l for l in output.splitlines() if STOP_LINE.search(l)
+              and not l.startswith("DLL ")]) == 1, output[-4000:]
   name, update = lines[0]
   assert name == signal_name
   assert signalled_after <= update < updates

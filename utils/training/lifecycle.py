@@ -603,8 +603,7 @@ def stop_error(job, signal_name, stop_step, before_logging=None):
       "signal": signal_name, "update": stop_step, "checkpoint_written": written,
       "message": message, "exit_code": errors.STOP_EXIT_CODE})
   job.run_logger.flush()
-  if job.is_chief:
-    logging.info("%s", message)
+  # No log line of the message: the run ends with it (`errors.ending_line`), once.
   return error
 
 
