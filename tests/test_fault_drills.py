@@ -6,6 +6,7 @@ Tiny model, few steps, outer timeouts on every process.
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -64,7 +65,7 @@ def _kill_rank1_and_time_the_end(launcher, rank_variable, log):
 
   Returns:
     (launcher exit code, seconds from the kill to the launcher's end, the workers still running
-    5 s after that end).
+    5 s after that end, the pid of the killed rank 1).
   """
   _wait_for(lambda: len(_log_lines(log)) >= 3, launcher, "three log lines")
   workers = _workers(launcher.pid)
@@ -78,7 +79,7 @@ def _kill_rank1_and_time_the_end(launcher, rank_variable, log):
     seconds = time.time() - killed_at
     # The launcher is gone (its children cannot be listed any more): the workers found above
     # must have gone with it.
-    return code, seconds, _running_after(workers, seconds=5)
+    return code, seconds, _running_after(workers, seconds=5), victim[0].pid
   finally:
     _kill_all(workers)
 
@@ -92,18 +93,31 @@ def _kill_all(processes):
       pass
 
 
-def test_killed_worker_ends_a_horovodrun_job_quickly(data, tmp_path):
+def test_killed_worker_ends_a_horovodrun_job_quickly_with_one_line_naming_it(data, tmp_path):
   out = tmp_path / "out"
   launcher = _start(common_flags(data, out, do_train=True, horovod=True, num_train_steps=100000,
-                                 save_checkpoints_steps=1000), launcher=_horovodrun())
+                                 save_checkpoints_steps=1), launcher=_horovodrun())
   try:
-    code, seconds, alive = _kill_rank1_and_time_the_end(launcher, "HOROVOD_RANK",
-                                                        out / "bert_dllog.json")
+    code, seconds, alive, victim = _kill_rank1_and_time_the_end(launcher, "HOROVOD_RANK",
+                                                                out / "bert_dllog.json")
+    output = launcher.stdout.read()
     assert code != 0
     assert seconds < 20, "the job took %.1f s to end after a worker died" % seconds
     assert not alive, "workers still running after the launcher ended: %s" % alive
   finally:
     helpers.kill_session(launcher)
+  # The surviving rank ends with one line naming the lost rank and what a rerun resumes from;
+  # no traceback of ours, no native lines of the failed collective, and no promise of a
+  # checkpoint (horovodrun's SIGTERM reaches rank 0 too, but the save needs rank 1).
+  ours = [line for line in output.splitlines() if line.startswith(("[0]", "[1]"))]
+  newest = int(tf.train.latest_checkpoint(str(out)).rsplit("-", 1)[1])
+  errors_of_rank0 = [line for line in ours if "error" in line.lower()]
+  assert errors_of_rank0 == [
+      "[0]<stderr>:run_pretraining.py: error: rank 0 stopped: rank 1 (pid %d on %s) ended, and "
+      "Horovod shut down with it; nothing was saved after checkpoint %d: run the same command to "
+      "resume from it" % (victim, socket.gethostname(), newest)], output[-6000:]
+  for text in ("Traceback", "background loop", "OP_REQUIRES", "saving a checkpoint"):
+    assert not [line for line in ours if text in line], (text, output[-6000:])
 
 
 def test_killed_worker_ends_an_mpirun_job_quickly(data, tmp_path):
@@ -111,7 +125,7 @@ def test_killed_worker_ends_an_mpirun_job_quickly(data, tmp_path):
   launcher = _start(common_flags(data, out, do_train=True, horovod=True, num_train_steps=100000,
                                  save_checkpoints_steps=1000), launcher=_mpirun())
   try:
-    code, seconds, alive = _kill_rank1_and_time_the_end(launcher, "OMPI_COMM_WORLD_RANK",
+    code, seconds, alive, _ = _kill_rank1_and_time_the_end(launcher, "OMPI_COMM_WORLD_RANK",
                                                         out / "bert_dllog.json")
     assert code != 0
     assert seconds < 20, "the job took %.1f s to end after a worker died" % seconds

@@ -48,6 +48,14 @@ BENIGN_NATIVE_LINES = (
     "Compiled cluster using XLA!",
     "All log messages before absl::InitializeLog() is called are written to STDERR",
 )
+# Native lines that the run's own last line replaces, left out unless --verbose: once a rank is
+# lost, Horovod's report of its background loop's exception and TensorFlow's of the collective
+# that failed with it ("Horovod has been shut down"); the surviving rank's line names the lost
+# rank and the checkpoint to resume from (utils/training/job.py `another_worker_ended`).
+REPORTED_NATIVE_LINES = (
+    "Horovod background loop uncaught exception",
+    "OP_REQUIRES failed at mpi_ops.cc",
+)
 # The StepCounterHook's warning that a session run did not advance the global step.
 GLOBAL_STEP_WARNING = "It seems that global step (tf.train.get_global_step) has not been increased"
 
@@ -151,7 +159,8 @@ def configure_python_logging(verbose):
   return tf_logger
 
 
-def filter_native_stderr(dropped_lines=BENIGN_NATIVE_LINES, executable=sys.executable):
+def filter_native_stderr(dropped_lines=BENIGN_NATIVE_LINES + REPORTED_NATIVE_LINES,
+                         executable=sys.executable):
   """Routes this process's stderr (file descriptor 2) through a line filter process.
 
   Native libraries write to the descriptor directly, so only a filter on it can drop their lines.

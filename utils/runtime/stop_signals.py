@@ -247,8 +247,10 @@ class SignalWatcher(object):
     action = self.state.on_signal(signum)
     name = signal_name(signum)
     if action == STOP:
-      self._announce("%s received: stopping after the update in flight, then saving a "
-                     "checkpoint (send it again to exit at once)" % name)
+      # No promise of a checkpoint: the save needs every rank, and a launcher sends this signal
+      # too when another rank has died. The line the run ends with says what was saved.
+      self._announce("%s received: stopping after the update in flight (send it again to exit "
+                     "at once)" % name)
       return
     saved_stop = self._saved_stop
     if saved_stop is not None:
