@@ -19,7 +19,7 @@
                 determinism
   finetuning/   the fine-tuning application: SQuAD and classification data, scoring, records
   (utils/*.py)  command-line tools: `python -m utils.export_release`, `utils.plot_log`,
-                `utils.regression`
+                `utils.regression`, `utils.check_records`
 
 A module imports its own package and the layers listed before it, never a later one nor another
 package of its own layer (runtime, runlog and data are siblings), and no library module imports an
@@ -44,7 +44,8 @@ LAYERS = (
     (("checkpoints", ("utils.checkpoints",)),),
     (("training", ("utils.training",)),),
     (("finetuning", ("utils.finetuning",)),),
-    (("tools", ("utils.export_release", "utils.plot_log", "utils.regression")),),
+    (("tools", ("utils.export_release", "utils.plot_log", "utils.regression",
+                 "utils.check_records")),),
 )
 # Entry points: scripts run from the command line, benchmarks and tests. No library module
 # imports one.
