@@ -13,7 +13,6 @@ user gave (flags, files) are `errors.UsageError`s.
 
 import collections
 import os
-import socket
 
 from absl import logging
 import tensorflow as tf
@@ -159,29 +158,6 @@ def _explained(error, explain_input_error):
   return explain_input_error(error) if explain_input_error is not None else error
 
 
-def another_worker_ended(output_dir, processes=None, host=None):
-  """The error a worker ends with when its collective failed because another rank ended first.
-
-  Args:
-    output_dir: where the job's checkpoints are (the line says which one a rerun resumes from).
-    processes: [`hvd_utils.RankProcess`] by rank (default: `hvd_utils.rank_processes()`).
-    host: this host's name (default: its own).
-
-  Returns:
-    `errors.StoppedByAnotherWorker`, e.g. "rank 0 stopped: rank 1 (pid 4242 on nodeA) ended, and
-    Horovod shut down with it; nothing was saved after checkpoint 400: run the same command to
-    resume from it".
-  """
-  processes = hvd_utils.rank_processes() if processes is None else processes
-  host = socket.gethostname() if host is None else host
-  step = checkpoint_step(output_dir)
-  resume = ("nothing was saved after checkpoint %d: run the same command to resume from it" % step
-            if step else "no checkpoint was saved yet: run the same command to start again")
-  return errors.StoppedByAnotherWorker("rank %d stopped: %s, and Horovod shut down with it; %s" % (
-      hvd_utils.own_rank(processes, host), hvd_utils.describe_lost_ranks(processes, host),
-      resume))
-
-
 def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_error=None,
           explain_nan_loss=None):
   """Trains to `max_steps`, unless the checkpoints in `progress_dir` are already there.
@@ -214,7 +190,8 @@ def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_err
     estimator.train(input_fn=input_fn, hooks=hooks, max_steps=max_steps)
   except tf.errors.OpError as e:
     if hvd_utils.is_shutdown_error(e):
-      raise another_worker_ended(progress_dir) from e
+      # The rank that failed prints the job's one line; the others end without a traceback.
+      raise errors.StoppedByAnotherWorker("stopped: another worker ended the job") from e
     if isinstance(e, INPUT_ERRORS):
       raise _explained(e, explain_input_error)
     raise
