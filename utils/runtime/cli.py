@@ -48,10 +48,10 @@ BENIGN_NATIVE_LINES = (
     "Compiled cluster using XLA!",
     "All log messages before absl::InitializeLog() is called are written to STDERR",
 )
-# Native lines that the run's own last line replaces, left out unless --verbose: once a rank is
-# lost, Horovod's report of its background loop's exception and TensorFlow's of the collective
-# that failed with it ("Horovod has been shut down"); the surviving rank's line names the lost
-# rank and the checkpoint to resume from (utils/training/job.py `another_worker_ended`).
+# Native lines about a lost rank, left out unless --verbose: Horovod's report of its background
+# loop's exception and TensorFlow's of the collective that failed with it ("Horovod has been shut
+# down"). The rank that failed says why in its own last line; the ranks left end quietly
+# (`errors.StoppedByAnotherWorker`) and the launcher names the rank that ended.
 REPORTED_NATIVE_LINES = (
     "Horovod background loop uncaught exception",
     "OP_REQUIRES failed at mpi_ops.cc",
