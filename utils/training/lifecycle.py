@@ -592,9 +592,11 @@ def stop_error(job, signal_name, stop_step, before_logging=None):
   Returns:
     `errors.StoppedBySignal` with the message (exit status `errors.STOP_EXIT_CODE`).
   """
-  written = stop_step is not None and job_lib.checkpoint_step(job.output_dir) == stop_step
-  if stop_step is not None and not job.saves_checkpoints:
-    written = True  # rank 0 wrote it; the workers met after its save
+  # A worker that saves none does not read the checkpoint: rank 0 wrote it, the workers met after
+  # its save, and rank 0's exit has the launcher signal the others at once (Open MPI kills them 1 s
+  # later): they must reach `before_logging` without delay.
+  written = stop_step is not None and (not job.saves_checkpoints
+                                       or job_lib.checkpoint_step(job.output_dir) == stop_step)
   message = stop_signals.stop_message(signal_name, stop_step, written)
   error = errors.StoppedBySignal(message)
   if before_logging is not None:
