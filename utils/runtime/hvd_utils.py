@@ -141,6 +141,14 @@ def average_variables_op(variables, name="weight_sync"):
 SHUTDOWN_MESSAGE = "Horovod has been shut down"
 # What a Horovod op's Gloo transport raises when the rank at the other end is gone.
 LOST_CONNECTION_MESSAGES = ("Connection reset by peer", "Connection closed by peer")
+# The source file such an error names (Horovod's copy of Gloo: .../gloo/transport/tcp/pair.cc).
+GLOO_TRANSPORT_SOURCE = "gloo/transport/"
+
+
+def _names_a_horovod_op(text):
+  """Whether an op error's `text` comes from a Horovod op: a default op name (HorovodAllreduce_*)
+  or, for a collective given its own name, the source path of Horovod's Gloo transport."""
+  return "Horovod" in text or GLOO_TRANSPORT_SOURCE in text
 
 
 def is_shutdown_error(error):
@@ -152,7 +160,7 @@ def is_shutdown_error(error):
   while error is not None and id(error) not in seen:
     seen.add(id(error))
     text = getattr(error, "message", None) or str(error)
-    if SHUTDOWN_MESSAGE in text or ("Horovod" in text and any(
+    if SHUTDOWN_MESSAGE in text or (_names_a_horovod_op(text) and any(
         lost in text for lost in LOST_CONNECTION_MESSAGES)):
       return True
     error = error.__cause__ or error.__context__
