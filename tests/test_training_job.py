@@ -168,8 +168,58 @@ def test_a_gloo_connection_lost_in_a_horovod_op_is_a_lost_rank():
                                 "[127.0.0.1]:58261: Connection reset by peer\n\t [[{{node "
                                 "HorovodAllreduce_gradients_x_0}}]]")
   assert hvd_utils.is_shutdown_error(lost)
+  # A collective with a name of its own (hooks.StopOnSignalHook's) names no Horovod op: the source
+  # path of Horovod's Gloo says where it came from (the words of a failed CI run).
+  named = tf.errors.UnknownError(None, None, "[/tmp/pip-install-nf81qluq/horovod_7a0f6ae15f7d4b13a"
+                                 "c7fa29189e91ff6/third_party/compatible17_gloo/gloo/transport/tcp/"
+                                 "pair.cc:589] Read error [127.0.0.1]:3482: Connection reset by "
+                                 "peer\n\t [[{{node stop_signal_combined}}]]")
+  assert hvd_utils.is_shutdown_error(named)
   # The same words from something that is not a Horovod op: not a lost rank.
   assert not hvd_utils.is_shutdown_error(OSError("Connection reset by peer"))
+
+
+class _Recorder(tf.estimator.SessionRunHook):
+  """Notes ("logged", global step) after every run, as a log hook writes its line."""
+
+  def __init__(self, events):
+    self.events = events
+
+  def before_run(self, run_context):
+    return _tf1.train.SessionRunArgs(_tf1.train.get_global_step())
+
+  def after_run(self, run_context, run_values):
+    # The step fetched is the one before the update: this run's update is the next.
+    self.events.append(("logged", int(run_values.results) + 1))
+
+
+class _SaveRecorder(tf.estimator.SessionRunHook):
+  """A checkpoint health hook's stand-in: its listener notes ("saved", step) at every save."""
+
+  def __init__(self, events):
+    recorder = self
+
+    class Listener(_tf1.train.CheckpointSaverListener):
+      def after_save(self, session, global_step_value):
+        recorder.events.append(("saved", int(global_step_value)))
+
+    self.events = events
+    self.listener = Listener()
+
+
+def test_an_update_is_logged_before_its_checkpoint_is_saved(single_worker_job):
+  # A run killed between the two then resumes from the checkpoint before, and its log has every
+  # update's line (tests/test_run_pretraining_deterministic.py kills a real run).
+  workers, output_dir, estimator = single_worker_job
+  events = []
+  hooks = job.training_hooks(workers, hooks_lib.UpdateSource(), output_dir,
+                             save_checkpoints_steps=2, log_hook=_Recorder(events),
+                             health_hook=_SaveRecorder(events))
+  job.train(estimator, input_fn, 4, output_dir, hooks)
+  saved = [event for event in events if event[0] == "saved"]
+  assert [step for _, step in saved] == [2, 4]
+  for event in saved:
+    assert events.index(("logged", event[1])) < events.index(event), events
 
 
 def test_init_checkpoint_that_cannot_be_read(tmp_path):

@@ -114,18 +114,21 @@ def training_hooks(workers, updates, checkpoint_dir, save_checkpoints_steps, sav
     on_stop_saved: the stop hook's `on_saved` (function (signal name, stop step) -> None).
 
   Returns:
-    list of SessionRunHooks: the update source, checkpoint health, checkpoint saver, log, weight
+    list of SessionRunHooks: the update source, checkpoint health, log, checkpoint saver, weight
     sync, Horovod broadcast, stop on a signal (each when wanted; the stop hook last, so its `end()`
     follows the final checkpoint).
   """
   hooks = [updates] + ([] if health_hook is None else [health_hook])
+  # The log line of an update is written before its checkpoint: a run killed between the two
+  # resumes from the checkpoint before, whose later lines the resumed run's replace; in the other
+  # order the log would lack the line of the checkpoint's own update.
+  if log_hook is not None:
+    hooks.append(log_hook)
   if checkpoint_dir is not None:
     hooks.append(hooks_lib.PeriodicCheckpointSaverHook(
         checkpoint_dir, save_steps=save_checkpoints_steps, save_graph_def=save_graph_def,
         listeners=[health_hook.listener] if health_hook is not None else None,
         save_secs=save_checkpoints_secs))
-  if log_hook is not None:
-    hooks.append(log_hook)
   if hooks_lib.weight_sync_enabled(force_weight_sync):
     hooks.append(hooks_lib.WeightSyncHook(updates))
   if workers.size > 1:
