@@ -72,11 +72,11 @@ def test_the_function_status_is_returned_and_other_errors_propagate(capsys):
   assert capsys.readouterr().err == ""
 
 
-def test_a_worker_stopped_by_another_ends_quietly_unless_verbose(capsys):
+def test_a_worker_stopped_by_another_ends_with_one_line_and_its_traceback_if_verbose(capsys):
   def stopped():
     raise errors.StoppedByAnotherWorker("rank 1 ended the job")
   assert errors.run_reporting_errors("run_pretraining.py", stopped) == 1
-  assert capsys.readouterr().err == ""
+  assert capsys.readouterr().err == "run_pretraining.py: error: rank 1 ended the job\n"
   assert errors.run_reporting_errors("run_pretraining.py", stopped, verbose=True) == 1
   err = capsys.readouterr().err
   assert "Traceback" in err

@@ -1,12 +1,14 @@
 """utils/training/job.py: the Estimator job skeleton on a one-weight linear model, numbers from
 numpy."""
 
+import os
 import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from utils.checkpoints import contents as ckpt
 from utils.runlog import dllogger_setup
 from utils.core import errors
 from utils.runtime import hvd_utils
@@ -127,7 +129,7 @@ def test_run_reporting_errors_turns_usage_errors_into_exit_code_2(capsys):
   assert capsys.readouterr().err == "script.py: error: --flag must be > 1, got 0\n"
 
 
-def test_verbose_adds_the_traceback_and_a_stopped_worker_prints_nothing(capsys):
+def test_verbose_adds_the_traceback_and_a_stopped_worker_prints_one_line(capsys):
   def failing():
     try:
       raise KeyError("inner")
@@ -140,10 +142,10 @@ def test_verbose_adds_the_traceback_and_a_stopped_worker_prints_nothing(capsys):
   assert err.endswith("\nscript.py: error: bad input record: f: record 3: x\n")
 
   def stopped():
-    raise errors.StoppedByAnotherWorker("stopped: another worker ended the job")
+    raise errors.StoppedByAnotherWorker("rank 0 stopped: another rank ended")
 
   assert errors.run_reporting_errors("script.py", stopped) == 1
-  assert capsys.readouterr().err == ""
+  assert capsys.readouterr().err == "script.py: error: rank 0 stopped: another rank ended\n"
 
 
 def test_horovod_shutdown_stops_training_quietly(tmp_path):
@@ -161,6 +163,34 @@ def test_horovod_shutdown_stops_training_quietly(tmp_path):
     job.train(Estimator(), None, 2, str(tmp_path), [],
               explain_input_error=lambda e: AssertionError("not an input error"))
   assert raised.value.__cause__ is shutdown
+  assert str(raised.value).endswith(", and Horovod shut down with it (a line of that rank, if it "
+                                    "printed one, says why); no checkpoint was saved yet")
+
+
+def test_the_line_of_a_rank_whose_peer_ended_names_it_and_the_checkpoint(tmp_path):
+  here, there = "nodeA", "nodeB"
+  processes = [hvd_utils.RankProcess(here, os.getpid()), hvd_utils.RankProcess(here, 4242),
+               hvd_utils.RankProcess(there, 5151), hvd_utils.RankProcess(there, 5252)]
+  gone = {4242}
+  assert hvd_utils.lost_ranks(processes, here, process_gone=gone.__contains__) == [1]
+  assert hvd_utils.describe_lost_ranks(processes, here, gone.__contains__) == (
+      "rank 1 (pid 4242 on nodeA) ended")
+  # No rank of this host ended: the others are named as those that may have.
+  assert hvd_utils.describe_lost_ranks(processes, here, lambda pid: False) == (
+      "ranks 2, 3 (on nodeB) may have ended")
+  assert hvd_utils.describe_lost_ranks([], here) == "another rank ended"
+  assert hvd_utils.own_rank(processes, here, os.getpid()) == 0
+  assert hvd_utils.own_rank(processes, there, 5252) == 3
+  # A rank whose own process is gone (this test's fake pid) is named; the checkpoint a rerun
+  # resumes from is the directory's newest.
+  ckpt.write_checkpoint(str(tmp_path / "model.ckpt-40"), {"global_step": np.int64(40)})
+  tf.compat.v1.train.update_checkpoint_state(str(tmp_path), str(tmp_path / "model.ckpt-40"))
+  error = job.another_worker_ended(str(tmp_path), [processes[0], hvd_utils.RankProcess(
+      here, 2 ** 22 + 17)], here)
+  assert str(error) == ("rank 0 stopped: rank 1 (pid %d on nodeA) ended, and Horovod shut down "
+                        "with it (a line of that rank, if it printed one, says why); nothing was "
+                        "saved after checkpoint 40, which the same command resumes from"
+                        % (2 ** 22 + 17))
 
 
 def test_a_gloo_connection_lost_in_a_horovod_op_is_a_lost_rank():

@@ -6,8 +6,9 @@
   DiskFullError          a checkpoint or log write found no space left on the device; the message
                          names the directory, the bytes needed and free: exit 2 (like a usage
                          error, the user has to act before a rerun can succeed; docs/LONG_RUNS.md)
-  StoppedByAnotherWorker another worker ended the job and printed why: exit 1 without a line
-                         (with --verbose, its traceback and line too)
+  StoppedByAnotherWorker another rank ended first and Horovod shut down: exit 1, one line naming
+                         the rank when it can be seen (a process of this host) and the checkpoint
+                         a rerun resumes from
   StoppedBySignal        SIGTERM, SIGINT or SIGUSR1 stopped the job at an update boundary after
                          saving a checkpoint: exit 75 (STOP_EXIT_CODE, sysexits.h's EX_TEMPFAIL,
                          "temporary failure, retry"): running the same command resumes; schedulers
@@ -46,8 +47,8 @@ class DiskFullError(RuntimeError):
 
 
 class StoppedByAnotherWorker(RuntimeError):
-  """Another worker of the job ended it and reported why; this worker ends quietly (exit status
-  1, no line: the job's message is the other worker's; --verbose prints it all the same)."""
+  """Another rank of the job ended first (failed, was killed, lost its host) and Horovod shut down;
+  the message names it where it can and says what a rerun resumes from (exit status 1)."""
 
 
 class StoppedBySignal(RuntimeError):
@@ -105,6 +106,5 @@ def run_reporting_errors(program, function, *args, verbose=False):
   except tuple(kind for kind, _ in _EXIT_CODES) as e:
     if verbose:
       traceback.print_exc(file=sys.stderr)
-    if not isinstance(e, StoppedByAnotherWorker) or verbose:
-      print(ending_line(program, e), file=sys.stderr, flush=True)
+    print(ending_line(program, e), file=sys.stderr, flush=True)
     return next(code for kind, code in _EXIT_CODES if isinstance(e, kind))

@@ -50,8 +50,8 @@ BENIGN_NATIVE_LINES = (
 )
 # Native lines about a lost rank, left out unless --verbose: Horovod's report of its background
 # loop's exception and TensorFlow's of the collective that failed with it ("Horovod has been shut
-# down"). The rank that failed says why in its own last line; the ranks left end quietly
-# (`errors.StoppedByAnotherWorker`) and the launcher names the rank that ended.
+# down"). The rank that failed says why in its own last line; each rank left ends with one line
+# naming it (`job.another_worker_ended`).
 REPORTED_NATIVE_LINES = (
     "Horovod background loop uncaught exception",
     "OP_REQUIRES failed at mpi_ops.cc",

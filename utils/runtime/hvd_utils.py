@@ -14,16 +14,23 @@ Output directories and checkpoint saving follow docs/DESIGN.md section 7: rank 0
 node's local rank 0 also writes to `output_dir` (a node-local disk) and saves checkpoints there.
 """
 
+import collections
 import importlib
 import os
+import socket
 import sys
 
 from absl import logging
+import psutil
 import tensorflow as tf
 
 from utils.core import checks
 
 _HOROVOD_MODULE = "horovod.tensorflow"
+# A rank's process: the host it runs on and its pid there.
+RankProcess = collections.namedtuple("RankProcess", ["host", "pid"])
+# Every rank's `RankProcess`, by rank, once `hvd_init` has gathered them (a job has one Horovod).
+_RANK_PROCESSES = []
 _tf1 = tf.compat.v1
 
 
@@ -62,7 +69,19 @@ def hvd_init():
     # Started without a launcher, --horovod trains silently as one worker: say so.
     logging.warning("Horovod runs 1 worker: started without horovodrun / mpirun (or with -np 1)? "
                     "Training as a single worker.")
+  else:
+    # Who every rank is, gathered while all are alive: once one is gone, Horovod only says that
+    # it shut down, and the others name the lost rank from this (`lost_ranks`).
+    _RANK_PROCESSES[:] = _gather(module, RankProcess(socket.gethostname(), os.getpid()))
   return module
+
+
+def _gather(module, value):
+  """[`value` of every rank] by rank (a collective), in a graph and session of its own: the
+  caller's may be in eager or graph mode, and Horovod's object collectives run their ops in the
+  default session in graph mode."""
+  with tf.Graph().as_default(), _tf1.Session():
+    return [RankProcess(*item) for item in module.allgather_object(tuple(value))]
 
 
 def horovod_enabled():
@@ -165,6 +184,66 @@ def is_shutdown_error(error):
       return True
     error = error.__cause__ or error.__context__
   return False
+
+
+def rank_processes():
+  """[`RankProcess`] of every rank, by rank, gathered by `hvd_init` ([] for a single process)."""
+  return list(_RANK_PROCESSES)
+
+
+def own_rank(processes, host=None, pid=None):
+  """This process's rank among `processes` (gathered while Horovod ran: it stays known after a
+  shutdown, when Horovod no longer answers), else `hvd_rank()`."""
+  me = RankProcess(host or socket.gethostname(), pid or os.getpid())
+  return processes.index(me) if me in processes else hvd_rank()
+
+
+def _process_gone(pid):
+  """Whether process `pid` of this host has ended (a zombie, not yet reaped, has ended)."""
+  try:
+    return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return True
+
+
+def lost_ranks(processes, host, process_gone=_process_gone):
+  """The ranks of `host` whose process has ended.
+
+  Args:
+    processes: [`RankProcess`] by rank (`rank_processes()`).
+    host: this host's name: only its processes can be looked at.
+    process_gone: pid -> whether that process has ended.
+
+  Returns:
+    [rank], ascending.
+  """
+  return [rank for rank, process in enumerate(processes)
+          if process.host == host and process_gone(process.pid)]
+
+
+def describe_lost_ranks(processes, host, process_gone=_process_gone):
+  """Which rank ended first, for the line a surviving rank ends with once Horovod shut down.
+
+  Args:
+    processes, host, process_gone: as `lost_ranks`.
+
+  Returns:
+    e.g. "rank 1 (pid 4242 on nodeA) ended", "ranks 2, 3 (on nodeB) may have ended" when no rank
+    of this host did (the others' processes cannot be looked at from here), or "another rank
+    ended" without the ranks' processes.
+  """
+  lost = lost_ranks(processes, host, process_gone)
+  if lost:
+    return "%s %s ended" % ("rank" if len(lost) == 1 else "ranks", ", ".join(
+        "%d (pid %d on %s)" % (rank, processes[rank].pid, host) for rank in lost))
+  others = collections.OrderedDict()
+  for rank, process in enumerate(processes):
+    if process.host != host:
+      others.setdefault(process.host, []).append(str(rank))
+  if not others:
+    return "another rank ended"
+  return "; ".join("rank%s %s (on %s) may have ended" % (
+      "s" if len(ranks) > 1 else "", ", ".join(ranks), other) for other, ranks in others.items())
 
 
 def broadcast_value(value, root_rank=0):

@@ -13,6 +13,7 @@ user gave (flags, files) are `errors.UsageError`s.
 
 import collections
 import os
+import socket
 
 from absl import logging
 import tensorflow as tf
@@ -161,6 +162,32 @@ def _explained(error, explain_input_error):
   return explain_input_error(error) if explain_input_error is not None else error
 
 
+def another_worker_ended(output_dir, processes=None, host=None):
+  """The error a worker ends with when its collective failed because another rank ended first.
+
+  Args:
+    output_dir: where the job's checkpoints are (the line says which one a rerun resumes from).
+    processes: [`hvd_utils.RankProcess`] by rank (default: `hvd_utils.rank_processes()`).
+    host: this host's name (default: its own).
+
+  Returns:
+    `errors.StoppedByAnotherWorker`, e.g. "rank 0 stopped: rank 1 (pid 4242 on nodeA) ended, and
+    Horovod shut down with it (a line of that rank, if it printed one, says why); nothing was
+    saved after checkpoint 400, which the same command resumes from". From here a rank that was
+    killed and one that ended on an error of its own (a bad record, a full disk) look alike: the
+    line names it and says what is saved, and leaves the why to that rank or the launcher.
+  """
+  processes = hvd_utils.rank_processes() if processes is None else processes
+  host = socket.gethostname() if host is None else host
+  step = checkpoint_step(output_dir)
+  saved = ("nothing was saved after checkpoint %d, which the same command resumes from" % step
+           if step else "no checkpoint was saved yet")
+  return errors.StoppedByAnotherWorker(
+      "rank %d stopped: %s, and Horovod shut down with it (a line of that rank, if it printed one, "
+      "says why); %s" % (hvd_utils.own_rank(processes, host),
+                         hvd_utils.describe_lost_ranks(processes, host), saved))
+
+
 def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_error=None,
           explain_nan_loss=None):
   """Trains to `max_steps`, unless the checkpoints in `progress_dir` are already there.
@@ -193,8 +220,7 @@ def train(estimator, input_fn, max_steps, progress_dir, hooks, explain_input_err
     estimator.train(input_fn=input_fn, hooks=hooks, max_steps=max_steps)
   except tf.errors.OpError as e:
     if hvd_utils.is_shutdown_error(e):
-      # The rank that failed prints the job's one line; the others end without a traceback.
-      raise errors.StoppedByAnotherWorker("stopped: another worker ended the job") from e
+      raise another_worker_ended(progress_dir) from e
     if isinstance(e, INPUT_ERRORS):
       raise _explained(e, explain_input_error)
     raise

@@ -79,16 +79,16 @@ def script_main(script_name, run, defaults=None):
     logging.set_verbosity(logging.INFO)
     config = job_config.JobConfig.from_flags(flags.FLAGS)
     return errors.run_reporting_errors(
-        script_name, _quiet_after_another_rank(_explaining_full_disks(run)), flags.FLAGS, config,
+        script_name, _ending_after_another_rank(_explaining_full_disks(run)), flags.FLAGS, config,
         verbose=getattr(flags.FLAGS, "verbose", False))
 
   return main
 
 
-def _quiet_after_another_rank(run):
-  """`run` where a worker whose collective failed because another worker had stopped first (that
-  worker reports the cause) ends quietly with exit status 1 (`errors.StoppedByAnotherWorker`), not
-  a traceback."""
+def _ending_after_another_rank(run):
+  """`run` where a worker whose collective failed because another rank had ended first ends
+  with one line naming that rank and the checkpoint a rerun resumes from
+  (`job_lib.another_worker_ended`, exit status 1), not a traceback."""
 
   def checked_run(f, config):
     try:
@@ -98,9 +98,7 @@ def _quiet_after_another_rank(run):
     except Exception as e:  # pylint: disable=broad-except  (re-raised unless Horovod shut down)
       if not hvd_utils.is_shutdown_error(e):
         raise
-      raise errors.StoppedByAnotherWorker(
-          "rank %d stopped: another rank stopped first (Horovod has been shut down)"
-          % hvd_utils.hvd_rank()) from e
+      raise job_lib.another_worker_ended(config.output_dir) from e
 
   return checked_run
 
