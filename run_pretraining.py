@@ -29,6 +29,8 @@ from utils.data.input_pipeline import input_fn_builder
 from utils.data.input_pipeline import pretraining_feature_spec  # noqa: F401
 from utils.data.input_pipeline import resolve_input_files
 from utils.data.input_pipeline import shard_input_files  # noqa: F401
+from utils.data.input_pipeline import worker_files
+from utils.data import records
 from utils.data.records import check_example  # noqa: F401
 from utils.data.records import check_input_files
 from utils.data.records import find_bad_record  # noqa: F401
@@ -70,6 +72,12 @@ flags.DEFINE_integer("num_train_steps", 100000, "Optimizer updates to train for.
 flags.DEFINE_integer("num_warmup_steps", 10000, "Warmup updates.")
 flags.DEFINE_integer("max_eval_steps", 100,
                      "Maximum evaluation batches (evaluation also stops at the end of the data).")
+flags.DEFINE_bool("check_input_records", True,
+                  "While training, check every record of this worker's input files (framing and "
+                  "CRCs) in a background thread: a bad record stops the job at an update boundary "
+                  "with a checkpoint, exit 2 (docs/LONG_RUNS.md). With --nocheck_input_records the "
+                  "input pipeline meets it and the job ends without saving the updates since the "
+                  "last checkpoint.")
 
 
 def model_fn_builder(bert_config, init_checkpoint, schedule,
@@ -213,8 +221,13 @@ def run(f, config):
         is_training=True, num_workers=workers.size, worker_index=workers.rank,
         deterministic=f.deterministic_run, seed=config.random_seed,
         skip_records=skip_records[0], vocab_size=bert_config.vocab_size)
+    # Every record of this worker's files is checked beside training: a bad one stops the job at
+    # an update boundary with a checkpoint, long before the input pipeline would reach it.
+    input_check = (records.BackgroundRecordCheck(
+        worker_files(train_files, workers.size, workers.rank))
+                   if f.check_input_records else None)
     lifecycle.train(config, job, train_input_fn, f.num_train_steps,
-                    explain_input_error=explain(train_files))
+                    explain_input_error=explain(train_files), input_check=input_check)
 
   if f.do_eval and job.is_chief:
     eval_input_fn = input_fn_builder(

@@ -1,6 +1,7 @@
 """StopOnSignalHook in one process (utils/training/hooks.py): the stop comes at an update
-boundary after the signal, a signal before the first update raises, the step is read at the end.
-A fake watcher stands in for the signals."""
+boundary after the signal, a signal before the first update raises, the step is read at the end;
+a bad input record found by the background check stops it the same way. Fakes stand in for the
+signals and the check."""
 
 import signal
 
@@ -8,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from utils.core import graph_names
+from utils.runtime import stop_signals
 from utils.training import hooks
 
 _tf1 = tf.compat.v1
@@ -106,3 +108,52 @@ def test_signal_before_the_first_update_raises():
   with pytest.raises(hooks.StoppedBeforeFirstUpdate):
     stop = hooks.StopOnSignalHook(watcher, hooks.UpdateSource(1))
     _train([stop.updates, stop], 1)
+
+
+class FakeInputCheck(object):
+  """A background record check's stand-in: `problem` is set by `ProblemAtRun`."""
+
+  def __init__(self):
+    self.problem = None
+
+
+class ProblemAtRun(tf.estimator.SessionRunHook):
+  """Has the input check name a bad record after session run number `run` (1-based)."""
+
+  def __init__(self, check, run):
+    self._check, self._run, self._runs = check, run, 0
+
+  def after_run(self, run_context, run_values):
+    self._runs += 1
+    if self._runs == self._run:
+      self._check.problem = "part-1.tfrecord: record 7 at byte offset 5600: data CRC mismatch"
+
+
+@pytest.mark.parametrize("rank", [0, 3])
+def test_a_bad_record_found_mid_update_stops_at_its_boundary_like_a_signal(rank):
+  watcher, check, saved = FakeWatcher(), FakeInputCheck(), []
+  requests = stop_signals.StopRequests(watcher, check, rank=rank)
+  stop = hooks.StopOnSignalHook(requests, hooks.UpdateSource(4),
+                                on_saved=lambda *args: saved.append(args))
+  made = _train([stop.updates, ProblemAtRun(check, 6), stop], 4)
+  assert made == 8  # found in update 2 (runs 5-8): that update is finished, then the stop
+  assert stop.stopped and stop.stop_step == 2
+  assert stop.stop_code == 1000 + rank and stop.input_problem_rank == rank
+  assert stop.stop_signal_name is None
+  assert saved == [(None, 2)]
+
+
+def test_a_bad_record_wins_over_a_signal_and_neither_stops_an_undisturbed_run():
+  watcher, check = FakeWatcher(), FakeInputCheck()
+  requests = stop_signals.StopRequests(watcher, check, rank=1)
+  assert not requests.stop_requested and requests.signum is None
+  watcher.signum = signal.SIGTERM
+  assert requests.stop_requested and requests.signum == signal.SIGTERM
+  check.problem = "f: record 0 at byte offset 0: length CRC mismatch"
+  # Resuming would meet the record again: the stop says so, whatever signal came too.
+  assert requests.signum == stop_signals.INPUT_PROBLEM_CODE + 1
+  assert stop_signals.input_problem_rank(requests.signum) == 1
+  assert stop_signals.input_problem_rank(signal.SIGTERM) is None
+  assert stop_signals.input_problem_rank(None) is None
+  # Without a check: the signals alone.
+  assert stop_signals.StopRequests(FakeWatcher()).input_problem is None

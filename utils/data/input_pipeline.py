@@ -69,6 +69,21 @@ def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_
   return files
 
 
+def worker_files(input_files, num_workers, worker_index):
+  """The files worker `worker_index` of `num_workers` reads (`shard_input_files`, which also says
+  whether it shards them by record).
+
+  Raises:
+    ValueError: for an invalid worker index or count.
+  """
+  if num_workers < 1 or not 0 <= worker_index < num_workers:
+    raise ValueError("worker_index must be in [0, num_workers), got worker_index=%r, "
+                     "num_workers=%r" % (worker_index, num_workers))
+  if len(input_files) >= num_workers:
+    return list(input_files[worker_index::num_workers])
+  return list(input_files)
+
+
 def shard_input_files(input_files, num_workers, worker_index):
   """This worker's share of the input (docs/DESIGN.md section 7).
 
@@ -87,13 +102,9 @@ def shard_input_files(input_files, num_workers, worker_index):
   Raises:
     ValueError: for an invalid worker index or count.
   """
-  if num_workers < 1 or not 0 <= worker_index < num_workers:
-    raise ValueError("worker_index must be in [0, num_workers), got worker_index=%r, "
-                     "num_workers=%r" % (worker_index, num_workers))
-  if num_workers == 1:
-    return list(input_files), False
-  if len(input_files) >= num_workers:
-    return list(input_files[worker_index::num_workers]), False
+  files = worker_files(input_files, num_workers, worker_index)
+  if num_workers == 1 or len(input_files) >= num_workers:
+    return files, False
   logging.warning("%d input files for %d workers: sharding by record (each worker reads every "
                   "file and keeps 1 record in %d); give at least as many files as workers to "
                   "shard by file", len(input_files), num_workers, num_workers)

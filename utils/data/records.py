@@ -25,6 +25,7 @@ truncation (TF reports each as "corrupted record at <offset>" or "truncated reco
 import collections
 import re
 import struct
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -169,6 +170,66 @@ def check_record_file(path):
     return FileCheck(path, size, 0, "read twice with different results (is it being written?)")
   index, offset, problem = bad
   return FileCheck(path, size, index, "record %d at byte offset %d: %s" % (index, offset, problem))
+
+
+class BackgroundRecordCheck(object):
+  """`check_record_file` on a list of files, one after another, in a daemon thread.
+
+  A training job starts one on the files its worker reads: at the reader's 1 GB/s it is through
+  them long before the input pipeline reaches a bad record, and the job stops on `problem` at an
+  update boundary with a checkpoint of the good state (docs/LONG_RUNS.md), where the pipeline's
+  own error would end it without one.
+
+  Attributes:
+    files: the files checked, in order.
+  """
+
+  def __init__(self, files, check_file=check_record_file):
+    """Starts the thread.
+
+    Args:
+      files: TFRecord files.
+      check_file: function path -> `FileCheck` (injected by tests).
+    """
+    self.files = list(files)
+    self._check_file = check_file
+    self._problem = None
+    self._checked = 0
+    self._closed = threading.Event()
+    self._done = threading.Event()
+    self._thread = threading.Thread(target=self._run, name="record-check", daemon=True)
+    self._thread.start()
+
+  def _run(self):
+    try:
+      for path in self.files:
+        if self._closed.is_set():
+          return
+        result = self._check_file(path)
+        if result.problem is not None:
+          self._problem = "%s: %s" % (path, result.problem)
+          return
+        self._checked += 1
+    finally:
+      self._done.set()
+
+  @property
+  def problem(self):
+    """"<file>: record <k> at byte offset <offset>: <what>" for the first bad file met, or None."""
+    return self._problem
+
+  @property
+  def files_checked(self):
+    """How many files were found good so far."""
+    return self._checked
+
+  def wait(self, timeout=None):
+    """Waits until every file is checked or a bad one found; returns whether that happened."""
+    return self._done.wait(timeout)
+
+  def close(self):
+    """Has the thread stop after the file it is reading (it is a daemon: it never holds an exit)."""
+    self._closed.set()
 
 
 def _error_text(error):

@@ -347,3 +347,49 @@ def stop_message(signal_name_value, update, checkpoint_written):
   return "stopped by %s at update %d; %s; run the same command to resume" % (
       signal_name_value, update,
       "checkpoint written" if checkpoint_written else "no checkpoint written by this worker")
+
+
+# A stop for a bad input record (`StopRequests`) is combined over the workers as this code plus
+# the finding worker's rank: above every signal number, so the maximum over the workers says a bad
+# record (and whose) even when another worker got a signal: the data must be fixed either way.
+INPUT_PROBLEM_CODE = 1000
+
+
+def input_problem_rank(code):
+  """The rank that found a bad input record, for a stop `code` that says so; None for a signal."""
+  return None if code is None or code < INPUT_PROBLEM_CODE else code - INPUT_PROBLEM_CODE
+
+
+class StopRequests(object):
+  """What the training stop hook reads (`stop_requested`, `signum`): a signal to this process or a
+  bad input record found by its background check.
+
+  `signum` is the stop's code: the signal's number, or `INPUT_PROBLEM_CODE + rank` once the
+  check found a problem (that wins over a signal: a resumed run would meet the record again).
+  """
+
+  def __init__(self, watcher, input_check=None, rank=0):
+    """Args:
+      watcher: the `SignalWatcher` (or anything with `stop_requested` and `signum`).
+      input_check: None, or anything with `problem` (None while none is found), e.g.
+        `utils.data.records.BackgroundRecordCheck`.
+      rank: this worker's rank.
+    """
+    self._watcher = watcher
+    self._input_check = input_check
+    self._rank = int(rank)
+
+  @property
+  def input_problem(self):
+    """The input check's problem ("<file>: record <k> at byte offset <b>: <what>"), or None."""
+    return None if self._input_check is None else self._input_check.problem
+
+  @property
+  def stop_requested(self):
+    return self.input_problem is not None or self._watcher.stop_requested
+
+  @property
+  def signum(self):
+    if self.input_problem is not None:
+      return INPUT_PROBLEM_CODE + self._rank
+    return self._watcher.signum

@@ -500,10 +500,16 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
   One worker asked to stop before its first update raises `StoppedBeforeFirstUpdate` (nothing to
   save); several workers always finish the update the combined flag is seen in.
 
+  A watcher may also stop the run for a bad input record (`stop_signals.StopRequests`): its code
+  (`stop_signals.INPUT_PROBLEM_CODE` + the finding rank) is combined like a signal's.
+
   Attributes:
     stopped: True once the hook asked the session to stop.
+    stop_code: the combined code that stopped the run: a signal's number, or one of a bad input
+      record (`stop_signals.input_problem_rank`); None before.
     stop_signal_name: the name of the signal that stopped the run (another worker's when that one
-      got it), or None.
+      got it), or None (also for a bad input record).
+    input_problem_rank: the rank whose input check stopped the run, or None.
     stop_step: the global step the run stopped at (read at `end()`), or None.
   """
 
@@ -511,7 +517,7 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     """Configures the hook.
 
     Args:
-      watcher: has `stop_requested` (bool) and `signum` (int or None).
+      watcher: has `stop_requested` (bool) and `signum` (int or None: the stop's code).
       updates: the job's `UpdateSource` (earlier in the hook list).
       num_workers: workers of the job (> 1: the flag is combined over them with Horovod).
       on_saved: None, or a function (signal name, stop step) -> None, called at `end()` of a
@@ -535,7 +541,9 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
   def _reset(self):
     self._stopping_signum = None
     self.stopped = False
+    self.stop_code = None
     self.stop_signal_name = None
+    self.input_problem_rank = None
     self.stop_step = None
 
   def begin(self):
@@ -571,7 +579,10 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     if self._stopping_signum is None or not self.updates.facts.ended_update:
       return
     self.stopped = True
-    self.stop_signal_name = stop_signals.signal_name(self._stopping_signum)
+    self.stop_code = self._stopping_signum
+    self.input_problem_rank = stop_signals.input_problem_rank(self.stop_code)
+    if self.input_problem_rank is None:
+      self.stop_signal_name = stop_signals.signal_name(self.stop_code)
     run_context.request_stop()
 
   def end(self, session):

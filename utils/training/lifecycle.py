@@ -576,6 +576,45 @@ def _resume_advice(output_dir, checkpoint_step, bad_step):
           "--resume_from_step=%d" % (prefix, values, step))
 
 
+def input_stop_error(job, problem, finder_rank, stop_step, before_logging=None):
+  """Logs how a job stopped for a bad input record ended, and returns the error to end it with.
+
+  Args:
+    job: the `Job`.
+    problem: this worker's input check's problem ("<file>: record <k> at byte offset <b>:
+      <what>"), or None when another worker found the record.
+    finder_rank: the rank whose check found it.
+    stop_step: the global step the run stopped at, or None (before its first update).
+    before_logging: as for `stop_error`.
+
+  Returns:
+    `errors.UsageError` (exit status 2): the record (or the worker that names it), the update
+    saved and what to do.
+  """
+  written = stop_step is not None and (not job.saves_checkpoints  # as in `stop_error`
+                                       or job_lib.checkpoint_step(job.output_dir) == stop_step)
+  if stop_step is None:
+    saved = "stopped before the first update (nothing to save)"
+  elif written:
+    saved = "stopped at update %d, checkpoint written" % stop_step
+  else:
+    saved = "stopped at update %d, no checkpoint written by this worker" % stop_step
+  if problem is not None:
+    message = ("bad input record: %s; %s: remove or regenerate the file, then run the same "
+               "command to resume" % (problem, saved))
+  else:
+    message = ("worker %d found a bad input record (its line names it); %s: remove or "
+               "regenerate the file, then run the same command to resume" % (finder_rank, saved))
+  error = errors.UsageError(message)
+  if before_logging is not None:
+    before_logging(error)
+  job.run_logger.log(step=dllogger_setup.STOP_STEP, data={
+      "signal": None, "bad_input_record": problem, "update": stop_step,
+      "checkpoint_written": written, "message": message, "exit_code": errors.USAGE_EXIT_CODE})
+  job.run_logger.flush()
+  return error
+
+
 def stop_error(job, signal_name, stop_step, before_logging=None):
   """Logs how a job stopped by a signal ended, and returns the error to end it with.
 
@@ -607,7 +646,8 @@ def stop_error(job, signal_name, stop_step, before_logging=None):
   return error
 
 
-def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input_error=None):
+def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input_error=None,
+          input_check=None):
   """Trains to `num_train_steps` updates with the job's hooks (checkpoints, the log line every
   --display_loss_steps updates and its TensorBoard scalars, weight sync, Horovod broadcast, the
   stop on SIGTERM, SIGINT or SIGUSR1).
@@ -624,17 +664,24 @@ def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input
     num_train_steps: optimizer updates to train to.
     loss_names: the losses of the log line besides total_loss; None: the pretraining losses.
     explain_input_error: optional function error -> error naming the bad input.
+    input_check: None, or a check of this worker's input files running beside training (e.g.
+      `utils.data.records.BackgroundRecordCheck`: has `problem` and `close()`). Once it names a
+      bad record, every worker stops at the same update as for a signal, saves it, and the job
+      ends with exit status 2 and the record named (`input_stop_error`); closed at the end.
 
   Raises:
     errors.StoppedBySignal: a signal stopped the run (after its checkpoint).
+    errors.UsageError: `input_check` found a bad record (the run stopped after its checkpoint).
   """
   watcher = stop_signals.watch_signals()
   try:
     add_exit_cleanups(watcher, job)
     _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_input_error,
-                   watcher)
+                   watcher, stop_signals.StopRequests(watcher, input_check, job.workers.rank))
   finally:
     watcher.close()
+    if input_check is not None:
+      input_check.close()
 
 
 def add_exit_cleanups(watcher, job):
@@ -692,8 +739,8 @@ def remove_save_in_flight(checkpoint_dir, passes=3):
 
 
 def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_input_error,
-                   watcher):
-  """`train` with the signal watcher installed."""
+                   watcher, stop_requests):
+  """`train` with the signal watcher installed; `stop_requests` wraps it and the input check."""
   updates = hooks_lib.UpdateSource(config.num_accumulation_steps)
   log_hook = None
   if config.report_loss:
@@ -715,15 +762,20 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
   def on_stop_saved(signal_name, stop_step):
     """The stop hook's `on_saved`: logs how the job ends, and has a signal from now on end it so:
     a launcher signals the other workers as soon as the first exits with the stop's status."""
-    error = stop_error(job, signal_name, stop_step, before_logging=lambda error: (
-        watcher.stop_saved(errors.ending_line(job.program, error), errors.STOP_EXIT_CODE)))
+    if stop_hook.input_problem_rank is not None:
+      error = input_stop_error(job, stop_requests.input_problem, stop_hook.input_problem_rank,
+                               stop_step, before_logging=lambda error: watcher.stop_saved(
+                                   errors.ending_line(job.program, error), errors.USAGE_EXIT_CODE))
+    else:
+      error = stop_error(job, signal_name, stop_step, before_logging=lambda error: (
+          watcher.stop_saved(errors.ending_line(job.program, error), errors.STOP_EXIT_CODE)))
     saved_stops.append(error)
 
   hooks = job_lib.training_hooks(
       job.workers, updates, checkpoint_dir, config.save_checkpoints_steps,
       save_graph_def=config.save_graph_def, log_hook=log_hook,
       force_weight_sync=config.force_weight_sync, health_hook=health_hook,
-      save_checkpoints_secs=config.save_checkpoints_secs, stop_watcher=watcher,
+      save_checkpoints_secs=config.save_checkpoints_secs, stop_watcher=stop_requests,
       on_stop_saved=on_stop_saved)
   stop_hook = next(hook for hook in hooks if isinstance(hook, hooks_lib.StopOnSignalHook))
   try:
@@ -734,6 +786,8 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
                       config.init_loss_scale, bad_step=health_hook.bad_step,
                       skipped_updates=health_hook.skipped_too_often, bf16=config.bf16))
   except hooks_lib.StoppedBeforeFirstUpdate:
+    if stop_requests.input_problem is not None:
+      raise input_stop_error(job, stop_requests.input_problem, job.workers.rank, None)
     raise stop_error(job, watcher.signal_name, None)
   except (errors.UsageError, errors.DiskFullError, errors.TrainingDivergedError):
     raise
