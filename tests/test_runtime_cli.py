@@ -94,7 +94,7 @@ def test_native_log_level_is_quiet_unless_verbose_or_set():
 
 
 @pytest.mark.e2e
-def test_native_filter_drops_benign_lines_and_keeps_the_rest_even_after_a_crash():
+def test_native_filter_drops_benign_and_reported_lines_and_keeps_the_rest_even_after_a_crash():
   program = textwrap.dedent("""
       import os, sys
       sys.path.insert(0, %r)
@@ -102,6 +102,10 @@ def test_native_filter_drops_benign_lines_and_keeps_the_rest_even_after_a_crash(
       cli.filter_native_stderr()
       os.write(2, b"2024-01-01 00:00:00.1: E x.h:1] SetPriority unimplemented for this stream.\\n")
       os.write(2, b"2024-01-01 00:00:00.2: E y.cc:2] a real error\\n")
+      # A failed op's status, which is raised into Python as well (a full disk's save).
+      os.write(2, b"2024-01-01 00:00:00.3: W op_kernel.cc:1839] OP_REQUIRES failed at "
+                  b"save_restore_v2_ops.cc:162 : RESOURCE_EXHAUSTED: out.ckpt_temp; No space "
+                  b"left on device\\n")
       sys.stderr.write("python line\\n")
       sys.stderr.flush()
       os.write(2, b"last words\\n")

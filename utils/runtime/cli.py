@@ -48,13 +48,16 @@ BENIGN_NATIVE_LINES = (
     "Compiled cluster using XLA!",
     "All log messages before absl::InitializeLog() is called are written to STDERR",
 )
-# Native lines about a lost rank, left out unless --verbose: Horovod's report of its background
-# loop's exception and TensorFlow's of the collective that failed with it ("Horovod has been shut
-# down"). The rank that failed says why in its own last line; each rank left ends with one line
-# naming it (`job.another_worker_ended`).
+# Native lines that repeat an error the script reports itself, left out unless --verbose:
+# TensorFlow's warning for every op that fails ("OP_REQUIRES failed at save_restore_v2_ops.cc:...
+# RESOURCE_EXHAUSTED: ..." on a full disk, "... at mpi_ops.cc" for a collective whose rank is
+# gone), whose status is also raised into Python, where the script ends with its own line (or, for
+# an error it does not know, a traceback that holds the same status); and Horovod's report of its
+# background loop's exception when a rank is lost (each rank left names it in one line:
+# `job.another_worker_ended`).
 REPORTED_NATIVE_LINES = (
     "Horovod background loop uncaught exception",
-    "OP_REQUIRES failed at mpi_ops.cc",
+    "OP_REQUIRES failed at ",
 )
 # The StepCounterHook's warning that a session run did not advance the global step.
 GLOBAL_STEP_WARNING = "It seems that global step (tf.train.get_global_step) has not been increased"
