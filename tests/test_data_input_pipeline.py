@@ -7,6 +7,7 @@ carries r's global number in input_ids[0], so where every record went can be che
 
 import logging as std_logging
 import os
+import struct
 import subprocess
 import sys
 
@@ -282,6 +283,16 @@ def test_preflight_errors_name_the_file(tmp_path, case, message):
   assert str(bad) in str(raised.value)
 
 
+def _record_starts(path):
+  """Byte offsets of the records of a TFRecord file, from its framing (8-byte length, 4-byte CRC,
+  data, 4-byte CRC)."""
+  data, starts = open(path, "rb").read(), [0]
+  while starts[-1] < len(data):
+    (length,) = struct.unpack("<Q", data[starts[-1]:starts[-1] + 8])
+    starts.append(starts[-1] + 16 + length)
+  return starts[:-1]
+
+
 def test_corrupt_record_is_named(tmp_path):
   files = write_files(tmp_path, [4, 6, 3])
   data = bytearray(open(files[1], "rb").read())
@@ -296,13 +307,22 @@ def test_corrupt_record_is_named(tmp_path):
   assert files[1] not in raised.value.message
   named = records.name_bad_input(raised.value, files)
   assert isinstance(named, errors.UsageError) and named.__cause__ is raised.value
-  assert "%s: record 2" % files[1] in str(named) and "corrupted record" in str(named)
+  # Worded by the framing check, with the record's byte offset (read here from the framing).
+  starts = _record_starts(files[1])
+  assert starts[2] <= 2 * record_length + 20 - 12 < starts[3]  # the flipped byte is data
+  assert str(named) == "bad input record: %s: record 2 at byte offset %d: data CRC mismatch" % (
+      files[1], starts[2])
   assert records.find_bad_record([files[0], files[2]]) is None
-  # A truncated file is found too.
+  # A truncated file is found too, worded plainly (TF's own words: "truncated record at <offset>'
+  # failed with Read less bytes than requested").
   truncated = tmp_path / "truncated.tfrecord"
   truncated.write_bytes(open(files[0], "rb").read()[:-7])
-  assert records.find_bad_record([files[0], str(truncated)]).startswith(
-      "%s: record 3" % truncated)
+  starts = _record_starts(files[0])
+  size = os.path.getsize(files[0])
+  assert records.find_bad_record([files[0], str(truncated)]) == (
+      "%s: record 3 at byte offset %d: truncated: %d bytes left, fewer than the record's %d (%d "
+      "of data, 16 of framing)" % (truncated, starts[3], size - 7 - starts[3], size - starts[3],
+                                   size - starts[3] - 16))
   # So is a file that ends inside a record's 12-byte header (too short to be read as a record).
   cut_header = tmp_path / "cut_header.tfrecord"
   cut_header.write_bytes(open(files[0], "rb").read() + b"\x05\x00\x00")

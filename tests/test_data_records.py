@@ -196,7 +196,8 @@ def test_corrupt_record_mid_training_is_one_line_and_the_traceback_only_with_ver
   quiet, verbose = [_run(_flags(config, tmp_path / "bad", tmp_path / name,
                                 check_input_records=False, **extra))
                     for name, extra in (("quiet", {}), ("verbose", {"verbose": True}))]
-  expected = "run_pretraining.py: error: bad input record: %s: record %d: " % (broken, index)
+  expected = "run_pretraining.py: error: bad input record: %s: record %d at byte offset %d: " % (
+      broken, index, _record_spans(good)[index][0])
   for proc in (quiet, verbose):
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert expected in proc.stderr, proc.stderr[-3000:]
@@ -220,7 +221,8 @@ def test_corrupt_record_under_horovod_is_one_line_from_the_rank_that_met_it(tmp_
       check_input_records=False), capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
   output = proc.stdout + proc.stderr
   assert proc.returncode not in (0, 124), output[-4000:]
-  expected = "run_pretraining.py: error: bad input record: %s: record %d: " % (broken, index)
+  expected = "run_pretraining.py: error: bad input record: %s: record %d at byte offset %d: " % (
+      broken, index, _record_spans(good[1])[index][0])
   assert output.count(expected) == 1, output[-4000:]
   # No rank prints a traceback (horovodrun prefixes each rank's lines with "[<rank>]<stderr>:";
   # the launcher's own report of the failed process is Horovod's).

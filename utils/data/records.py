@@ -351,7 +351,9 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
     max_seq_length, max_predictions_per_seq, vocab_size: see `check_example`.
 
   Returns:
-    None when every record is good, else a message "<file>: record <k> (0-based): <problem>".
+    None when every record is good, else a message "<file>: record <k> (0-based): <problem>", or
+    for a record whose framing is bad "<file>: record <k> at byte offset <b>: <what>" (as
+    `check_record_file` words it).
   """
   check = max_seq_length is not None and max_predictions_per_seq is not None
   for path in input_files:
@@ -364,6 +366,11 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
           return "%s: record %d: %s" % (path, index, problem)
         index += 1
     except tf.errors.OpError as e:
+      # The framing check words it (TF's own text for a record cut short reads "truncated record
+      # at 2087252' failed with Read less bytes than requested").
+      framing = check_record_file(path).problem if isinstance(e, tf.errors.DataLossError) else None
+      if framing is not None and framing.startswith("record %d " % index):
+        return "%s: %s" % (path, framing)
       return "%s: record %d: %s" % (path, index, _error_text(e))
   return None
 
