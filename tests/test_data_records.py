@@ -466,3 +466,10 @@ def test_background_check_closed_stops_after_the_file_it_reads():
   release.set()
   assert check.wait(10)
   assert seen == ["a"] and check.problem is None
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 7, 9])
+def test_record_lengths_are_summed_across_chunks(count):
+  # Chunks of 3: none, part of one, exactly one, several with a rest, exactly three.
+  lengths = [(index * 37) % 11 for index in range(count)]
+  assert records._data_bytes(iter([b"x" * n for n in lengths]), chunk_records=3) == sum(lengths)
