@@ -160,6 +160,10 @@ def run_tasks(function, tasks, num_workers, describe=str, passed_errors=(ValueEr
       receiver.close()
 
 
+# The signals the cleaner ignores: they reach a whole process group or job at once.
+_CLEANER_IGNORES = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def clean_up_if_killed(clean_up, poll_seconds=PARENT_POLL_SECONDS):
   """Context: should this process die inside the block, however it dies (kill -9 included),
@@ -182,7 +186,14 @@ def clean_up_if_killed(clean_up, poll_seconds=PARENT_POLL_SECONDS):
   context = multiprocessing.get_context("fork")
   cleaner = context.Process(target=_clean_up_after_parent,
                             args=(clean_up, os.getpid(), poll_seconds), daemon=True)
-  cleaner.start()
+  # Blocked across the fork, so that the cleaner is born with them blocked and none can end it
+  # before it ignores them (seen: a SIGTERM to the group just after the block started killed the
+  # cleaner, nothing was cleaned). Here they stay pending and act once unblocked, as before.
+  blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _CLEANER_IGNORES)
+  try:
+    cleaner.start()
+  finally:
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
   try:
     yield
   finally:
@@ -193,8 +204,9 @@ def clean_up_if_killed(clean_up, poll_seconds=PARENT_POLL_SECONDS):
 def _clean_up_after_parent(clean_up, parent_pid, poll_seconds):
   """Body of the cleaner process: runs `clean_up()` once the process `parent_pid` has died (this
   process was re-parented)."""
-  for signum in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(signum, signal.SIG_IGN)
+  for signum in _CLEANER_IGNORES:
+    signal.signal(signum, signal.SIG_IGN)  # also discards one already pending
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, _CLEANER_IGNORES)
   while os.getppid() == parent_pid:
     time.sleep(poll_seconds)
   clean_up()
