@@ -107,4 +107,9 @@ def run_reporting_errors(program, function, *args, verbose=False):
     if verbose:
       traceback.print_exc(file=sys.stderr)
     print(ending_line(program, e), file=sys.stderr, flush=True)
-    return next(code for kind, code in _EXIT_CODES if isinstance(e, kind))
+    return exit_code(e)
+
+
+def exit_code(error):
+  """The exit status a run ends with for `error`, one of this module's errors."""
+  return next(code for kind, code in _EXIT_CODES if isinstance(error, kind))

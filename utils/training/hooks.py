@@ -506,10 +506,8 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
   Attributes:
     stopped: True once the hook asked the session to stop.
     stop_code: the combined code that stopped the run: a signal's number, or one of a bad input
-      record (`stop_signals.input_problem_rank`); None before.
-    stop_signal_name: the name of the signal that stopped the run (another worker's when that one
-      got it), or None (also for a bad input record).
-    input_problem_rank: the rank whose input check stopped the run, or None.
+      record (`stop_signals.input_problem_rank`); None before. `stop_signal_name` (another
+      worker's signal when that one got it) and `input_problem_rank` are read from it.
     stop_step: the global step the run stopped at (read at `end()`), or None.
   """
 
@@ -542,8 +540,6 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
     self._stopping_signum = None
     self.stopped = False
     self.stop_code = None
-    self.stop_signal_name = None
-    self.input_problem_rank = None
     self.stop_step = None
 
   def begin(self):
@@ -580,10 +576,19 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
       return
     self.stopped = True
     self.stop_code = self._stopping_signum
-    self.input_problem_rank = stop_signals.input_problem_rank(self.stop_code)
-    if self.input_problem_rank is None:
-      self.stop_signal_name = stop_signals.signal_name(self.stop_code)
     run_context.request_stop()
+
+  @property
+  def input_problem_rank(self):
+    """The rank whose input check stopped the run, or None."""
+    return stop_signals.input_problem_rank(self.stop_code)
+
+  @property
+  def stop_signal_name(self):
+    """The name of the signal that stopped the run, or None (not stopped, or by a bad record)."""
+    if self.stop_code is None or self.input_problem_rank is not None:
+      return None
+    return stop_signals.signal_name(self.stop_code)
 
   def end(self, session):
     """Reads the step the run ended at; with several workers, meets the others once more; then

@@ -591,8 +591,7 @@ def input_stop_error(job, problem, finder_rank, stop_step, before_logging=None):
     `errors.UsageError` (exit status 2): the record (or the worker that names it), the update
     saved and what to do.
   """
-  written = stop_step is not None and (not job.saves_checkpoints  # as in `stop_error`
-                                       or job_lib.checkpoint_step(job.output_dir) == stop_step)
+  written = _stop_checkpoint_written(job, stop_step)
   if stop_step is None:
     saved = "stopped before the first update (nothing to save)"
   elif written:
@@ -605,14 +604,8 @@ def input_stop_error(job, problem, finder_rank, stop_step, before_logging=None):
   else:
     message = ("worker %d found a bad input record (its line names it); %s: remove or "
                "regenerate the file, then run the same command to resume" % (finder_rank, saved))
-  error = errors.UsageError(message)
-  if before_logging is not None:
-    before_logging(error)
-  job.run_logger.log(step=dllogger_setup.STOP_STEP, data={
-      "signal": None, "bad_input_record": problem, "update": stop_step,
-      "checkpoint_written": written, "message": message, "exit_code": errors.USAGE_EXIT_CODE})
-  job.run_logger.flush()
-  return error
+  return _log_stop(job, errors.UsageError(message), before_logging, signal=None,
+                   bad_input_record=problem, update=stop_step, checkpoint_written=written)
 
 
 def stop_error(job, signal_name, stop_step, before_logging=None):
@@ -629,20 +622,32 @@ def stop_error(job, signal_name, stop_step, before_logging=None):
   Returns:
     `errors.StoppedBySignal` with the message (exit status `errors.STOP_EXIT_CODE`).
   """
-  # A worker that saves none does not read the checkpoint: rank 0 wrote it, the workers met after
-  # its save, and rank 0's exit has the launcher signal the others at once (Open MPI kills them 1 s
-  # later): they must reach `before_logging` without delay.
-  written = stop_step is not None and (not job.saves_checkpoints
-                                       or job_lib.checkpoint_step(job.output_dir) == stop_step)
+  written = _stop_checkpoint_written(job, stop_step)
   message = stop_signals.stop_message(signal_name, stop_step, written)
-  error = errors.StoppedBySignal(message)
+  return _log_stop(job, errors.StoppedBySignal(message), before_logging, signal=signal_name,
+                   update=stop_step, checkpoint_written=written)
+
+
+def _stop_checkpoint_written(job, stop_step):
+  """Whether the checkpoint of the update a stopped run ended at is on disk.
+
+  A worker that saves none does not read the checkpoint: rank 0 wrote it, the workers met after
+  its save, and rank 0's exit has the launcher signal the others at once (Open MPI kills them 1 s
+  later): they must reach the stop's `before_logging` without delay.
+  """
+  return stop_step is not None and (not job.saves_checkpoints
+                                    or job_lib.checkpoint_step(job.output_dir) == stop_step)
+
+
+def _log_stop(job, error, before_logging, **data):
+  """Calls `before_logging(error)` (if given), writes the run log's STOP line (`data`, the error's
+  message and exit status) and returns `error`. No absl line of the message: the run ends with it
+  (`errors.ending_line`), once."""
   if before_logging is not None:
     before_logging(error)
-  job.run_logger.log(step=dllogger_setup.STOP_STEP, data={
-      "signal": signal_name, "update": stop_step, "checkpoint_written": written,
-      "message": message, "exit_code": errors.STOP_EXIT_CODE})
+  job.run_logger.log(step=dllogger_setup.STOP_STEP, data=dict(
+      data, message=str(error), exit_code=errors.exit_code(error)))
   job.run_logger.flush()
-  # No log line of the message: the run ends with it (`errors.ending_line`), once.
   return error
 
 
@@ -762,13 +767,14 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
   def on_stop_saved(signal_name, stop_step):
     """The stop hook's `on_saved`: logs how the job ends, and has a signal from now on end it so:
     a launcher signals the other workers as soon as the first exits with the stop's status."""
+    def saved(error):
+      watcher.stop_saved(errors.ending_line(job.program, error), errors.exit_code(error))
+
     if stop_hook.input_problem_rank is not None:
       error = input_stop_error(job, stop_requests.input_problem, stop_hook.input_problem_rank,
-                               stop_step, before_logging=lambda error: watcher.stop_saved(
-                                   errors.ending_line(job.program, error), errors.USAGE_EXIT_CODE))
+                               stop_step, before_logging=saved)
     else:
-      error = stop_error(job, signal_name, stop_step, before_logging=lambda error: (
-          watcher.stop_saved(errors.ending_line(job.program, error), errors.STOP_EXIT_CODE)))
+      error = stop_error(job, signal_name, stop_step, before_logging=saved)
     saved_stops.append(error)
 
   hooks = job_lib.training_hooks(
