@@ -10,6 +10,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -221,6 +222,36 @@ def test_training_reads_every_record_once_per_epoch(tmp_path, sizes, num_workers
         np.testing.assert_array_equal(counts, per_file)
         assert sorted(epoch) == sorted(shard)
       assert epochs[0] != epochs[1] != epochs[2], "the order must change every epoch"
+
+
+def test_a_slow_parse_at_an_epoch_end_is_not_overtaken_by_the_next_epoch(tmp_path, monkeypatch):
+  # The parse runs on several threads; if it handed batches on as they finished, a batch of the
+  # next epoch would overtake the last one of this epoch while that one is slow to parse, and the
+  # epoch would read a record twice (CI saw it once without the delay).
+  files = write_files(tmp_path, [3, 2])
+  parse = input_pipeline._decode_batch
+  calls = []
+
+  def slow_for_last_record_of_an_epoch(records, name_to_features, paths, indices, vocab_size):
+    def wait(index):
+      calls.append(int(index))
+      if len(calls) == 5:  # batches are parsed in the order read: the last of the first epoch
+        time.sleep(0.5)
+      return index
+    delayed = tf.py_function(wait, [indices[0]], tf.int64)
+    with tf.control_dependencies([delayed]):
+      records = tf.identity(records)
+    return parse(records, name_to_features, paths, indices, vocab_size)
+
+  monkeypatch.setattr(input_pipeline, "_decode_batch", slow_for_last_record_of_an_epoch)
+  input_fn = input_pipeline.input_fn_builder(
+      files, batch_size=1, max_seq_length=SEQ, max_predictions_per_seq=PRED, is_training=True,
+      num_cpu_threads=2, deterministic=False, seed=0, shuffle_buffer_size=8)
+  seen = record_numbers(run_dataset(input_fn, max_batches=5 * 4)[0])
+  epochs = [seen[e * 5:(e + 1) * 5] for e in range(4)]
+  for epoch in epochs:
+    assert sorted(epoch) == list(range(5)), seen
+  assert len(calls) > 5  # the next epoch's batches were being parsed during the delay
 
 
 def test_resolve_input_files_globs_and_directories(tmp_path):

@@ -337,11 +337,12 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     def decode(records, paths, indices):
       return _decode_batch(records, name_to_features, paths, indices, vocab_size)
 
-    if deterministic:  # sequential map: one thread, fixed order
+    if deterministic:  # sequential map: one thread
       d = d.map(decode)
     else:
-      d = d.map(decode, num_parallel_calls=max(1, num_cpu_threads),
-                deterministic=not is_training)
+      # Parsed in parallel but handed on in order: an unordered map let a batch of the next epoch
+      # overtake the last of this one, reading a record twice in what should be one epoch.
+      d = d.map(decode, num_parallel_calls=max(1, num_cpu_threads), deterministic=True)
     d = d.prefetch(2)
     if deterministic:
       options = tf.data.Options()
