@@ -23,6 +23,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import fused_blocks
 import fused_layer_norm
 import gpu_environment
 
@@ -845,7 +846,8 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
                     size_per_head=512, query_act=None, key_act=None, value_act=None,
                     attention_probs_dropout_prob=0.0, initializer_range=0.02,
                     do_return_2d_tensor=False, batch_size=None, from_seq_length=None,
-                    to_seq_length=None, dropout_seed=None, matmul_dtype=None):
+                    to_seq_length=None, dropout_seed=None, matmul_dtype=None,
+                    output_dtype=None):
   """Multi-head scaled dot-product attention from `from_tensor` to `to_tensor`.
 
   Args:
@@ -862,11 +864,13 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     batch_size, from_seq_length, to_seq_length: needed for 2D inputs.
     dropout_seed: optional seed of the stateless attention-probability mask (see `dropout`).
     matmul_dtype: optional dtype of the projections (with their bias adds) and of the two
-      attention products; the scores are scaled, masked, normalised and dropped out in the dtype
-      of `from_tensor`. None: everything in the dtype of `from_tensor`.
+      attention products; the scores are scaled, masked, normalised and dropped out in fp32
+      inside one compiled kernel (`fused_blocks.masked_softmax_dropout`). None: everything in
+      the dtype of `from_tensor`.
+    output_dtype: dtype of the result; None: that of `from_tensor`.
 
   Returns:
-    float Tensor [batch_size, from_seq_length, N*D] (or 2D, see above), dtype of `from_tensor`.
+    float Tensor [batch_size, from_seq_length, N*D] (or 2D, see above), in `output_dtype`.
 
   Raises:
     ValueError: for inconsistent shapes.
@@ -905,15 +909,19 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     value = _split_heads(value, batch_size, to_seq_length, num_attention_heads, size_per_head)
 
   # [batch, heads, from_seq, to_seq]
-  scores = _cast_to(tf.matmul(query, key, transpose_b=True), from_tensor.dtype)
-  scores = scores * tf.cast(1.0 / math.sqrt(float(size_per_head)), scores.dtype)
-
-  if attention_mask is not None:
-    mask = tf.cast(tf.expand_dims(attention_mask, axis=1), scores.dtype)
-    # 0 for positions to attend, -10000 for padding: after the softmax padding weighs ~nothing.
-    scores += (1.0 - mask) * tf.cast(ATTENTION_MASK_ADDER, scores.dtype)
-
-  probs = dropout(_softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
+  scores = tf.matmul(query, key, transpose_b=True)
+  if matmul_dtype is not None:
+    # bf16 scores in, bf16 probabilities out, fp32 inside one compiled kernel each way.
+    probs = fused_blocks.masked_softmax_dropout(
+        scores, attention_mask, 1.0 / math.sqrt(float(size_per_head)),
+        attention_probs_dropout_prob, seed=dropout_seed)
+  else:
+    scores = scores * tf.cast(1.0 / math.sqrt(float(size_per_head)), scores.dtype)
+    if attention_mask is not None:
+      mask = tf.cast(tf.expand_dims(attention_mask, axis=1), scores.dtype)
+      # 0 for positions to attend, -10000 for padding: after the softmax padding weighs ~nothing.
+      scores += (1.0 - mask) * tf.cast(ATTENTION_MASK_ADDER, scores.dtype)
+    probs = dropout(_softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
 
   context = tf.matmul(_cast_to(probs, value.dtype), value)
   context = tf.transpose(context, [0, 2, 1, 3])  # [batch, from_seq, heads, D]
@@ -921,7 +929,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     context = tf.reshape(context, [batch_size * from_seq_length, width])
   else:
     context = tf.reshape(context, [batch_size, from_seq_length, width])
-  return _cast_to(context, from_tensor.dtype)
+  return _cast_to(context, output_dtype or from_tensor.dtype)
 
 
 def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hidden_layers=12,
@@ -978,15 +986,12 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
               initializer_range=initializer_range, do_return_2d_tensor=True,
               batch_size=batch_size, from_seq_length=seq_length, to_seq_length=seq_length,
               dropout_seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_PROBS_SITE),
-              matmul_dtype=matmul_dtype)
+              matmul_dtype=matmul_dtype, output_dtype=matmul_dtype)  # bf16 into the next product
         with _tf1.variable_scope("output"):
-          attention_output = dense_layer(attention_output, hidden_size, name="dense",
-                                         initializer_range=initializer_range,
-                                         matmul_dtype=matmul_dtype)
-          attention_output = dropout(
-              attention_output, hidden_dropout_prob,
-              seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_OUTPUT_SITE))
-          attention_output = layer_norm(attention_output + layer_input)
+          attention_output = _output_dropout_residual_layer_norm(
+              attention_output, layer_input, hidden_size, initializer_range, matmul_dtype,
+              hidden_dropout_prob,
+              dropout_site_key(dropout_key, layer_idx, _ATTENTION_OUTPUT_SITE))
 
       with _tf1.variable_scope("intermediate"):
         # Between two reduced-precision products GELU reads and writes their dtype and computes
@@ -1001,13 +1006,9 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
           intermediate_output = _activation_in_fp32(intermediate_act_fn, intermediate_output)
 
       with _tf1.variable_scope("output"):
-        layer_output = dense_layer(intermediate_output, hidden_size, name="dense",
-                                   initializer_range=initializer_range, matmul_dtype=matmul_dtype,
-                                   output_dtype=attention_output.dtype)
-        layer_output = dropout(
-            layer_output, hidden_dropout_prob,
-            seed=dropout_site_key(dropout_key, layer_idx, _LAYER_OUTPUT_SITE))
-        layer_output = layer_norm(layer_output + attention_output)
+        layer_output = _output_dropout_residual_layer_norm(
+            intermediate_output, attention_output, hidden_size, initializer_range, matmul_dtype,
+            hidden_dropout_prob, dropout_site_key(dropout_key, layer_idx, _LAYER_OUTPUT_SITE))
       prev_output = layer_output
       all_layer_outputs.append(layer_output)
 
@@ -1015,6 +1016,35 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
   if do_return_all_layers:
     return [reshape_from_matrix(output, input_shape) for output in all_layer_outputs]
   return reshape_from_matrix(prev_output, input_shape)
+
+
+def _output_dropout_residual_layer_norm(x, residual, hidden_size, initializer_range,
+                                        matmul_dtype, dropout_prob, dropout_seed):
+  """A sub-layer's end: layer_norm(dropout(dense(x)) + residual), variables `dense/{kernel,bias}`
+  and `LayerNorm/{beta,gamma}` in the current scope.
+
+  With a `matmul_dtype` (bf16) the product's output goes to `fused_blocks` in that dtype (one
+  compiled kernel for dropout, residual sum and layer norm, in fp32); otherwise op by op in the
+  dtype of `residual`.
+
+  Args:
+    x: Tensor [rows, width] in the activations' dtype, or in `matmul_dtype` when another
+      product computed it; residual: Tensor [rows, hidden_size].
+    hidden_size, initializer_range, matmul_dtype: see `transformer_model`.
+    dropout_prob, dropout_seed: see `dropout`.
+
+  Returns:
+    Tensor [rows, hidden_size] in the dtype of `residual`.
+  """
+  if matmul_dtype is not None:
+    output = dense_layer(x, hidden_size, name="dense", initializer_range=initializer_range,
+                         matmul_dtype=matmul_dtype, output_dtype=matmul_dtype)
+    return fused_blocks.dropout_residual_layer_norm(output, residual, dropout_prob,
+                                                    seed=dropout_seed)
+  output = dense_layer(x, hidden_size, name="dense", initializer_range=initializer_range,
+                       output_dtype=residual.dtype)
+  output = dropout(output, dropout_prob, seed=dropout_seed)
+  return layer_norm(output + residual)
 
 
 def _softmax(scores):

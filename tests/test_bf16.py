@@ -1,5 +1,6 @@
 """bf16 compute (--bf16): fp32 master variables and activations, bf16 encoder products, fp32
-element-wise ops (dropout, residual sums, layer norm, softmax, GELU), heads, losses and update;
+element-wise ops (dropout, residual sums, layer norm, softmax, GELU: compiled kernels between the
+products, tests/test_fused_blocks.py), heads, losses and update;
 its numerics against float64 numpy and against the fp32 graph.
 
 Tolerances come from bf16's format: 8 significant bits (7 stored), so rounding one value to bf16
@@ -44,9 +45,8 @@ def _matmul_dtype(op):
 
 # The op types that may output bf16 in the encoder's forward pass: the products with their bias
 # adds, the casts into and out of them, the reshapes between the projections and the attention
-# products, and the compiled GELU between the intermediate and output products (bf16 in and out,
-# fp32 inside). Every other element-wise op (dropout, residual sums, layer norm, softmax) must
-# stay fp32.
+# products, and the compiled kernels between the products (bf16 in and out, fp32 inside). Every
+# other element-wise op must stay fp32.
 BF16_FORWARD_TYPES = {"Cast", "MatMul", "BatchMatMulV2", "BiasAdd", "IdentityN", "Reshape",
                       "Transpose", "Unpack", "PartitionedCall"}
 
@@ -80,45 +80,51 @@ def test_variables_fp32_encoder_products_bf16_everything_element_wise_fp32(graph
   bias_adds = [op for op in encoder if op.type == "BiasAdd"]
   assert len(bias_adds) == 4 * config.num_hidden_layers  # fused q/k/v and the three dense
   assert all(op.get_attr("T") == tf.bfloat16 for op in bias_adds)
-  for kind in ("AddV2", "Mul", "Softmax", "Mean", "SelectV2"):
-    kind_ops = [op for op in encoder if op.type == kind]
-    assert kind_ops and all(op.outputs[0].dtype == tf.float32 for op in kind_ops), kind
-  dropout_ops = [op for op in encoder if "dropout" in op.name and op.type == "Mul"]
-  assert dropout_ops and all(op.get_attr("T") == tf.float32 for op in dropout_ops)
-  # The casts per layer. Into bf16: the 3 fp32 inputs of the projections (the layer input, the
-  # attention context, the attention output's layer norm), the 4 kernels and 4 biases (each fp32
-  # variable read once and cast once per step), and the attention probabilities: 12. Back to
-  # fp32: the scores, the context and the outputs of the attention-output and output dense
-  # layers: 4. (The intermediate product stays bf16 into the compiled GELU, which hands bf16 to
-  # the output product.)
+  # The element-wise work between the products runs in compiled kernels (fused_blocks.py and the
+  # GELU), each bf16 in and out and fp32 inside: per layer the attention's masked softmax and
+  # dropout, GELU, and dropout + residual sum + layer norm after each of the two sub-layers. No
+  # element-wise op of the layers is left in the graph.
+  assert not [op for op in encoder if op.type in ("Softmax", "Mean", "SelectV2", "RandomUniform")]
+  calls = [op for op in encoder if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+  assert all(op.get_attr("_XlaMustCompile") for op in calls)
+  sites = sorted(op.name.split("/", 3)[3].rsplit("/", 1)[0] for op in calls
+                 if "layer_0/" in op.name)
+  assert sites == ["attention/output", "attention/self", "intermediate", "output"], sites
+  assert len(calls) == 4 * config.num_hidden_layers
+  library = {f.signature.name: f for f in graph.as_graph_def().library.function}
+  gradient_calls = [op for op in ops if op.type in ("PartitionedCall", "StatefulPartitionedCall")
+                    and op.name.startswith("gradients") and "/bert/encoder/" in op.name]
+  assert len(gradient_calls) == len(calls)
+  bodies = {call.name: library[call.get_attr("f").name].node_def
+            for call in calls + gradient_calls}
+  bf16_enum = tf.bfloat16.as_datatype_enum
+  for name, body in bodies.items():
+    # Inside: only casts (and the outputs' identities) touch bf16; all arithmetic is fp32.
+    assert not [node.op for node in body if node.attr["T"].type == bf16_enum
+                and node.op != "Identity"], name
+    assert [node for node in body if node.op == "Cast"], name
+  body_ops = {op_type for body in bodies.values() for op_type in (node.op for node in body)}
+  assert {"Softmax", "Mean", "Rsqrt", "Tanh", "SelectV2"} <= body_ops
+  # The casts per layer, into bf16: the 2 fp32 inputs of the projections (the layer input and
+  # the attention output, both layer norms' outputs) and the 4 kernels and 4 biases (each fp32
+  # variable read once and cast once per step): 10. None back to fp32: the attention context
+  # goes from its product to the next in bf16, and the kernels read and write bf16 (scores in,
+  # probabilities out; the intermediate product into GELU and out to the output product; the
+  # dense outputs into the residual blocks).
   casts = [op for op in encoder if op.type == "Cast"]
   to_bf16 = [op for op in casts if op.outputs[0].dtype == tf.bfloat16]
   to_fp32 = [op for op in casts if op.inputs[0].dtype == tf.bfloat16
              and op.outputs[0].dtype == tf.float32]
-  assert len(to_bf16) == 12 * config.num_hidden_layers
-  assert len(to_fp32) == 4 * config.num_hidden_layers
+  assert len(to_bf16) == 10 * config.num_hidden_layers
+  assert not to_fp32
   # The pooler's product runs in bf16 as well; the heads' matmuls are fp32.
   pooler = [op for op in forward if op.type in MATMULS and op.name.startswith("bert/pooler/")]
   assert [_matmul_dtype(op) for op in pooler] == [tf.bfloat16]
   heads = [op for op in forward if op.type in MATMULS and op.name.startswith("cls/")]
   assert heads and all(_matmul_dtype(op) == tf.float32 for op in heads)
-  # Softmax of every attention layer, layer-norm statistics, GELU: fp32.
-  softmax = [op for op in encoder if op.type == "Softmax"]
-  assert len(softmax) == config.num_hidden_layers
-  norm_means = [op for op in encoder if op.type == "Mean" and "LayerNorm" in op.name]
-  assert len(norm_means) == 2 * 2 * config.num_hidden_layers  # mean and variance, 2 per layer
   assert not [op for op in forward if op.type.startswith("FusedBatchNorm")]
-  # GELU: one compiled call per layer, bf16 in and out, its tanh (forward and backward) in fp32.
-  gelu_calls = [op for op in encoder if op.type == "PartitionedCall"]
-  assert len(gelu_calls) == config.num_hidden_layers
-  assert all("/intermediate/" in op.name and op.get_attr("_XlaMustCompile")
-             and op.inputs[0].dtype == op.outputs[0].dtype == tf.bfloat16 for op in gelu_calls)
-  library = {f.signature.name: f for f in graph.as_graph_def().library.function}
-  for call in gelu_calls + [op for op in ops if op.type == "PartitionedCall"
-                            and op.name.startswith("gradients")]:
-    body = library[call.get_attr("f").name].node_def
-    tanh = [node for node in body if node.op == "Tanh"]
-    assert len(tanh) == 1 and tanh[0].attr["T"].type == tf.float32.as_datatype_enum
+  gelu_calls = [op for op in calls if "/intermediate/" in op.name]
+  assert all(op.inputs[0].dtype == op.outputs[0].dtype == tf.bfloat16 for op in gelu_calls)
   # The activations between the layers, the outputs and the losses are fp32; no loss scale
   # anywhere (bf16 has fp32's range).
   model = built["model"]
