@@ -98,23 +98,21 @@ def _residual_backward(dout, z, gamma, seed, rate, y_dtype):
 
 
 def _softmax_forward(scores, mask, scale, seed, rate, out_dtype):
-  """dropout(softmax(fp32(scores) * scale + (1 - mask) * adder)) in `out_dtype`; mask
-  [batch, from, to] broadcast over the heads."""
-  logits = tf.cast(scores, tf.float32) * scale
-  if mask is not None:
-    logits += (1.0 - tf.expand_dims(mask, axis=1)) * _MASK_ADDER
-  return tf.cast(_dropped(tf.nn.softmax(logits), seed, rate), out_dtype)
-
-
-def _softmax_backward(dprobs, scores, mask, scale, seed, rate):
-  """Gradient of `_softmax_forward` with respect to `scores` (softmax recomputed from them)."""
+  """(dropout(p), p) in `out_dtype`, p = softmax(fp32(scores) * scale + (1 - mask) * adder);
+  mask [batch, from, to] broadcast over the heads."""
   logits = tf.cast(scores, tf.float32) * scale
   if mask is not None:
     logits += (1.0 - tf.expand_dims(mask, axis=1)) * _MASK_ADDER
   probs = tf.nn.softmax(logits)
+  return tf.cast(_dropped(probs, seed, rate), out_dtype), tf.cast(probs, out_dtype)
+
+
+def _softmax_backward(dprobs, probs, scale, seed, rate):
+  """Gradient of `_softmax_forward` with respect to `scores`, from its saved probabilities."""
+  probs = tf.cast(probs, tf.float32)
   dp = _dropped(tf.cast(dprobs, tf.float32), seed, rate)
   dlogits = probs * (dp - tf.reduce_sum(dp * probs, axis=-1, keepdims=True))
-  return tf.cast(dlogits * scale, scores.dtype)
+  return tf.cast(dlogits * scale, dprobs.dtype)
 
 
 def _compiled(function):
@@ -204,10 +202,11 @@ def masked_softmax_dropout(scores, mask, scale, dropout_prob, seed=None):
   inputs = [scores, seed, tf.constant(float(scale)), tf.constant(rate)]
   if mask is not None:
     inputs.append(tf.cast(mask, tf.float32))
-  probs = _SOFTMAX_FORWARD(scores, inputs[4] if mask is not None else None, float(scale), seed,
-                           rate, scores.dtype)
+  dropped, probs = _SOFTMAX_FORWARD(scores, inputs[4] if mask is not None else None,
+                                    float(scale), seed, rate, scores.dtype)
+  dropped.set_shape(scores.shape)
   probs.set_shape(scores.shape)
-  return _with_gradient(_SOFTMAX_GRADIENT, [probs], inputs)[0]
+  return _with_gradient(_SOFTMAX_GRADIENT, [dropped], inputs + [probs])[0]
 
 
 _SOFTMAX_GRADIENT = "BertMaskedSoftmaxDropoutGradient"
@@ -215,10 +214,10 @@ _SOFTMAX_GRADIENT = "BertMaskedSoftmaxDropoutGradient"
 
 @tf.RegisterGradient(_SOFTMAX_GRADIENT)
 def _softmax_gradient(op, dprobs, *unused):
-  """Gradient of `masked_softmax_dropout`; op.inputs: probs, scores, seed, scale, rate[, mask]."""
-  scores, seed = op.inputs[1], op.inputs[2]
+  """Gradient of `masked_softmax_dropout`; op.inputs: dropped probabilities, scores, seed, scale,
+  rate[, mask], probabilities."""
+  seed, probs = op.inputs[2], op.inputs[-1]
   scale = float(tf.get_static_value(op.inputs[3]))
   rate = float(tf.get_static_value(op.inputs[4]))
-  mask = op.inputs[5] if len(op.inputs) > 5 else None
-  dscores = _SOFTMAX_BACKWARD(dprobs, scores, mask, scale, seed, rate)
+  dscores = _SOFTMAX_BACKWARD(dprobs, probs, scale, seed, rate)
   return [None, dscores] + [None] * (len(op.inputs) - 2)
