@@ -3,18 +3,19 @@
 On CPUs with matrix units (AMX) the bf16 products run about three times faster than in fp32, and the
 element-wise work between them, op by op in fp32, becomes half of the step (docs/PERFORMANCE.md).
 Each block here is one XLA kernel forward and one backward: it reads the products' bf16 outputs,
-computes in fp32 and writes once, and draws its dropout mask inside the kernel from a counter hash
-of (seed, element index) instead of a separate `RandomUniform` tensor, recomputing the mask in the
-backward kernel rather than keeping it.
+computes in fp32 and writes once. In training it draws its dropout mask inside the kernel from a
+counter hash of (seed, element index) instead of a separate `RandomUniform` tensor, and draws it
+again in the backward kernel rather than keeping it; a --deterministic_run's keyed masks are
+fp32's own (`_mask_source`).
 
 - `dropout_residual_layer_norm(y, residual, ...)`: layer_norm(dropout(y) + residual), the end of the
   attention and feed-forward sub-layers.
 - `masked_softmax_dropout(scores, mask, ...)`: dropout(softmax(scores * scale + mask adder)), the
   attention probabilities.
 
-Each gives the same values as the op-by-op fp32 formulas of `modeling.py` up to float rounding,
-except the dropout mask: a function of the seed alone, as the stateless masks are, but a different
-one (docs/PRECISION.md). Only `--bf16` uses them; fp32 and fp16 graphs are unchanged.
+Each gives the values of the op-by-op fp32 formulas of `modeling.py` up to float rounding; in
+training the masks are other draws than `tf.nn.dropout`'s, with the same probability
+(docs/PRECISION.md). Only `--bf16` uses them; fp32 and fp16 graphs are unchanged.
 """
 
 import tensorflow as tf
@@ -28,7 +29,7 @@ _LAYER_NORM_EPSILON = 1e-12
 _MASK_ADDER = -10000.0
 # Multipliers of the counter hash ("lowbias32", two rounds of xor-shift-multiply).
 _HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
-# int64 seed range drawn per call in the stateful mode.
+# The range of the seeds drawn on every run in training (`_draw_seed`).
 _SEED_RANGE = 2**62
 
 
@@ -66,11 +67,14 @@ def keep_mask(shape, seed, rate):
   return bits >= tf.constant(int(round(rate * 2**32)), tf.uint32)
 
 
-def _dropped(values, seed, rate):
-  """values * mask / (1 - rate), values fp32; `values` itself for rate 0."""
+def _dropped(values, mask_source, rate):
+  """values * keep / (1 - rate), values fp32; `values` itself for rate 0. `mask_source`: the
+  bool keep mask itself, or the int64 [2] seed of `keep_mask` (see `_mask_source`)."""
   if not rate:
     return values
-  keep = keep_mask(values.shape.as_list(), seed, rate)
+  keep = mask_source
+  if mask_source.dtype != tf.bool:
+    keep = keep_mask(values.shape.as_list(), mask_source, rate)
   return tf.where(keep, values * (1.0 / (1.0 - rate)), tf.zeros_like(values))
 
 
@@ -82,35 +86,35 @@ def _normalized(z):
   return centered * inverse_std, inverse_std
 
 
-def _residual_forward(y, residual, gamma, beta, seed, rate):
+def _residual_forward(y, residual, gamma, beta, mask_source, rate):
   """(layer_norm(z), z) with z = dropout(fp32(y)) + residual; all fp32 out."""
-  z = _dropped(tf.cast(y, tf.float32), seed, rate) + residual
+  z = _dropped(tf.cast(y, tf.float32), mask_source, rate) + residual
   return _normalized(z)[0] * gamma + beta, z
 
 
-def _residual_backward(dout, z, gamma, seed, rate, y_dtype):
+def _residual_backward(dout, z, gamma, mask_source, rate, y_dtype):
   """Gradients (dy in y_dtype, dresidual, dgamma, dbeta) of `_residual_forward`."""
   x_hat, inverse_std = _normalized(z)
   dx_hat = dout * gamma
   dz = inverse_std * (dx_hat - tf.reduce_mean(dx_hat, axis=-1, keepdims=True)
                       - x_hat * tf.reduce_mean(dx_hat * x_hat, axis=-1, keepdims=True))
-  return tf.cast(_dropped(dz, seed, rate), y_dtype), dz, dout * x_hat
+  return tf.cast(_dropped(dz, mask_source, rate), y_dtype), dz, dout * x_hat
 
 
-def _softmax_forward(scores, mask, scale, seed, rate, out_dtype):
+def _softmax_forward(scores, mask, scale, mask_source, rate, out_dtype):
   """(dropout(p), p) in `out_dtype`, p = softmax(fp32(scores) * scale + (1 - mask) * adder);
   mask [batch, from, to] broadcast over the heads."""
   logits = tf.cast(scores, tf.float32) * scale
   if mask is not None:
     logits += (1.0 - tf.expand_dims(mask, axis=1)) * _MASK_ADDER
   probs = tf.nn.softmax(logits)
-  return tf.cast(_dropped(probs, seed, rate), out_dtype), tf.cast(probs, out_dtype)
+  return tf.cast(_dropped(probs, mask_source, rate), out_dtype), tf.cast(probs, out_dtype)
 
 
-def _softmax_backward(dprobs, probs, scale, seed, rate):
+def _softmax_backward(dprobs, probs, scale, mask_source, rate):
   """Gradient of `_softmax_forward` with respect to `scores`, from its saved probabilities."""
   probs = tf.cast(probs, tf.float32)
-  dp = _dropped(tf.cast(dprobs, tf.float32), seed, rate)
+  dp = _dropped(tf.cast(dprobs, tf.float32), mask_source, rate)
   dlogits = probs * (dp - tf.reduce_sum(dp * probs, axis=-1, keepdims=True))
   return tf.cast(dlogits * scale, dprobs.dtype)
 
@@ -125,12 +129,28 @@ _SOFTMAX_FORWARD = _compiled(_softmax_forward)
 _SOFTMAX_BACKWARD = _compiled(_softmax_backward)
 
 
-def block_seed(seed):
-  """The seed of a block's mask: `seed` (int Tensor [2]) as int64, or, when None, one drawn from
-  TensorFlow's stateful generator on every run of the graph (as `tf.nn.dropout` draws its mask)."""
+def _draw_seed():
+  """A new int64 [2] seed on every run of the graph, from TensorFlow's stateful generator."""
+  return _tf1.random.uniform([2], maxval=_SEED_RANGE, dtype=tf.int64)
+
+
+def _mask_source(shape, rate, seed):
+  """What a block's kernels draw the dropout mask from (`_dropped`).
+
+  Without a `seed` (training): a seed drawn on every run, which the kernels hash (`keep_mask`),
+  forward and again backward: no mask tensor is computed, stored or read. With a `seed` (the
+  stateless masks of a --deterministic_run, `modeling.dropout_site_key`): the very mask
+  `modeling.dropout` draws from that seed in fp32 (Philox uniforms >= rate), computed outside the
+  kernels and kept for the backward pass, so that such a run drops what the fp32 run drops.
+
+  Returns:
+    int64 Tensor [2] (a seed to hash; zeros for rate 0) or bool Tensor `shape` (the mask).
+  """
+  if not rate:
+    return tf.zeros([2], tf.int64)
   if seed is None:
-    return _tf1.random.uniform([2], maxval=_SEED_RANGE, dtype=tf.int64)
-  return tf.cast(seed, tf.int64)
+    return _draw_seed()
+  return tf.random.stateless_uniform(shape, seed=seed, alg="philox") >= rate
 
 
 def _with_gradient(gradient_name, outputs, inputs):
@@ -151,7 +171,8 @@ def dropout_residual_layer_norm(y, residual, dropout_prob, seed=None, name=None)
     y: bf16 (or fp32) Tensor [rows, hidden], a product's output.
     residual: fp32 Tensor [rows, hidden].
     dropout_prob: drop probability on y; None or 0 for none.
-    seed: optional int Tensor [2]: the mask is a function of it; None draws one per run.
+    seed: optional int Tensor [2]: the mask `modeling.dropout` draws from it; None: a new mask
+      on every run, drawn inside the kernels (`_mask_source`).
     name: variable scope of the layer norm.
 
   Returns:
@@ -161,12 +182,12 @@ def dropout_residual_layer_norm(y, residual, dropout_prob, seed=None, name=None)
   with _tf1.variable_scope(name, default_name="LayerNorm"):
     beta, gamma = (tf.convert_to_tensor(v) for v in fused_layer_norm.layer_norm_variables(
         tf.compat.dimension_value(y.shape[-1])))
-  seed = block_seed(seed) if rate else tf.zeros([2], tf.int64)
-  output, z = _RESIDUAL_FORWARD(y, residual, gamma, beta, seed, rate)
+  mask_source = _mask_source(y.shape.as_list(), rate, seed)
+  output, z = _RESIDUAL_FORWARD(y, residual, gamma, beta, mask_source, rate)
   output.set_shape(residual.shape)
   z.set_shape(residual.shape)
   return _with_gradient(_RESIDUAL_GRADIENT, [output],
-                        [y, residual, gamma, beta, seed, z, tf.constant(rate)])[0]
+                        [y, residual, gamma, beta, mask_source, z, tf.constant(rate)])[0]
 
 
 _RESIDUAL_GRADIENT = "BertDropoutResidualLayerNormGradient"
@@ -174,11 +195,11 @@ _RESIDUAL_GRADIENT = "BertDropoutResidualLayerNormGradient"
 
 @tf.RegisterGradient(_RESIDUAL_GRADIENT)
 def _residual_gradient(op, doutput, *unused):
-  """Gradient of `dropout_residual_layer_norm`; op.inputs: output, y, residual, gamma, beta, seed,
-  z, rate."""
-  y, gamma, seed, z = op.inputs[1], op.inputs[3], op.inputs[5], op.inputs[6]
+  """Gradient of `dropout_residual_layer_norm`; op.inputs: output, y, residual, gamma, beta,
+  mask source, z, rate."""
+  y, gamma, mask_source, z = op.inputs[1], op.inputs[3], op.inputs[5], op.inputs[6]
   rate = float(tf.get_static_value(op.inputs[7]))
-  dy, dresidual, dgamma_rows = _RESIDUAL_BACKWARD(doutput, z, gamma, seed, rate, y.dtype)
+  dy, dresidual, dgamma_rows = _RESIDUAL_BACKWARD(doutput, z, gamma, mask_source, rate, y.dtype)
   dgamma, dbeta = tf.reduce_sum(dgamma_rows, axis=0), tf.reduce_sum(doutput, axis=0)
   return [None, dy, dresidual, dgamma, dbeta, None, None, None]
 
@@ -198,12 +219,12 @@ def masked_softmax_dropout(scores, mask, scale, dropout_prob, seed=None):
     Tensor like `scores` (same dtype): the dropped-out probabilities.
   """
   rate = float(dropout_prob or 0.0)
-  seed = block_seed(seed) if rate else tf.zeros([2], tf.int64)
-  inputs = [scores, seed, tf.constant(float(scale)), tf.constant(rate)]
+  mask_source = _mask_source(scores.shape.as_list(), rate, seed)
+  inputs = [scores, mask_source, tf.constant(float(scale)), tf.constant(rate)]
   if mask is not None:
     inputs.append(tf.cast(mask, tf.float32))
   dropped, probs = _SOFTMAX_FORWARD(scores, inputs[4] if mask is not None else None,
-                                    float(scale), seed, rate, scores.dtype)
+                                    float(scale), mask_source, rate, scores.dtype)
   dropped.set_shape(scores.shape)
   probs.set_shape(scores.shape)
   return _with_gradient(_SOFTMAX_GRADIENT, [dropped], inputs + [probs])[0]
@@ -214,10 +235,10 @@ _SOFTMAX_GRADIENT = "BertMaskedSoftmaxDropoutGradient"
 
 @tf.RegisterGradient(_SOFTMAX_GRADIENT)
 def _softmax_gradient(op, dprobs, *unused):
-  """Gradient of `masked_softmax_dropout`; op.inputs: dropped probabilities, scores, seed, scale,
-  rate[, mask], probabilities."""
-  seed, probs = op.inputs[2], op.inputs[-1]
+  """Gradient of `masked_softmax_dropout`; op.inputs: dropped probabilities, scores, mask source,
+  scale, rate[, attention mask], probabilities."""
+  mask_source, probs = op.inputs[2], op.inputs[-1]
   scale = float(tf.get_static_value(op.inputs[3]))
   rate = float(tf.get_static_value(op.inputs[4]))
-  dscores = _SOFTMAX_BACKWARD(dprobs, probs, scale, seed, rate)
+  dscores = _SOFTMAX_BACKWARD(dprobs, probs, scale, mask_source, rate)
   return [None, dscores] + [None] * (len(op.inputs) - 2)

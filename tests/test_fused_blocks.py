@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import fused_blocks
+import modeling
 from tests import numpy_bert
 
 _tf1 = tf.compat.v1
@@ -59,18 +60,23 @@ def _numpy_residual_layer_norm(y, residual, gamma, beta, keep, rate):
   return numpy_bert.layer_norm(z, gamma, beta, epsilon=1e-12)
 
 
+def _known_seed(monkeypatch, seed):
+  """Training's per-run seed made `seed`, so that the test knows the hashed mask."""
+  monkeypatch.setattr(fused_blocks, "_draw_seed", lambda: tf.constant(seed, tf.int64))
+
+
 @pytest.mark.parametrize("rate", [0.0, 0.1])
-def test_dropout_residual_layer_norm_values_and_gradients(graph, rate):
+def test_dropout_residual_layer_norm_values_and_gradients(graph, monkeypatch, rate):
   rng = np.random.RandomState(11)
   rows, hidden = 24, 48
   y = (rng.normal(size=(rows, hidden)) * 2.0).astype(np.float32)
   residual = rng.normal(size=(rows, hidden)).astype(np.float32)
   dout = rng.normal(size=(rows, hidden)).astype(np.float32)
   seed = (5, 7)
+  _known_seed(monkeypatch, seed)
   y_bf16 = tf.cast(tf.constant(y), tf.bfloat16)
   residual_t = tf.constant(residual)
-  out = fused_blocks.dropout_residual_layer_norm(y_bf16, residual_t, rate,
-                                                 seed=tf.constant(seed, tf.int64), name="ln")
+  out = fused_blocks.dropout_residual_layer_norm(y_bf16, residual_t, rate, name="ln")
   with _tf1.variable_scope("ln", reuse=True):
     gamma, beta = _tf1.get_variable("gamma"), _tf1.get_variable("beta")
   assign = [gamma.assign(rng.uniform(0.5, 1.5, hidden).astype(np.float32)),
@@ -105,7 +111,7 @@ def test_dropout_residual_layer_norm_values_and_gradients(graph, rate):
 
 
 @pytest.mark.parametrize("rate, with_mask", [(0.0, True), (0.1, True), (0.1, False)])
-def test_masked_softmax_dropout_values_and_gradients(graph, rate, with_mask):
+def test_masked_softmax_dropout_values_and_gradients(graph, monkeypatch, rate, with_mask):
   rng = np.random.RandomState(12)
   batch, heads, seq = 2, 3, 16
   scores = (rng.normal(size=(batch, heads, seq, seq)) * 4.0).astype(np.float32)
@@ -113,10 +119,10 @@ def test_masked_softmax_dropout_values_and_gradients(graph, rate, with_mask):
   mask[..., 0] = 1.0  # every row attends somewhere
   dprobs = rng.normal(size=scores.shape).astype(np.float32)
   seed, scale = (3, 9), 0.25
+  _known_seed(monkeypatch, seed)
   scores_bf16 = tf.cast(tf.constant(scores), tf.bfloat16)
   probs = fused_blocks.masked_softmax_dropout(
-      scores_bf16, tf.constant(mask) if with_mask else None, scale, rate,
-      seed=tf.constant(seed, tf.int64))
+      scores_bf16, tf.constant(mask) if with_mask else None, scale, rate)
   (dscores,) = tf.gradients(probs, [scores_bf16],
                             grad_ys=tf.cast(tf.constant(dprobs), tf.bfloat16))
   assert probs.dtype == dscores.dtype == tf.bfloat16
@@ -154,3 +160,23 @@ def test_without_a_seed_each_run_draws_a_new_mask_and_with_one_the_same(graph):
     same_a, same_b = sess.run(seeded), sess.run(seeded)
   assert (first != second).mean() > 0.1
   np.testing.assert_array_equal(same_a, same_b)
+
+
+def test_a_keyed_mask_is_the_one_fp32_dropout_draws_from_the_key(graph):
+  # --deterministic_run: the blocks drop exactly what modeling.dropout drops in the fp32 graph
+  # for the same site key, in the forward and the backward pass.
+  key = modeling.dropout_site_key(tf.constant([17, 4], tf.int64), 3, 2)
+  fp32_dropped = modeling.dropout(tf.ones([32, 48]), 0.1, seed=key)
+  y = tf.cast(tf.ones([32, 48]), tf.bfloat16)
+  out = fused_blocks.dropout_residual_layer_norm(y, tf.zeros([32, 48]), 0.1, seed=key)
+  (dy,) = tf.gradients(out, [y], grad_ys=tf.random.normal([32, 48]))
+  probs = fused_blocks.masked_softmax_dropout(tf.cast(tf.zeros([2, 3, 16, 16]), tf.bfloat16),
+                                              None, 1.0, 0.1, seed=key)
+  fp32_probs = modeling.dropout(tf.fill([2, 3, 16, 16], 1.0 / 16), 0.1, seed=key)
+  kept, got_dy, got_probs, want_probs = _run(
+      [tf.not_equal(fp32_dropped, 0.0), tf.cast(dy, tf.float32), tf.cast(probs, tf.float32),
+       fp32_probs])
+  assert (~kept).sum() > 20  # some were dropped
+  assert not got_dy[~kept].any() and got_dy[kept].all()
+  np.testing.assert_array_equal(got_probs == 0.0, want_probs == 0.0)
+  np.testing.assert_allclose(got_probs, want_probs, rtol=U)

@@ -3,7 +3,7 @@
   core/         errors and exit codes, argument checks, paths, environment switches, graph names,
                 output directories written whole (staging)
   (top level)   the release's modules: modeling, optimization, tokenization, fused_layer_norm,
-                gpu_environment
+                gpu_environment, and fused_blocks (--bf16's compiled kernels)
   runtime/      the process: command-line entry, Horovod, session config, output-dir lock, workers,
                 the data generator's worker pool, free disk space, stop signals, the CPU's bf16
                 units
@@ -38,7 +38,7 @@ imported by `runtime/hvd_utils.py` only, and is optional everywhere. docs/DESIGN
 LAYERS = (
     (("core", ("utils.core",)),),
     (("release", ("modeling", "optimization", "tokenization", "fused_layer_norm",
-                   "gpu_environment")),),
+                   "fused_blocks", "gpu_environment")),),
     (("runtime", ("utils.runtime",)), ("runlog", ("utils.runlog",)), ("data", ("utils.data",))),
     (("model", ("utils.model",)),),
     (("checkpoints", ("utils.checkpoints",)),),
