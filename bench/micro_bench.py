@@ -6,6 +6,7 @@
   $PY bench/micro_bench.py matmul --batch 8 [--dtype bfloat16]      # BERT-base matmul shapes
   $PY bench/micro_bench.py mlm_loss --batch 32                      # MLM loss formulations
   $PY bench/micro_bench.py bf16_ops                                 # the ops --bf16 keeps in fp32
+  $PY bench/micro_bench.py bf16_blocks                              # fused_blocks.py's kernels
 
 `update` builds `optimization.create_optimizer` over variables with the shapes of the model's
 trainable variables and a loss whose gradients are stored tensors (so only the gradient path and
@@ -18,6 +19,7 @@ in `--dtype`; the input gradients (dX) of the widening layers also as the `Batch
 logits (the one `run_pretraining.softmax_cross_entropy` uses and the alternatives). `bf16_ops`
 times the ops --bf16 keeps in fp32 (layer norm, GELU, softmax, dropout, the pooler's tanh) in
 fp32, in bf16 and as an fp32 island between bf16 tensors, and GELU as --bf16 runs it (compiled).
+`bf16_blocks` times the two blocks of `fused_blocks.py` op by op and compiled.
 """
 
 import argparse
@@ -257,9 +259,60 @@ def bench_bf16_ops(tf, np, args):
             "(max dev %.2g)" % (name, shape, 1e3 * times["compiled"], deviation["compiled"]))
 
 
+def bench_bf16_blocks(tf, np, args):
+  """The blocks `fused_blocks.py` compiles, forward + backward at BERT-base shapes: op by op in fp32
+  between bf16 tensors (what --bf16 ran before) against the compiled kernels, each with dropout
+  0.1 drawn per run (training)."""
+  import fused_blocks  # pylint: disable=g-import-not-at-top
+  import modeling  # pylint: disable=g-import-not-at-top
+  tf1 = tf.compat.v1
+  rows, hidden, heads, seq = args.batch * 128, 768, 12, 128
+  rng = np.random.RandomState(0)
+
+  def residual_ops(y, residual, mask):
+    del mask
+    return modeling.layer_norm(modeling.dropout(tf.cast(y, tf.float32), 0.1) + residual)
+
+  def residual_compiled(y, residual, mask):
+    del mask
+    return fused_blocks.dropout_residual_layer_norm(y, residual, 0.1)
+
+  def softmax_ops(scores, unused, mask):
+    del unused
+    logits = tf.cast(scores, tf.float32) * 0.125 + (1.0 - tf.expand_dims(mask, 1)) * -10000.0
+    return tf.cast(modeling.dropout(tf.nn.softmax(logits), 0.1), tf.bfloat16)
+
+  def softmax_compiled(scores, unused, mask):
+    del unused
+    return fused_blocks.masked_softmax_dropout(scores, mask, 0.125, 0.1)
+
+  cases = (("dropout + residual + layer norm", (rows, hidden), residual_ops, residual_compiled),
+           ("scale + mask + softmax + dropout", (args.batch, heads, seq, seq), softmax_ops,
+            softmax_compiled))
+  for name, shape, by_ops, compiled in cases:
+    times = {}
+    for way, fn in (("op by op", by_ops), ("compiled", compiled)):
+      with tf.Graph().as_default():
+        x32 = tf1.get_variable("x", initializer=rng.normal(size=shape).astype(np.float32))
+        x = tf.cast(x32, tf.bfloat16) * tf.cast(1.0, tf.bfloat16)  # a product's output
+        residual = tf1.get_variable("r", initializer=rng.normal(size=shape).astype(np.float32))
+        mask = tf.constant((rng.uniform(size=(args.batch, seq, seq)) > 0.1).astype(np.float32))
+        y = fn(x, residual * 1.0, mask)
+        grads = tf.gradients(y, [x], grad_ys=tf.ones_like(y))
+        fetch = [tf.reduce_sum(tf.cast(y, tf.float32))] + [
+            tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads]
+        with tf1.Session() as sess:
+          sess.run(tf1.global_variables_initializer())
+          times[way] = _best_and_median(np, sess, fetch, args.runs)
+    print("%-34s %-20s op by op %6.2f ms (median %6.2f) | compiled %6.2f ms (median %6.2f)" % (
+        name, shape, 1e3 * times["op by op"][0], 1e3 * times["op by op"][1],
+        1e3 * times["compiled"][0], 1e3 * times["compiled"][1]))
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("what", choices=("update", "layer_norm", "matmul", "mlm_loss", "bf16_ops"))
+  parser.add_argument("what", choices=("update", "layer_norm", "matmul", "mlm_loss", "bf16_ops",
+                                       "bf16_blocks"))
   parser.add_argument("--config", default="base")
   parser.add_argument("--optimizer", choices=("lamb", "adam"), default="lamb")
   parser.add_argument("--batch", type=int, default=8)
@@ -274,7 +327,8 @@ def main(argv=None):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.compat.v1.disable_eager_execution()
   {"update": bench_update, "layer_norm": bench_layer_norm, "matmul": bench_matmul,
-   "mlm_loss": bench_mlm_loss, "bf16_ops": bench_bf16_ops}[args.what](tf, np, args)
+   "mlm_loss": bench_mlm_loss, "bf16_ops": bench_bf16_ops,
+   "bf16_blocks": bench_bf16_blocks}[args.what](tf, np, args)
 
 
 if __name__ == "__main__":
