@@ -13,6 +13,9 @@ fp32's own (`_mask_source`).
 - `masked_softmax_dropout(scores, mask, ...)`: dropout(softmax(scores * scale + mask adder)), the
   attention probabilities.
 
+`with_registered_gradient` (a tensor whose gradient is a registered function, here and for
+`modeling.py`'s GELU and widening layers) lives here, below `modeling.py`, which imports this.
+
 Each gives the values of the op-by-op fp32 formulas of `modeling.py` up to float rounding; in
 training the masks are other draws than `tf.nn.dropout`'s, with the same probability
 (docs/PRECISION.md). Only `--bf16` uses them; fp32 and fp16 graphs are unchanged.
@@ -153,12 +156,27 @@ def _mask_source(shape, rate, seed):
   return tf.random.stateless_uniform(shape, seed=seed, alg="philox") >= rate
 
 
-def _with_gradient(gradient_name, outputs, inputs):
-  """`outputs` (computed from `inputs`) through one IdentityN whose gradient is `gradient_name`:
-  the registered function gets the op (inputs `outputs + inputs`) and the outputs' gradients and
-  returns None for each output, then the gradients of `inputs` (as `modeling`'s GELU does)."""
+def with_registered_gradient(gradient_name, output, inputs):
+  """`output` (computed from `inputs`) with the gradient registered as `gradient_name`.
+
+  `output` and `inputs` go through one IdentityN whose gradient is overridden: the registered
+  function receives that op (its inputs are `[output] + inputs`) and the gradient of the output,
+  and returns `[None]` followed by the gradients of `inputs`; autodiff of the ops that computed
+  `output` is skipped. This is what `tf.custom_gradient` builds in graph mode, without the
+  Identity op its variable search leaves behind for every call (an op no output depends on,
+  which the original release's graph test rejects), and with one gradient function registered
+  per kind instead of one per call.
+
+  Args:
+    gradient_name: name a function was registered under with `tf.RegisterGradient`.
+    output: Tensor.
+    inputs: list of Tensors `output` was computed from.
+
+  Returns:
+    Tensor equal to `output`.
+  """
   with _tf1.get_default_graph().gradient_override_map({"IdentityN": gradient_name}):
-    return tf.identity_n(list(outputs) + list(inputs))[:len(outputs)]
+    return tf.identity_n([output] + list(inputs))[0]
 
 
 def dropout_residual_layer_norm(y, residual, dropout_prob, seed=None, name=None):
@@ -186,8 +204,8 @@ def dropout_residual_layer_norm(y, residual, dropout_prob, seed=None, name=None)
   output, z = _RESIDUAL_FORWARD(y, residual, gamma, beta, mask_source, rate)
   output.set_shape(residual.shape)
   z.set_shape(residual.shape)
-  return _with_gradient(_RESIDUAL_GRADIENT, [output],
-                        [y, residual, gamma, beta, mask_source, z, tf.constant(rate)])[0]
+  return with_registered_gradient(_RESIDUAL_GRADIENT, output,
+                                  [y, residual, gamma, beta, mask_source, z, tf.constant(rate)])
 
 
 _RESIDUAL_GRADIENT = "BertDropoutResidualLayerNormGradient"
@@ -227,7 +245,7 @@ def masked_softmax_dropout(scores, mask, scale, dropout_prob, seed=None):
                                     float(scale), mask_source, rate, scores.dtype)
   dropped.set_shape(scores.shape)
   probs.set_shape(scores.shape)
-  return _with_gradient(_SOFTMAX_GRADIENT, [dropped], inputs + [probs])[0]
+  return with_registered_gradient(_SOFTMAX_GRADIENT, dropped, inputs + [probs])
 
 
 _SOFTMAX_GRADIENT = "BertMaskedSoftmaxDropoutGradient"

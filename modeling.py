@@ -374,7 +374,7 @@ def _gelu_formula(x):
 
 def _gelu_recomputing_gradient(x):
   """GELU whose gradient (`_gelu_gradient`) is computed from `x` alone."""
-  return _with_registered_gradient(_GELU_GRADIENT, _gelu_formula(x), [x])
+  return fused_blocks.with_registered_gradient(_GELU_GRADIENT, _gelu_formula(x), [x])
 
 
 _GELU_GRADIENT = "BertGeluRecomputingGradient"
@@ -427,7 +427,8 @@ def gelu_fused_in_fp32(x):
   Returns:
     Tensor of x's shape and dtype: gelu(x) evaluated in fp32, rounded once.
   """
-  return _with_registered_gradient(_GELU_FUSED_GRADIENT, _GELU_IN_FP32_FORWARD(x), [x])
+  return fused_blocks.with_registered_gradient(_GELU_FUSED_GRADIENT, _GELU_IN_FP32_FORWARD(x),
+                                               [x])
 
 
 _GELU_FUSED_GRADIENT = "BertGeluFusedInFp32Gradient"
@@ -437,29 +438,6 @@ _GELU_FUSED_GRADIENT = "BertGeluFusedInFp32Gradient"
 def _gelu_fused_gradient(op, dy, *unused_dinputs):
   """Gradient of `gelu_fused_in_fp32`; op.inputs are (gelu(x), x)."""
   return [None, _GELU_IN_FP32_BACKWARD(op.inputs[1], dy)]
-
-
-def _with_registered_gradient(gradient_name, output, inputs):
-  """`output` (computed from `inputs`) with the gradient registered as `gradient_name`.
-
-  `output` and `inputs` go through one IdentityN whose gradient is overridden: the registered
-  function receives that op (its inputs are `[output] + inputs`) and the gradient of the output,
-  and returns `[None]` followed by the gradients of `inputs`; autodiff of the ops that computed
-  `output` is skipped. This is what `tf.custom_gradient` builds in graph mode, without the
-  Identity op its variable search leaves behind for every call (an op no output depends on,
-  which the original release's graph test rejects), and with one gradient function registered
-  per kind instead of one per call.
-
-  Args:
-    gradient_name: name a function was registered under with `tf.RegisterGradient`.
-    output: Tensor.
-    inputs: list of Tensors `output` was computed from.
-
-  Returns:
-    Tensor equal to `output`.
-  """
-  with _tf1.get_default_graph().gradient_override_map({"IdentityN": gradient_name}):
-    return tf.identity_n([output] + list(inputs))[0]
 
 
 def get_activation(activation_string):
@@ -682,7 +660,8 @@ def _widening_dense(x, kernel, bias):
     Tensor [rows, units].
   """
   output = tf.nn.bias_add(tf.matmul(x, kernel), bias)
-  return _with_registered_gradient(_WIDENING_DENSE_GRADIENT, output, [x, kernel, bias])
+  return fused_blocks.with_registered_gradient(_WIDENING_DENSE_GRADIENT, output,
+                                               [x, kernel, bias])
 
 
 _WIDENING_DENSE_GRADIENT = "BertWideningDenseGradient"
