@@ -27,9 +27,10 @@ import fused_layer_norm
 
 _tf1 = tf.compat.v1
 
-# As `modeling.LAYER_NORM_EPSILON` (the original's), and the attention mask's adder.
-_LAYER_NORM_EPSILON = 1e-12
-_MASK_ADDER = -10000.0
+# Layer norm epsilon of the original release (fp32 path); `modeling` reads both from here.
+LAYER_NORM_EPSILON = 1e-12
+# Added to the attention scores of padding positions before the softmax.
+ATTENTION_MASK_ADDER = -10000.0
 # Multipliers of the counter hash ("lowbias32", two rounds of xor-shift-multiply).
 _HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
 # The range of the seeds drawn on every run in training (`_draw_seed`).
@@ -85,7 +86,7 @@ def _normalized(z):
   """(z - mean) * rsqrt(variance + eps) over the last axis, and the rsqrt [..., 1]."""
   centered = z - tf.reduce_mean(z, axis=-1, keepdims=True)
   inverse_std = tf.math.rsqrt(
-      tf.reduce_mean(centered * centered, axis=-1, keepdims=True) + _LAYER_NORM_EPSILON)
+      tf.reduce_mean(centered * centered, axis=-1, keepdims=True) + LAYER_NORM_EPSILON)
   return centered * inverse_std, inverse_std
 
 
@@ -109,7 +110,7 @@ def _softmax_forward(scores, mask, scale, mask_source, rate, out_dtype):
   mask [batch, from, to] broadcast over the heads."""
   logits = tf.cast(scores, tf.float32) * scale
   if mask is not None:
-    logits += (1.0 - tf.expand_dims(mask, axis=1)) * _MASK_ADDER
+    logits += (1.0 - tf.expand_dims(mask, axis=1)) * ATTENTION_MASK_ADDER
   probs = tf.nn.softmax(logits)
   return tf.cast(_dropped(probs, mask_source, rate), out_dtype), tf.cast(probs, out_dtype)
 
@@ -224,7 +225,7 @@ def _residual_gradient(op, doutput, *unused):
 
 def masked_softmax_dropout(scores, mask, scale, dropout_prob, seed=None):
   """dropout(softmax(scores * scale + (1 - mask) * -10000)), in fp32, one compiled kernel each
-  way; the softmax is recomputed from `scores` in the backward kernel.
+  way; the backward kernel reads the probabilities the forward one wrote (in the scores' dtype).
 
   Args:
     scores: bf16 Tensor [batch, heads, from_seq, to_seq], the query-key products.
@@ -238,14 +239,13 @@ def masked_softmax_dropout(scores, mask, scale, dropout_prob, seed=None):
   """
   rate = float(dropout_prob or 0.0)
   mask_source = _mask_source(scores.shape.as_list(), rate, seed)
-  inputs = [scores, mask_source, tf.constant(float(scale)), tf.constant(rate)]
-  if mask is not None:
-    inputs.append(tf.cast(mask, tf.float32))
-  dropped, probs = _SOFTMAX_FORWARD(scores, inputs[4] if mask is not None else None,
+  dropped, probs = _SOFTMAX_FORWARD(scores, None if mask is None else tf.cast(mask, tf.float32),
                                     float(scale), mask_source, rate, scores.dtype)
   dropped.set_shape(scores.shape)
   probs.set_shape(scores.shape)
-  return with_registered_gradient(_SOFTMAX_GRADIENT, dropped, inputs + [probs])
+  return with_registered_gradient(
+      _SOFTMAX_GRADIENT, dropped,
+      [scores, mask_source, tf.constant(float(scale)), tf.constant(rate), probs])
 
 
 _SOFTMAX_GRADIENT = "BertMaskedSoftmaxDropoutGradient"
@@ -254,9 +254,9 @@ _SOFTMAX_GRADIENT = "BertMaskedSoftmaxDropoutGradient"
 @tf.RegisterGradient(_SOFTMAX_GRADIENT)
 def _softmax_gradient(op, dprobs, *unused):
   """Gradient of `masked_softmax_dropout`; op.inputs: dropped probabilities, scores, mask source,
-  scale, rate[, attention mask], probabilities."""
-  mask_source, probs = op.inputs[2], op.inputs[-1]
+  scale, rate, probabilities."""
+  mask_source, probs = op.inputs[2], op.inputs[5]
   scale = float(tf.get_static_value(op.inputs[3]))
   rate = float(tf.get_static_value(op.inputs[4]))
   dscores = _SOFTMAX_BACKWARD(dprobs, probs, scale, mask_source, rate)
-  return [None, dscores] + [None] * (len(op.inputs) - 2)
+  return [None, dscores, None, None, None, None]

@@ -29,10 +29,10 @@ import gpu_environment
 
 _tf1 = tf.compat.v1
 
-# Layer norm epsilon of the original release (fp32 path).
-LAYER_NORM_EPSILON = 1e-12
-# Added to the attention scores of padding positions before the softmax.
-ATTENTION_MASK_ADDER = -10000.0
+# Layer norm epsilon of the original release (fp32 path), and what the attention scores of padding
+# positions get added before the softmax; one definition, shared with --bf16's compiled kernels.
+LAYER_NORM_EPSILON = fused_blocks.LAYER_NORM_EPSILON
+ATTENTION_MASK_ADDER = fused_blocks.ATTENTION_MASK_ADDER
 
 
 class BertConfig(object):
@@ -900,7 +900,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
       mask = tf.cast(tf.expand_dims(attention_mask, axis=1), scores.dtype)
       # 0 for positions to attend, -10000 for padding: after the softmax padding weighs ~nothing.
       scores += (1.0 - mask) * tf.cast(ATTENTION_MASK_ADDER, scores.dtype)
-    probs = dropout(_softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
+    probs = dropout(tf.nn.softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
 
   context = tf.matmul(_cast_to(probs, value.dtype), value)
   context = tf.transpose(context, [0, 2, 1, 3])  # [batch, from_seq, heads, D]
@@ -1024,21 +1024,6 @@ def _output_dropout_residual_layer_norm(x, residual, hidden_size, initializer_ra
                        output_dtype=residual.dtype)
   output = dropout(output, dropout_prob, seed=dropout_seed)
   return layer_norm(output + residual)
-
-
-def _softmax(scores):
-  """Softmax over the last axis; bf16 scores are normalised in fp32 and the probabilities cast
-  back to bf16 (fp32 and fp16 scores keep their dtype throughout, as before).
-
-  Args:
-    scores: float Tensor [..., to_seq_length].
-
-  Returns:
-    Tensor of the same shape and dtype.
-  """
-  if scores.dtype == tf.bfloat16:
-    return tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32)), tf.bfloat16)
-  return tf.nn.softmax(scores)
 
 
 def _activation_in_fp32(activation, tensor):
