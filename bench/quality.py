@@ -2,8 +2,8 @@
 soon each code gets there.
 
   PY=$(make -s python-path | tail -n1); make data
-  $PY bench/quality.py --output_dir=/tmp/quality --budget_minutes=15 \\
-      --figure=docs/quality_curves.png
+  $PY bench/quality.py --output_dir=/tmp/quality --budget_minutes=10 \\
+      --figure=docs/quality_curves.png --result_json=docs/quality.json
 
 Three pretraining jobs on the demo data (data/demo: its training records; BERT-tiny with the demo
 vocabulary), one after the other, each for the same wall-clock budget, one process each, batch 64:
@@ -22,7 +22,7 @@ graph, every checkpoint is evaluated on the held-out records (data/demo/seq128/e
 loss and accuracy, next-sentence accuracy; the unigram baseline is the accuracy of always
 predicting the commonest masked token of those records. The first job's checkpoints at 25, 50 and
 100% of its updates (0%: its random initial weights) are fine-tuned on the demo's `stdlib` task
-(scripts/build_demo_task.py, the settings of `make demo`: scripts/demo_finetune.flags) with
+(scripts/build_demo_task.py; 300 labelled sentences, 30 epochs: FINETUNE_FLAGS) with
 --seeds seeds each, and random weights with the same seeds.
 
 Time to quality: the minutes each job takes to reach --target_loss (evaluation masked-LM loss;
@@ -52,7 +52,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench import precision  # noqa: E402
 
-FINETUNE_FLAGFILE = os.path.join(REPO_ROOT, "scripts", "demo_finetune.flags")
+# The fine-tuning settings: few labels (300 sentences, 50 per package), where pretrained features
+# count most; 30 epochs of batch 32 are 281 updates (docs/FINETUNING.md).
+FINETUNE_FLAGS = ("--max_seq_length=64", "--train_batch_size=32", "--eval_batch_size=64",
+                  "--learning_rate=3e-4", "--num_train_epochs=30", "--warmup_proportion=0.1",
+                  "--save_checkpoints_steps=100000", "--display_loss_steps=100")
 MAX_SEQ_LENGTH = 128
 MAX_PREDICTIONS = 20
 BATCH = 64
@@ -87,8 +91,10 @@ def parse_args(argv=None):
                       help="evaluation MLM loss whose time is reported (default: the lowest "
                            "every job reaches, rounded up to 0.05)")
   parser.add_argument("--finetune_epochs", type=int, default=None,
-                      help="fine-tuning epochs (default: the demo's, scripts/demo_finetune.flags)")
+                      help="fine-tuning epochs (default 30)")
   parser.add_argument("--figure", default=None, help="PNG: evaluation loss against minutes")
+  parser.add_argument("--result_json", default=None,
+                      help="also write the last line's JSON object to this file")
   args = parser.parse_args(argv)
   if not 0 < args.budget_minutes <= 30:
     parser.error("--budget_minutes must be in (0, 30], got %g" % args.budget_minutes)
@@ -275,10 +281,10 @@ def nearest_checkpoints(checkpoints, updates, fractions):
 
 
 def finetune_command(task_dir, data_dir, config_path, seed, init_checkpoint=None, epochs=None):
-  """argv (without --output_dir) of one seeded fine-tuning run with the demo's settings
-  (scripts/demo_finetune.flags), one thread; from `init_checkpoint`, or random weights."""
-  argv = [sys.executable, os.path.join(REPO_ROOT, "run_classifier.py"),
-          "--flagfile=%s" % FINETUNE_FLAGFILE, "--task_name=stdlib",
+  """argv (without --output_dir) of one seeded fine-tuning run (FINETUNE_FLAGS; `epochs`
+  instead of theirs when given), one thread; from `init_checkpoint`, or random weights."""
+  argv = [sys.executable, os.path.join(REPO_ROOT, "run_classifier.py")] + list(FINETUNE_FLAGS) + [
+          "--task_name=stdlib",
           "--data_dir=%s" % task_dir, "--vocab_file=%s" % os.path.join(data_dir, "vocab.txt"),
           "--bert_config_file=%s" % config_path, "--do_train", "--do_eval",
           "--deterministic_run", "--seed=%d" % seed, "--intra_op_threads=1",
@@ -290,18 +296,10 @@ def finetune_command(task_dir, data_dir, config_path, seed, init_checkpoint=None
   return argv
 
 
-def eval_accuracy(out_dir):
-  """eval_accuracy of a fine-tuning run's eval_results.txt."""
-  with open(os.path.join(out_dir, "eval_results.txt")) as f:
-    for line in f:
-      key, _, value = line.partition(" = ")
-      if key.strip() == "eval_accuracy":
-        return float(value)
-  raise SystemExit("%s/eval_results.txt has no eval_accuracy" % out_dir)
-
-
 def run_finetunes(runs, work_dir, parallel=2):
   """Runs the fine-tuning jobs {name: argv} two at a time (one thread each); {name: accuracy}."""
+  from utils.training import job as job_lib  # pylint: disable=g-import-not-at-top
+
   def one(name):
     out_dir = os.path.join(work_dir, name)
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -310,7 +308,10 @@ def run_finetunes(runs, work_dir, parallel=2):
       returncode = subprocess.call(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
     if returncode != 0:
       raise SystemExit("fine-tuning %s failed (%d): see %s.log" % (name, returncode, out_dir))
-    return name, eval_accuracy(out_dir)
+    results = job_lib.read_eval_results(os.path.join(out_dir, "eval_results.txt"))
+    if "eval_accuracy" not in results:
+      raise SystemExit("%s/eval_results.txt has no eval_accuracy" % out_dir)
+    return name, results["eval_accuracy"]
 
   os.makedirs(work_dir, exist_ok=True)
   with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
@@ -365,6 +366,9 @@ def figure(path, curves, target, budget_minutes):
   axes.set_xlabel("minutes since the job's start (start-up included)")
   axes.set_ylabel("evaluation masked-LM loss")
   axes.set_xlim(0, budget_minutes * 1.05)
+  # The first minute's fall from ln(vocab) would flatten the part where the jobs differ.
+  lowest = min(l for points in curves.values() for _, l in points)
+  axes.set_ylim(min(lowest, target) - 0.05, max(target + 0.8, lowest + 0.8))
   axes.set_title("BERT-tiny on the demo corpus, %g-minute budget, 2 cores" % budget_minutes)
   axes.legend()
   axes.grid(alpha=0.3)
@@ -437,6 +441,9 @@ def main(argv=None):
                  for v, points in curves.items()},
   }
   print_tables(result)
+  if args.result_json:
+    with open(args.result_json, "w") as f:
+      f.write(json.dumps(result, indent=1) + "\n")
   print(json.dumps(result))
   return result
 

@@ -3,6 +3,7 @@
 (Speed itself is measured by bench/, never asserted in tests.)
 """
 
+import os
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import pytest
 import modeling
 from bench import flops
 from bench import precision
+from bench import quality
 from bench import scaling
 from bench import suite_cpu
 from bench import throughput
@@ -148,6 +150,83 @@ def test_precision_jobs_differ_only_in_what_the_variant_names():
   for bad in (["--variants", "fp32,fp64"], ["--steps", "5", "--warmup", "5"]):
     with pytest.raises(SystemExit):
       precision.parse_args(bad)
+
+
+def test_quality_minutes_to_a_loss_interpolate_between_checkpoints_by_hand():
+  points = [(1.0, 6.0), (2.0, 5.0), (3.0, 4.0)]
+  assert quality.minutes_to_loss(points, 4.5) == pytest.approx(2.5)
+  assert quality.minutes_to_loss(points, 6.5) == 1.0  # already below at the first checkpoint
+  assert quality.minutes_to_loss(points, 3.9) is None
+  # The first crossing counts, not a later one: 5 -> 4.4 crosses 4.5 at 1 + 0.5 / 0.6.
+  bumpy = [(1.0, 5.0), (2.0, 4.4), (3.0, 4.6), (4.0, 4.0)]
+  assert quality.minutes_to_loss(bumpy, 4.5) == pytest.approx(1 + 0.5 / 0.6)
+
+
+def test_quality_default_target_is_the_lowest_loss_every_job_reaches():
+  curves = {"a": [(1, 6.0), (2, 4.12), (3, 4.2)], "b": [(1, 6.5), (2, 4.31)]}
+  # b reaches 4.31 at best, a gets below it: rounded up to 0.05, 4.35.
+  assert quality.default_target(curves) == pytest.approx(4.35)
+  assert quality.default_target({"a": [(1, 4.3)]}) == pytest.approx(4.3)
+
+
+def test_quality_budget_updates_and_fine_tuned_checkpoints_by_hand():
+  # 600 s, 20 s of start-up, 2 updates/s: 0.95 x 580 x 2 = 1102.
+  assert quality.updates_in_budget(600, 20, 2.0) == 1102
+  assert quality.updates_in_budget(10, 20, 2.0) == quality.CHECKPOINTS_PER_JOB
+  job = {"updates": 1000, "keep_dir": "/k", "checkpoints": {50: 1.0, 240: 2.0, 490: 3.0,
+                                                            760: 4.0, 1000: 5.0}}
+  starts, chosen = quality.finetune_starts(job, (0.0, 0.25, 0.5, 1.0))
+  assert chosen == {0.25: 240, 0.5: 490, 1.0: 1000}
+  assert starts == {"random": None, "25%": "/k/model.ckpt-240", "50%": "/k/model.ckpt-490",
+                    "100%": "/k/model.ckpt-1000"}
+
+
+def test_quality_keeps_every_checkpoint_with_the_time_it_was_written(tmp_path):
+  job_dir, keep_dir = tmp_path / "job", tmp_path / "kept"
+  job_dir.mkdir()
+  keeper = quality.CheckpointKeeper(str(job_dir), str(keep_dir), start=1000.0, poll_seconds=60)
+  for update, written in ((100, 1030.0), (200, 1090.5)):
+    (job_dir / ("model.ckpt-%d.data-00000-of-00001" % update)).write_text("data %d" % update)
+    index = job_dir / ("model.ckpt-%d.index" % update)
+    index.write_text("index %d" % update)
+    os.utime(index, (written, written))
+  # Data without its index yet: a checkpoint still being written, not kept.
+  (job_dir / "model.ckpt-300.data-00000-of-00001").write_text("partial")
+  keeper.start()  # polls once more when stopped, and every poll_seconds before
+  keeper.poll()
+  # The job deletes its old checkpoints (the original release keeps 5): the kept links stay.
+  for path in job_dir.glob("model.ckpt-100.*"):
+    path.unlink()
+  keeper.stop()
+  assert keeper.kept == {100: 30.0, 200: 90.5}
+  assert (keep_dir / "model.ckpt-100.data-00000-of-00001").read_text() == "data 100"
+  assert sorted(p.name for p in keep_dir.iterdir()) == [
+      "model.ckpt-100.data-00000-of-00001", "model.ckpt-100.index",
+      "model.ckpt-200.data-00000-of-00001", "model.ckpt-200.index"]
+
+
+def test_quality_jobs_differ_only_in_what_the_variant_names():
+  commands = {v: quality.job_command(v, "c.json", "/d", "/out", 400)
+              for v in ("lamb_bf16", "lamb_fp32", "adam_fp32", "original")}
+  lamb, adam, original = commands["lamb_fp32"], commands["adam_fp32"], commands["original"]
+  bf16 = commands["lamb_bf16"]
+  assert [a for a in bf16 if a not in lamb] == ["--bf16"] and len(bf16) == len(lamb) + 1
+  assert [a for a in adam if a not in lamb] == ["--optimizer_type=adam", "--learning_rate=0.001"]
+  assert [a for a in lamb if a not in adam] == ["--optimizer_type=lamb", "--learning_rate=0.008"]
+  assert original[1:5] == ["-m", "tests.reference.original_bert", "run_pretraining", "--"]
+  assert "--input_file=/d/seq128/train/*.tfrecord" in original
+  # The same batch, schedule, checkpoints and learning rate as ours with the same optimizer.
+  for flag in ("--train_batch_size=64", "--num_train_steps=400", "--num_warmup_steps=40",
+               "--save_checkpoints_steps=20", "--learning_rate=0.001", "--bert_config_file=c.json"):
+    assert flag in original and flag in adam
+  assert quality.resolve_variants(["best", "adam_fp32", "lamb_bf16"], ["amx_bf16"]) == [
+      "lamb_bf16", "adam_fp32"]
+  assert quality.resolve_variants(["best", "original"], []) == ["lamb_fp32", "original"]
+  for bad in (["--budget_minutes=31"], ["--budget_minutes=0"], ["--variants=lamb_fp64"],
+              ["--seeds=0"]):
+    with pytest.raises(SystemExit) as exit_info:
+      quality.parse_args(["--output_dir=/o"] + bad)
+    assert exit_info.value.code == 2
 
 
 def test_suite_cpu_summary_adds_up_by_program_module_and_test():

@@ -1,10 +1,12 @@
 """`make demo`, the README's second command, run as a user runs it: in a fresh clone, through make.
 
-Turned down to about a minute (DEMO_STEPS, DEMO_FINETUNE_EPOCHS); everything else is the demo a
-user gets: `make data`, two `horovodrun --gloo` workers, evaluation, the plot, both fine-tuning
-runs, and the Hugging Face export command it prints for the user to run.
+Turned down to about a minute (DEMO_STEPS); everything else is the demo a user gets: `make data`,
+two `horovodrun --gloo` workers, evaluation, the plot, the masked-LM accuracy beside the unigram
+baseline, the line quoting bench/quality.py's recorded run, and the Hugging Face export command it
+prints for the user to run.
 """
 
+import collections
 import glob
 import json
 import math
@@ -12,6 +14,7 @@ import re
 import shlex
 
 import pytest
+import tensorflow as tf
 
 from tests import helpers
 
@@ -57,7 +60,7 @@ def demo(tmp_path_factory):
   clone = str(tmp_path_factory.mktemp("demo") / "clone")
   helpers.fresh_clone(clone)
   returncode, output = helpers.run_as_user(
-      "DEMO_STEPS=%d DEMO_FINETUNE_EPOCHS=1 make demo" % DEMO_STEPS, clone, TIMEOUT_SECONDS)
+      "DEMO_STEPS=%d make demo" % DEMO_STEPS, clone, TIMEOUT_SECONDS)
   assert returncode is not None, "make demo still running after %d s:\n%s" % (
       TIMEOUT_SECONDS, output[-6000:])
   return returncode, output, clone
@@ -98,15 +101,52 @@ def test_every_announced_file_exists_and_holds_the_run(demo):
   assert evaluation["global_step"] == DEMO_STEPS
   assert 0 <= evaluation["masked_lm_accuracy"] <= 1 and evaluation["masked_lm_loss"] > 0
 
-  finetuned = re.search(r"^demo: fine-tuning results (\S+) (\S+)$", output, flags=re.MULTILINE)
-  assert finetuned, output[-4000:]
-  assert finetuned.groups() == ("%s/finetune_pretrained/eval_results.txt" % out_dir,
-                                "%s/finetune_random/eval_results.txt" % out_dir)
-  for name, path in zip(("the pretrained checkpoint", "random weights"), finetuned.groups()):
-    accuracy = results(path)["eval_accuracy"]
-    line = re.search(r"^demo: stdlib-package dev accuracy from %s: +(\S+)$" % name, output,
-                     flags=re.MULTILINE)
-    assert line and float(line.group(1)) == pytest.approx(accuracy, abs=0.0005), output[-3000:]
+
+
+def unigram_accuracy_by_hand(eval_dir):
+  """The share of the commonest real masked token among all real masked tokens of the records."""
+  counts = collections.Counter()
+  for path in glob.glob(eval_dir + "/*.tfrecord"):
+    for record in tf.compat.v1.io.tf_record_iterator(path):
+      features = tf.train.Example.FromString(record).features.feature
+      ids = features["masked_lm_ids"].int64_list.value
+      weights = features["masked_lm_weights"].float_list.value
+      counts.update(i for i, w in zip(ids, weights) if w > 0)
+  return counts.most_common(1)[0][1] / sum(counts.values())
+
+
+def test_masked_lm_accuracy_is_printed_beside_the_unigram_baseline(demo):
+  returncode, output, clone = demo
+  assert returncode == 0, output[-6000:]
+  line = re.search(r"^demo: masked-LM accuracy (\S+) on the held-out records; always predicting "
+                   r"their commonest masked token \(the unigram baseline\) scores (\S+): (\S+)x$",
+                   output, flags=re.MULTILINE)
+  assert line, output[-4000:]
+  accuracy, unigram, ratio = (float(x) for x in line.groups())
+  evaluation = results(announced(output, "eval results"))
+  assert accuracy == pytest.approx(evaluation["masked_lm_accuracy"], abs=0.0005)
+  assert unigram == pytest.approx(unigram_accuracy_by_hand(clone + "/data/demo/seq128/eval"),
+                                  abs=0.0005)
+  assert ratio == pytest.approx(evaluation["masked_lm_accuracy"] / unigram, abs=0.06)
+
+
+def test_the_benchmark_line_quotes_the_recorded_run_and_its_command(demo):
+  returncode, output, clone = demo
+  assert returncode == 0, output[-6000:]
+  with open(clone + "/docs/quality.json") as f:
+    recorded = json.load(f)
+  line = re.search(r"^demo: what longer pretraining buys \(bench/quality.py, (\S+) minutes.*"
+                   r"masked-LM accuracy (\S+) \(unigram (\S+)\), the stdlib classifier (\S+) "
+                   r"fine-tuned from the checkpoint against (\S+) from random weights "
+                   r"\(means over (\d+) seeds; .*rerun: (.*)$", output, flags=re.MULTILINE)
+  assert line, output[-4000:]
+  assert [float(x) for x in line.groups()[:6]] == pytest.approx(
+      [recorded["budget_minutes"], recorded["mlm_accuracy"], recorded["unigram_accuracy"],
+       recorded["pretrained_dev_accuracy"], recorded["random_dev_accuracy"], recorded["seeds"]],
+      abs=0.0005)
+  command = shlex.split(line.group(7))
+  assert command[1:3] == ["bench/quality.py", "--output_dir=/tmp/quality"]
+  assert "--budget_minutes=%g" % recorded["budget_minutes"] in command
 
 
 def test_the_printed_export_command_writes_a_transformers_directory(demo):

@@ -113,3 +113,22 @@ def test_horovod_without_a_launcher_warns_it_trains_one_worker():
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "size 1" in proc.stdout
   assert "Horovod runs 1 worker: started without horovodrun / mpirun" in proc.stderr
+
+
+@pytest.mark.e2e
+def test_gloo_built_answers_as_horovodrun_check_build():
+  # In its own process: answering imports Horovod, which the tests above keep out of this one.
+  code = "from utils.runtime import hvd_utils; print('gloo', hvd_utils.gloo_built())"
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+  check = subprocess.run([horovodrun, "--check-build"], capture_output=True, text=True,
+                         timeout=120)
+  assert ("gloo True" in proc.stdout) == ("[X] Gloo" in check.stdout), (proc.stdout, check.stdout)
+  assert "gloo True" in proc.stdout  # the environment (scripts/env.sh) builds Horovod with Gloo
+
+
+def test_gloo_built_is_false_without_horovod(monkeypatch):
+  monkeypatch.setattr(hvd_utils, "_import_horovod", lambda: None)
+  assert hvd_utils.gloo_built() is False

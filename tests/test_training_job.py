@@ -257,3 +257,12 @@ def test_init_checkpoint_that_cannot_be_read(tmp_path):
   message = "--init_checkpoint=%s cannot be read" % missing
   with pytest.raises(errors.UsageError, match=re.escape(message)):
     job.check_init_checkpoint(missing)
+
+
+def test_eval_results_read_back_what_was_written(tmp_path):
+  path = str(tmp_path / "eval_results.txt")
+  job.write_eval_results(path, {"masked_lm_accuracy": 0.25, "global_step": 600, "loss": 6.5})
+  with open(path) as f:
+    assert f.read() == "global_step = 600\nloss = 6.5\nmasked_lm_accuracy = 0.25\n"
+  assert job.read_eval_results(path) == {"global_step": 600.0, "loss": 6.5,
+                                         "masked_lm_accuracy": 0.25}

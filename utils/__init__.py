@@ -11,7 +11,8 @@
   data/         pretraining records: the input pipeline, record checks, the data generator's
                 instances (sampling, masking, serialising) and record encoder, the vocabulary
                 trainer
-  model/        what is built on `modeling.BertModel`: the pretraining heads
+  model/        what is built on `modeling.BertModel`: the pretraining heads, checkpoints scored on
+                held-out records
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
                 checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
                 directory (safetensors, torch pickles), the encoder SavedModel

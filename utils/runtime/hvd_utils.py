@@ -42,6 +42,14 @@ def _import_horovod():
     return None
 
 
+def gloo_built():
+  """True when Horovod is installed with its Gloo controller (what `horovodrun --gloo` needs);
+  imports it, as `horovodrun --check-build` does, but in this process (one TensorFlow import, not
+  one per framework it checks)."""
+  module = _import_horovod()
+  return bool(module is not None and module.gloo_built())
+
+
 def _initialised_horovod():
   """`horovod.tensorflow` when it is already imported and initialised, else None (never imports)."""
   module = sys.modules.get(_HOROVOD_MODULE)

@@ -237,6 +237,18 @@ def write_eval_results(path, result):
       writer.write("%s = %s\n" % (key, result[key]))
 
 
+def read_eval_results(path):
+  """{key: float} of an eval_results.txt (`write_eval_results`'s lines; run_classifier.py and the
+  original release write the same form)."""
+  values = {}
+  with tf.io.gfile.GFile(path) as reader:
+    for line in reader:
+      key, _, value = line.partition(" = ")
+      if value:
+        values[key.strip()] = float(value)
+  return values
+
+
 def evaluate(estimator, input_fn, steps, run_logger, batch_size, output_dir,
              explain_input_error=None):
   """Evaluates, logs the timing and the results, and writes `<output_dir>/eval_results.txt`.
