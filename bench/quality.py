@@ -81,7 +81,7 @@ def parse_args(argv=None):
   parser.add_argument("--output_dir", required=True, help="jobs, checkpoints, fine-tuning runs")
   parser.add_argument("--data_dir", default=os.path.join(REPO_ROOT, "data", "demo"),
                       help="the demo data (make data)")
-  parser.add_argument("--budget_minutes", type=float, default=15.0,
+  parser.add_argument("--budget_minutes", type=float, default=10.0,
                       help="wall-clock minutes of each pretraining job (at most 30)")
   parser.add_argument("--variants", default="best,adam_fp32,original",
                       help="comma-separated: best (lamb_bf16 or lamb_fp32 by CPU), lamb_bf16, "
