@@ -28,7 +28,6 @@ rm -rf "$out"
 mkdir -p "$out"
 
 # BERT-tiny (bert_configs/tiny.json) with the demo vocabulary's size, as make data writes it.
-vocab_size=$(wc -l < "$data/vocab.txt")
 cp "$data/bert_config.json" "$out/bert_config.json"
 
 # One python start answers both questions (horovodrun --check-build imports TensorFlow once per
