@@ -61,9 +61,10 @@ MAX_SEQ_LENGTH = 128
 MAX_PREDICTIONS = 20
 BATCH = 64
 # Checkpoints per job (the curve's points) and the fractions of the first job's updates whose
-# checkpoints are fine-tuned (0: its random initial weights).
+# checkpoints are fine-tuned; 0% is its random initial weights, which the fine-tuning runs from
+# random weights stand for (no job saves a checkpoint before its first update).
 CHECKPOINTS_PER_JOB = 20
-FINETUNE_FRACTIONS = (0.0, 0.25, 0.5, 1.0)
+FINETUNE_FRACTIONS = (0.25, 0.5, 1.0)
 # Peak learning rates at batch 64: LAMB's the demo's (4e-3 per worker, 2 workers of 32);
 # AdamWeightDecay's the 1e-3 of the demo's earlier optimizer comparison (docs/FINETUNING.md).
 LEARNING_RATES = {"lamb": 8e-3, "adam": 1e-3}
@@ -275,9 +276,9 @@ def default_target(curves):
 
 
 def nearest_checkpoints(checkpoints, updates, fractions):
-  """{fraction: the kept update nearest to fraction x updates} for the fractions > 0."""
+  """{fraction: the kept update nearest to fraction x updates}."""
   kept = sorted(checkpoints)
-  return {f: min(kept, key=lambda u: abs(u - f * updates)) for f in fractions if f > 0}
+  return {f: min(kept, key=lambda u: abs(u - f * updates)) for f in fractions}
 
 
 def finetune_command(task_dir, data_dir, config_path, seed, init_checkpoint=None, epochs=None):
@@ -343,14 +344,12 @@ def evaluate_jobs(jobs, config, records):
 
 
 def finetune_starts(job, fractions):
-  """{label: init checkpoint or None} of the fine-tuning starts: "random", then "<p>%" for each
-  fraction of the job's updates (0%: the random weights a pretraining run starts from)."""
-  starts = {"random": None}
+  """({label: init checkpoint or None}, {fraction: update}) of the fine-tuning starts: "random",
+  then "<p>%" for each fraction of the job's updates, its nearest kept checkpoint."""
   chosen = nearest_checkpoints(job["checkpoints"], job["updates"], fractions)
-  for fraction in fractions:
-    if fraction > 0:
-      starts["%d%%" % round(fraction * 100)] = os.path.join(
-          job["keep_dir"], "model.ckpt-%d" % chosen[fraction])
+  starts = {"random": None}
+  for fraction, update in chosen.items():
+    starts["%d%%" % round(fraction * 100)] = os.path.join(job["keep_dir"], "model.ckpt-%d" % update)
   return starts, chosen
 
 
@@ -426,7 +425,7 @@ def main(argv=None):
   last = rows[-1]
   result = {
       "budget_minutes": args.budget_minutes, "variant": first["variant"],
-      "bf16_units": cpu.bf16_units(), "cpu": _cpu_name(),
+      "bf16_units": cpu.bf16_units(), "cpu": cpu.cpu_model_name() or "unknown",
       "mlm_accuracy": last["masked_lm_accuracy"], "mlm_loss": last["masked_lm_loss"],
       "next_sentence_accuracy": last["next_sentence_accuracy"],
       "unigram_accuracy": round(unigram, 4),
@@ -451,14 +450,6 @@ def main(argv=None):
 def _rounded(metrics):
   return {key: round(metrics[key], 4) for key in
           ("masked_lm_loss", "masked_lm_accuracy", "next_sentence_accuracy")}
-
-
-def _cpu_name():
-  with open("/proc/cpuinfo") as f:
-    for line in f:
-      if line.startswith("model name"):
-        return line.partition(":")[2].strip()
-  return "unknown"
 
 
 def print_tables(result):

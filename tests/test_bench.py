@@ -175,7 +175,7 @@ def test_quality_budget_updates_and_fine_tuned_checkpoints_by_hand():
   assert quality.updates_in_budget(10, 20, 2.0) == quality.CHECKPOINTS_PER_JOB
   job = {"updates": 1000, "keep_dir": "/k", "checkpoints": {50: 1.0, 240: 2.0, 490: 3.0,
                                                             760: 4.0, 1000: 5.0}}
-  starts, chosen = quality.finetune_starts(job, (0.0, 0.25, 0.5, 1.0))
+  starts, chosen = quality.finetune_starts(job, (0.25, 0.5, 1.0))
   assert chosen == {0.25: 240, 0.5: 490, 1.0: 1000}
   assert starts == {"random": None, "25%": "/k/model.ckpt-240", "50%": "/k/model.ckpt-490",
                     "100%": "/k/model.ckpt-1000"}

@@ -31,3 +31,13 @@ def test_unreadable_cpu_flags_give_no_warning(tmp_path):
   assert cpu.bf16_units(str(tmp_path / "arm")) is None
   assert cpu.fastest_cpu_precision(str(tmp_path / "missing")) == "fp32"
   assert cpu.bf16_emulated_warning(True, str(tmp_path / "arm"), gpu_count=0) is None
+
+
+def test_model_name_is_the_first_processors(tmp_path):
+  cpuinfo = tmp_path / "cpuinfo"
+  cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU  \nflags\t\t: fpu\n\n"
+                     "processor\t: 1\nmodel name\t: Other CPU\nflags\t\t: fpu\n")
+  assert cpu.cpu_model_name(str(cpuinfo)) == "Some CPU"
+  (tmp_path / "no_name").write_text("processor\t: 0\nflags\t\t: fpu\n")
+  assert cpu.cpu_model_name(str(tmp_path / "no_name")) is None
+  assert cpu.cpu_model_name(str(tmp_path / "missing")) is None

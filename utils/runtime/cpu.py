@@ -19,6 +19,19 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 CPUINFO_PATH = "/proc/cpuinfo"
 
 
+def _first_processor_field(name, cpuinfo_path):
+  """The value of field `name` of the first processor in `cpuinfo_path` (Linux's /proc/cpuinfo
+  format), stripped; None when the file is missing or has no such field."""
+  if not os.path.exists(cpuinfo_path):
+    return None
+  with open(cpuinfo_path) as reader:
+    for line in reader:
+      key, _, value = line.partition(":")
+      if key.strip() == name:
+        return value.strip()
+  return None
+
+
 def cpu_flags(cpuinfo_path=CPUINFO_PATH):
   """The feature flags of the first processor in `cpuinfo_path` (Linux's /proc/cpuinfo format).
 
@@ -29,14 +42,14 @@ def cpu_flags(cpuinfo_path=CPUINFO_PATH):
     set of flag names (e.g. {"avx2", "avx512_bf16", ...}); None when the file is missing or holds
     no "flags" line (not Linux, or not an x86 CPU), so that "unknown" is not mistaken for "absent".
   """
-  if not os.path.exists(cpuinfo_path):
-    return None
-  with open(cpuinfo_path) as reader:
-    for line in reader:
-      key, _, value = line.partition(":")
-      if key.strip() == "flags":
-        return set(value.split())
-  return None
+  flags = _first_processor_field("flags", cpuinfo_path)
+  return None if flags is None else set(flags.split())
+
+
+def cpu_model_name(cpuinfo_path=CPUINFO_PATH):
+  """The first processor's "model name" (e.g. "Intel(R) Xeon(R) Processor"), or None when
+  `cpuinfo_path` is missing or has none: what a benchmark names the box by."""
+  return _first_processor_field("model name", cpuinfo_path)
 
 
 def bf16_units(cpuinfo_path=CPUINFO_PATH):
