@@ -16,7 +16,7 @@ vocabulary), one after the other, each for the same wall-clock budget, one proce
 
 Before each job a short calibration job of the same command measures its start-up and updates/s,
 so that its learning-rate schedule (warmup, then linear decay) ends at the end of the budget. Each
-job saves a checkpoint every 1/20 of its updates; every checkpoint is kept with the time it was
+job saves a checkpoint every 1/20 of its updates (--checkpoints_per_job); every checkpoint is kept with the time it was
 written (seconds since the job's start, the start-up included). Then, in one process and one
 graph, every checkpoint is evaluated on the held-out records (data/demo/seq128/eval): masked-LM
 loss and accuracy, next-sentence accuracy; the unigram baseline is the accuracy of always
@@ -69,8 +69,8 @@ FINETUNE_FRACTIONS = (0.25, 0.5, 1.0)
 # AdamWeightDecay's the 1e-3 of the demo's earlier optimizer comparison (docs/FINETUNING.md).
 LEARNING_RATES = {"lamb": 8e-3, "adam": 1e-3}
 WARMUP_FRACTION = 0.1
+# Updates of a calibration job; the first third is left out of its rate (start-up effects).
 CALIBRATION_UPDATES = 60
-CALIBRATION_WARMUP = 20
 # A job the calibration misjudged is stopped this far past the budget.
 OVERRUN_FACTOR = 1.15
 CHECKPOINT_NAME = re.compile(r"^model\.ckpt-(\d+)\.index$")
@@ -93,6 +93,12 @@ def parse_args(argv=None):
                            "every job reaches, rounded up to 0.05)")
   parser.add_argument("--finetune_epochs", type=int, default=None,
                       help="fine-tuning epochs (default 30)")
+  parser.add_argument("--checkpoints_per_job", type=int, default=CHECKPOINTS_PER_JOB,
+                      help="checkpoints each job saves (the curve's points; also its fewest "
+                           "updates)")
+  parser.add_argument("--calibration_updates", type=int, default=CALIBRATION_UPDATES,
+                      help="updates of each calibration job (its first third is left out of "
+                           "the rate)")
   parser.add_argument("--figure", default=None, help="PNG: evaluation loss against minutes")
   parser.add_argument("--result_json", default=None,
                       help="also write the last line's JSON object to this file")
@@ -101,6 +107,11 @@ def parse_args(argv=None):
     parser.error("--budget_minutes must be in (0, 30], got %g" % args.budget_minutes)
   if args.seeds < 1:
     parser.error("--seeds must be >= 1, got %d" % args.seeds)
+  if args.checkpoints_per_job < 3:
+    parser.error("--checkpoints_per_job must be >= 3 (25, 50 and 100%% are fine-tuned), got %d"
+                 % args.checkpoints_per_job)
+  if args.calibration_updates < 6:
+    parser.error("--calibration_updates must be >= 6, got %d" % args.calibration_updates)
   args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
   known = ("best", "lamb_bf16", "lamb_fp32", "adam_fp32", "original")
   for variant in args.variants:
@@ -122,8 +133,10 @@ def resolve_variants(names, bf16_units):
   return resolved
 
 
-def job_command(variant, config_path, data_dir, out_dir, updates):
-  """argv of one pretraining job of `updates` updates, a checkpoint every 1/20 of them."""
+def job_command(variant, config_path, data_dir, out_dir, updates,
+                checkpoints=CHECKPOINTS_PER_JOB):
+  """argv of one pretraining job of `updates` updates, a checkpoint every 1/`checkpoints` of
+  them."""
   optimizer = "adam" if variant in ("adam_fp32", "original") else "lamb"
   common = ["--bert_config_file=%s" % config_path, "--output_dir=%s" % out_dir,
             "--train_batch_size=%d" % BATCH, "--max_seq_length=%d" % MAX_SEQ_LENGTH,
@@ -131,14 +144,14 @@ def job_command(variant, config_path, data_dir, out_dir, updates):
             "--num_train_steps=%d" % updates,
             "--num_warmup_steps=%d" % max(1, int(updates * WARMUP_FRACTION)),
             "--learning_rate=%g" % LEARNING_RATES[optimizer],
-            "--save_checkpoints_steps=%d" % max(1, updates // CHECKPOINTS_PER_JOB)]
+            "--save_checkpoints_steps=%d" % max(1, updates // checkpoints)]
   train_dir = os.path.join(data_dir, "seq128", "train")
   if variant == "original":
     return [sys.executable, "-m", "tests.reference.original_bert", "run_pretraining", "--",
             "--input_file=%s" % os.path.join(train_dir, "*.tfrecord"), "--do_train=true"] + common
   argv = [sys.executable, os.path.join(REPO_ROOT, "run_pretraining.py"),
           "--input_files_dir=%s" % train_dir, "--do_train", "--optimizer_type=%s" % optimizer,
-          "--display_loss_steps=1", "--keep_checkpoint_max=%d" % (CHECKPOINTS_PER_JOB + 2)]
+          "--display_loss_steps=1", "--keep_checkpoint_max=%d" % (checkpoints + 2)]
   if variant == "lamb_bf16":
     argv.append("--bf16")
   return argv + common
@@ -194,39 +207,45 @@ class CheckpointKeeper(object):
       self.kept[update] = written - self._start
 
 
-def calibrate(variant, config_path, data_dir, work_dir):
-  """(start-up seconds, updates per second) of `variant`: a short job, measured as
-  bench/precision.py measures (the median per-update rate after the first updates)."""
+def calibrate(variant, config_path, data_dir, work_dir, updates=CALIBRATION_UPDATES,
+              checkpoints=CHECKPOINTS_PER_JOB):
+  """(start-up seconds, updates per second) of `variant`: a job of `updates` updates saving
+  `checkpoints` checkpoints, measured as bench/precision.py measures (the median per-update rate
+  after the first third)."""
   out_dir = os.path.join(work_dir, "calibration_%s" % variant)
-  argv = job_command(variant, config_path, data_dir, out_dir, CALIBRATION_UPDATES)
+  argv = job_command(variant, config_path, data_dir, out_dir, updates, checkpoints)
   start, stderr_lines, _ = precision.run_job(argv, {})
-  figures = argparse.Namespace(batch=BATCH, warmup=CALIBRATION_WARMUP)
+  figures = argparse.Namespace(batch=BATCH, warmup=updates // 3)
   seq_per_s, startup = precision.job_figures(
       "original" if variant == "original" else "ours", figures, start, stderr_lines, out_dir)
   shutil.rmtree(out_dir, ignore_errors=True)
   return startup, seq_per_s / BATCH
 
 
-def updates_in_budget(budget_seconds, startup_seconds, updates_per_second):
-  """Updates that fit in the budget after the start-up, 5% left for checkpoints and the ends."""
-  return max(CHECKPOINTS_PER_JOB, int(0.95 * (budget_seconds - startup_seconds)
-                                      * updates_per_second))
+def updates_in_budget(budget_seconds, startup_seconds, updates_per_second,
+                      checkpoints=CHECKPOINTS_PER_JOB):
+  """Updates that fit in the budget after the start-up, 5% left for checkpoints and the ends;
+  at least one per checkpoint."""
+  return max(checkpoints, int(0.95 * (budget_seconds - startup_seconds) * updates_per_second))
 
 
-def run_budgeted_job(variant, config_path, data_dir, work_dir, budget_seconds):
-  """Calibrates, then runs the job of `variant` for the budget, keeping its checkpoints.
+def run_budgeted_job(variant, config_path, data_dir, work_dir, budget_seconds,
+                     checkpoints=CHECKPOINTS_PER_JOB, calibration_updates=CALIBRATION_UPDATES):
+  """Calibrates (a job of `calibration_updates`), then runs the job of `variant` for the budget
+  with `checkpoints` checkpoints, keeping them.
 
   Returns:
     dict: variant, updates, startup_s (calibration's), updates_per_s, seconds (the job's wall
     time), stopped_at_limit, checkpoints {update: seconds since the job's start}, keep_dir.
   """
-  startup, rate = calibrate(variant, config_path, data_dir, work_dir)
-  updates = updates_in_budget(budget_seconds, startup, rate)
+  startup, rate = calibrate(variant, config_path, data_dir, work_dir, calibration_updates,
+                            checkpoints)
+  updates = updates_in_budget(budget_seconds, startup, rate, checkpoints)
   job_dir = os.path.join(work_dir, variant)
   keep_dir = os.path.join(work_dir, variant + "_checkpoints")
   for path in (job_dir, keep_dir):
     shutil.rmtree(path, ignore_errors=True)
-  argv = job_command(variant, config_path, data_dir, job_dir, updates)
+  argv = job_command(variant, config_path, data_dir, job_dir, updates, checkpoints)
   print("%s: start-up %.1f s, %.2f updates/s: %d updates in %.1f minutes" % (
       variant, startup, rate, updates, budget_seconds / 60), flush=True)
   log_path = os.path.join(work_dir, variant + ".log")
@@ -394,7 +413,8 @@ def main(argv=None):
   unigram = evaluation.unigram_accuracy(records)
 
   budget_seconds = args.budget_minutes * 60
-  jobs = [run_budgeted_job(v, config_path, args.data_dir, args.output_dir, budget_seconds)
+  jobs = [run_budgeted_job(v, config_path, args.data_dir, args.output_dir, budget_seconds,
+                           args.checkpoints_per_job, args.calibration_updates)
           for v in variants]
   evaluations, initial = evaluate_jobs(jobs, config, records)
   curves = {job["variant"]: curve(job, evaluations[job["variant"]]) for job in jobs}

@@ -173,6 +173,9 @@ def test_quality_budget_updates_and_fine_tuned_checkpoints_by_hand():
   # 600 s, 20 s of start-up, 2 updates/s: 0.95 x 580 x 2 = 1102.
   assert quality.updates_in_budget(600, 20, 2.0) == 1102
   assert quality.updates_in_budget(10, 20, 2.0) == quality.CHECKPOINTS_PER_JOB
+  # At least one update per checkpoint, whatever the number of checkpoints.
+  assert quality.updates_in_budget(10, 20, 2.0, checkpoints=4) == 4
+  assert quality.updates_in_budget(600, 20, 2.0, checkpoints=4) == 1102
   job = {"updates": 1000, "keep_dir": "/k", "checkpoints": {50: 1.0, 240: 2.0, 490: 3.0,
                                                             760: 4.0, 1000: 5.0}}
   starts, chosen = quality.finetune_starts(job, (0.25, 0.5, 1.0))
@@ -222,8 +225,16 @@ def test_quality_jobs_differ_only_in_what_the_variant_names():
   assert quality.resolve_variants(["best", "adam_fp32", "lamb_bf16"], ["amx_bf16"]) == [
       "lamb_bf16", "adam_fp32"]
   assert quality.resolve_variants(["best", "original"], []) == ["lamb_fp32", "original"]
+  # Fewer checkpoints: a checkpoint every 1/4 of the updates, and all of them kept.
+  fewer = quality.job_command("lamb_fp32", "c.json", "/d", "/out", 400, checkpoints=4)
+  assert sorted(a for a in fewer if a not in lamb) == ["--keep_checkpoint_max=6",
+                                                       "--save_checkpoints_steps=100"]
+  assert "--keep_checkpoint_max=22" in lamb
+  args = quality.parse_args(["--output_dir=/o", "--checkpoints_per_job=4",
+                             "--calibration_updates=9"])
+  assert (args.checkpoints_per_job, args.calibration_updates) == (4, 9)
   for bad in (["--budget_minutes=31"], ["--budget_minutes=0"], ["--variants=lamb_fp64"],
-              ["--seeds=0"]):
+              ["--seeds=0"], ["--checkpoints_per_job=2"], ["--calibration_updates=5"]):
     with pytest.raises(SystemExit) as exit_info:
       quality.parse_args(["--output_dir=/o"] + bad)
     assert exit_info.value.code == 2
