@@ -14,16 +14,16 @@ vocabulary), one after the other, each for the same wall-clock budget, one proce
 * `original`: the original release's `run_pretraining.py` (PyPI bert-tensorflow, through
   tests/reference/original_bert.py; fp32, AdamWeightDecay).
 
-Before each job a short calibration job of the same command measures its start-up and updates/s,
-so that its learning-rate schedule (warmup, then linear decay) ends at the end of the budget. Each
-job saves a checkpoint every 1/20 of its updates (--checkpoints_per_job); every checkpoint is kept with the time it was
-written (seconds since the job's start, the start-up included). Then, in one process and one
-graph, every checkpoint is evaluated on the held-out records (data/demo/seq128/eval): masked-LM
-loss and accuracy, next-sentence accuracy; the unigram baseline is the accuracy of always
+Before each job a short calibration job of the same command measures its start-up and updates/s, so
+that its learning-rate schedule (warmup, then linear decay) ends at the end of the budget. Each job
+saves a checkpoint every 1/20 of its updates (--checkpoints_per_job); every checkpoint is kept with
+the time it was written (seconds since the job's start, the start-up included). Then, in one process
+and one graph, every checkpoint is evaluated on the held-out records (data/demo/seq128/eval):
+masked-LM loss and accuracy, next-sentence accuracy; the unigram baseline is the accuracy of always
 predicting the commonest masked token of those records. The first job's checkpoints at 25, 50 and
 100% of its updates (0%: its random initial weights) are fine-tuned on the demo's `stdlib` task
-(scripts/build_demo_task.py; 300 labelled sentences, 30 epochs: FINETUNE_FLAGS) with
---seeds seeds each, and random weights with the same seeds.
+(scripts/build_demo_task.py; 300 labelled sentences, 30 epochs: FINETUNE_FLAGS) with --seeds seeds
+each, and random weights with the same seeds.
 
 Time to quality: the minutes each job takes to reach --target_loss (evaluation masked-LM loss;
 default: the lowest loss every job reaches, rounded up to 0.05), interpolated linearly between
