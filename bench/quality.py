@@ -111,7 +111,8 @@ def parse_args(argv=None):
     parser.error("--checkpoints_per_job must be >= 3 (25, 50 and 100%% are fine-tuned), got %d"
                  % args.checkpoints_per_job)
   if args.calibration_updates < 6:
-    parser.error("--calibration_updates must be >= 6, got %d" % args.calibration_updates)
+    parser.error("--calibration_updates must be >= 6 (its first third is left out of the rate), "
+                 "got %d" % args.calibration_updates)
   args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
   known = ("best", "lamb_bf16", "lamb_fp32", "adam_fp32", "original")
   for variant in args.variants:
@@ -207,8 +208,7 @@ class CheckpointKeeper(object):
       self.kept[update] = written - self._start
 
 
-def calibrate(variant, config_path, data_dir, work_dir, updates=CALIBRATION_UPDATES,
-              checkpoints=CHECKPOINTS_PER_JOB):
+def calibrate(variant, config_path, data_dir, work_dir, updates, checkpoints):
   """(start-up seconds, updates per second) of `variant`: a job of `updates` updates saving
   `checkpoints` checkpoints, measured as bench/precision.py measures (the median per-update rate
   after the first third)."""
@@ -229,8 +229,8 @@ def updates_in_budget(budget_seconds, startup_seconds, updates_per_second,
   return max(checkpoints, int(0.95 * (budget_seconds - startup_seconds) * updates_per_second))
 
 
-def run_budgeted_job(variant, config_path, data_dir, work_dir, budget_seconds,
-                     checkpoints=CHECKPOINTS_PER_JOB, calibration_updates=CALIBRATION_UPDATES):
+def run_budgeted_job(variant, config_path, data_dir, work_dir, budget_seconds, checkpoints,
+                     calibration_updates):
   """Calibrates (a job of `calibration_updates`), then runs the job of `variant` for the budget
   with `checkpoints` checkpoints, keeping them.
 
@@ -401,7 +401,8 @@ def main(argv=None):
   from bench import convergence  # pylint: disable=g-import-not-at-top
   from utils.model import evaluation  # pylint: disable=g-import-not-at-top
   from utils.runtime import cpu  # pylint: disable=g-import-not-at-top
-  variants = resolve_variants(args.variants, cpu.bf16_units())
+  bf16_units = cpu.bf16_units()
+  variants = resolve_variants(args.variants, bf16_units)
   os.makedirs(args.output_dir, exist_ok=True)
   config_path = os.path.join(args.output_dir, "bert_config.json")
   convergence.demo_config(args.data_dir, config_path)
@@ -445,7 +446,7 @@ def main(argv=None):
   last = rows[-1]
   result = {
       "budget_minutes": args.budget_minutes, "variant": first["variant"],
-      "bf16_units": cpu.bf16_units(), "cpu": cpu.cpu_model_name() or "unknown",
+      "bf16_units": bf16_units, "cpu": cpu.cpu_model_name() or "unknown",
       "mlm_accuracy": last["masked_lm_accuracy"], "mlm_loss": last["masked_lm_loss"],
       "next_sentence_accuracy": last["next_sentence_accuracy"],
       "unigram_accuracy": round(unigram, 4),
