@@ -7,7 +7,9 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.client import session as session_lib
 
+from tests import helpers
 from utils.checkpoints import contents as ckpt
 from utils.runlog import dllogger_setup
 from utils.core import errors
@@ -50,21 +52,25 @@ def numpy_weight(steps):
   return w
 
 
-@pytest.fixture
-def single_worker_job(tmp_path):
+def _estimator_in(directory):
+  """A one-worker job's (workers, output directory, Estimator) writing to `directory`."""
   environ = {}
   workers = workers_lib.start_workers(False, environ=environ)
   assert workers == workers_lib.Workers(hvd=None, rank=0, size=1, local_rank=0, local_size=1)
   assert environ == {"TF_OVERRIDE_GLOBAL_THREADPOOL": "1"}
-  output_dir, saves, _ = workers_lib.worker_output_dir(workers, str(tmp_path / "out"), False,
-                                                       False)
-  assert output_dir == str(tmp_path / "out") and saves
+  output_dir, saves, _ = workers_lib.worker_output_dir(workers, str(directory), False, False)
+  assert output_dir == str(directory) and saves
   assert tf.io.gfile.isdir(output_dir)
   config = workers_lib.session_config(workers, intra_op_threads=1, inter_op_threads=1)
   estimator = job.build_estimator(model_fn, output_dir, config, workers, saves,
                                   save_checkpoints_steps=2, keep_checkpoint_max=3,
                                   random_seed=job_flags.DEFAULT_SEED)
   return workers, output_dir, estimator
+
+
+@pytest.fixture
+def single_worker_job(tmp_path):
+  return _estimator_in(tmp_path / "out")
 
 
 def test_train_evaluate_predict(single_worker_job, tmp_path, caplog):
@@ -250,6 +256,49 @@ def test_an_update_is_logged_before_its_checkpoint_is_saved(single_worker_job):
   assert [step for _, step in saved] == [2, 4]
   for event in saved:
     assert events.index(("logged", event[1])) < events.index(event), events
+
+
+def _training_runs_fetches(monkeypatch, estimator, output_dir, hooks, steps):
+  """Trains to `steps`; returns, per training run (one whose targets hold the train op), the set
+  of tensor names the session fetched, as the session saw them (after every hook added its own)."""
+  runs = []
+  original = session_lib.BaseSession._do_run
+
+  def recording(self, handle, target_list, fetch_list, *args):
+    targets = {op.name for op in target_list}
+    if "GradientDescent" in targets:
+      runs.append(frozenset(t.name for t in fetch_list) | targets)
+    return original(self, handle, target_list, fetch_list, *args)
+
+  monkeypatch.setattr(session_lib.BaseSession, "_do_run", recording)
+  job.train(estimator, input_fn, steps, output_dir, hooks)
+  monkeypatch.undo()
+  return runs
+
+
+def test_every_training_run_fetches_the_same_tensors(single_worker_job, tmp_path, monkeypatch):
+  # The session then builds one executor for training instead of one per combination of what
+  # the Estimator's summary saver (every 2 steps here) and loss logger fetch.
+  workers, output_dir, estimator = single_worker_job
+  hooks = job.training_hooks(workers, hooks_lib.UpdateSource(), output_dir,
+                             save_checkpoints_steps=2)
+  assert sum(isinstance(h, hooks_lib.SteadyFetchesHook) for h in hooks) == 1
+  runs = _training_runs_fetches(monkeypatch, estimator, output_dir, hooks, 6)
+  assert len(runs) == 6 and len(set(runs)) == 1, runs
+  # The summary saver still wrote its loss at the steps it writes it at (the runs of global steps
+  # 0, 2 and 4, recorded after them) and the weights are plain gradient descent's.
+  events = helpers.read_scalars(output_dir)
+  assert [step for step, _ in events["loss"]] == [1, 3, 5]
+  assert tf.train.load_variable(output_dir, "w") == pytest.approx(numpy_weight(6), rel=1e-6)
+
+  # Without the hook the same job fetches three different sets: what it is there for.
+  _, other_dir, other = _estimator_in(tmp_path / "without")
+  runs = _training_runs_fetches(
+      monkeypatch, other, other_dir,
+      [h for h in job.training_hooks(workers, hooks_lib.UpdateSource(), other_dir,
+                                     save_checkpoints_steps=2)
+       if not isinstance(h, hooks_lib.SteadyFetchesHook)], 6)
+  assert len(runs) == 6 and len(set(runs)) == 3, runs
 
 
 def test_init_checkpoint_that_cannot_be_read(tmp_path):

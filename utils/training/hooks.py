@@ -149,6 +149,38 @@ class UpdateSource(tf.estimator.SessionRunHook):
     self.facts = self._tracker.run_ended(run_values.results)
 
 
+class SteadyFetchesHook(tf.estimator.SessionRunHook):
+  """Fetches, on every training run, what the Estimator's own hooks fetch only on some runs.
+
+  A TensorFlow session builds an executor (graph pruning, grappler, kernels) for every new
+  combination of fetched tensors. The Estimator's summary saver fetches the merged summaries only
+  on its summary steps (the first run, then every `save_summary_steps`), and its loss logger the
+  global step only on its logging steps, so a run has three combinations, each built once: 2-3 s
+  each for BERT-base and ~0.5 s for the tests' 2-layer model on a Zen 3 (docs/PERFORMANCE.md).
+  Fetching both on every run (a scalar summary and a variable read; the results are not used
+  here) leaves one. The other hooks still fetch, log and write exactly what and when they did.
+  """
+
+  def __init__(self):
+    self._fetches = None
+
+  def begin(self):
+    self._fetches = None
+
+  def before_run(self, run_context):
+    if self._fetches is None:
+      # The merged summary op exists once the session's scaffold is finalized, after `begin`.
+      fetches = {}
+      summary_ops = _tf1.get_collection(_tf1.GraphKeys.SUMMARY_OP)
+      if summary_ops:
+        fetches["summary"] = summary_ops[0]
+      global_step = _tf1.train.get_global_step()
+      if global_step is not None:
+        fetches["global_step"] = global_step
+      self._fetches = fetches
+    return tf.estimator.SessionRunArgs(self._fetches)
+
+
 class TrainingLogHook(tf.estimator.SessionRunHook):
   """Training log per optimizer update (NVIDIA's `_LogSessionRunHook`).
 

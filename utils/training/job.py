@@ -115,11 +115,12 @@ def training_hooks(workers, updates, checkpoint_dir, save_checkpoints_steps, sav
     on_stop_saved: the stop hook's `on_saved` (function (signal name, stop step) -> None).
 
   Returns:
-    list of SessionRunHooks: the update source, checkpoint health, log, checkpoint saver, weight
+    list of SessionRunHooks: the update source, steady fetches, checkpoint health, log, checkpoint saver, weight
     sync, Horovod broadcast, stop on a signal (each when wanted; the stop hook last, so its `end()`
     follows the final checkpoint).
   """
-  hooks = [updates] + ([] if health_hook is None else [health_hook])
+  hooks = [updates, hooks_lib.SteadyFetchesHook()]
+  hooks += [] if health_hook is None else [health_hook]
   # The log line of an update is written before its checkpoint: a run killed between the two
   # resumes from the checkpoint before, whose later lines the resumed run's replace; in the other
   # order the log would lack the line of the checkpoint's own update.
