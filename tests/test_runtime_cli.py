@@ -5,6 +5,7 @@ The training runs here are real `run_pretraining.py` processes started without t
 TF_CPP_MIN_LOG_LEVEL, so they print what a user's terminal shows.
 """
 
+import gc
 import json
 import os
 import re
@@ -74,6 +75,46 @@ def test_usage_errors_exit_2_naming_the_flag(args, named):
   assert first.startswith(os.path.basename(args[0]) + ": error: "), proc.stderr
   assert named in first, proc.stderr
   assert "Traceback" not in proc.stderr
+
+
+def test_exit_handler_is_registered_once_and_collects_before_it_freezes(monkeypatch):
+  registered = []
+  monkeypatch.setattr(cli.atexit, "register", registered.append)
+  monkeypatch.setattr(cli, "_FREEZE_REGISTERED", False)
+  cli.freeze_objects_at_exit()
+  cli.freeze_objects_at_exit()
+  assert registered == [cli._collect_and_freeze]
+
+  finalized = []
+
+  class Node:
+
+    def __del__(self):
+      finalized.append(True)
+
+  was_enabled = gc.isenabled()
+  gc.disable()  # so that only the handler's own collection can find the cycle
+  try:
+    node = Node()
+    node.itself = node
+    del node
+    assert not finalized
+    cli._collect_and_freeze()
+    assert finalized == [True]  # garbage already at exit is finalized, as before
+    assert gc.get_freeze_count() > 0  # the rest is left out of the interpreter's collections
+  finally:
+    gc.unfreeze()
+    if was_enabled:
+      gc.enable()
+
+
+def test_run_main_registers_the_exit_handler(monkeypatch):
+  calls = []
+  monkeypatch.setattr(cli, "freeze_objects_at_exit", lambda: calls.append("registered"))
+  monkeypatch.setattr(cli.app, "run", lambda main, argv=None, flags_parser=None: calls.append(
+      "ran"))
+  cli.run_main(lambda argv: 0, argv=["prog"])
+  assert calls == ["registered", "ran"]
 
 
 def test_verbose_is_read_before_the_flags_are_parsed():
