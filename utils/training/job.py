@@ -115,9 +115,9 @@ def training_hooks(workers, updates, checkpoint_dir, save_checkpoints_steps, sav
     on_stop_saved: the stop hook's `on_saved` (function (signal name, stop step) -> None).
 
   Returns:
-    list of SessionRunHooks: the update source, steady fetches, checkpoint health, log, checkpoint saver, weight
-    sync, Horovod broadcast, stop on a signal (each when wanted; the stop hook last, so its `end()`
-    follows the final checkpoint).
+    list of SessionRunHooks: the update source, steady fetches, checkpoint health, log,
+    checkpoint saver, weight sync, Horovod broadcast, stop on a signal (each when wanted; the stop
+    hook last, so its `end()` follows the final checkpoint).
   """
   hooks = [updates, hooks_lib.SteadyFetchesHook()]
   hooks += [] if health_hook is None else [health_hook]
