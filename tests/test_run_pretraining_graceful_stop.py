@@ -476,7 +476,8 @@ def test_run_config_gets_the_seconds(tmp_path):
   hooks = job_lib.training_hooks(workers, hooks_lib.UpdateSource(), str(tmp_path / "model"), 1000,
                                  save_checkpoints_secs=7)
   assert isinstance(hooks[0], hooks_lib.UpdateSource)  # first: the others read it
-  timer = hooks[1]._timer  # pylint: disable=protected-access
+  (saver,) = [h for h in hooks if isinstance(h, hooks_lib.PeriodicCheckpointSaverHook)]
+  timer = saver._timer  # pylint: disable=protected-access
   assert timer._every_secs == 7 and timer._every_steps is None  # pylint: disable=protected-access
 
 

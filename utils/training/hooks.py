@@ -11,6 +11,8 @@ collectives never stall); logging goes through a `dllogger_setup.RunLogger`, whi
   end an update, was the update applied); the hooks below that need them (training log, checkpoint
   health in `utils/training/health.py`, weight sync, stop on a signal) read them from it, so it
   comes first in the hook list.
+* `SteadyFetchesHook`: fetches on every training run what the Estimator's own hooks fetch on some
+  runs only, so the session builds one executor for training instead of three.
 * `TrainingLogHook`: per optimizer update, throughput (global batch / time of the update), losses,
   the average loss over the update's micro-steps, the learning rate and (fp16) the loss scale, every
   `display_loss_steps` updates; at the end a summary with the throughput average. What to log is
