@@ -157,7 +157,7 @@ class SteadyFetchesHook(tf.estimator.SessionRunHook):
   A TensorFlow session builds an executor (graph pruning, grappler, kernels) for every new
   combination of fetched tensors. The Estimator's summary saver fetches the merged summaries only
   on its summary steps (the first run, then every `save_summary_steps`), and its loss logger the
-  global step only on its logging steps, so a run has three combinations, each built once: 2-3 s
+  global step only on its logging steps, so a run has three combinations, each built once: 1-3 s
   each for BERT-base and ~0.5 s for the tests' 2-layer model on a Zen 3 (docs/PERFORMANCE.md).
   Fetching both on every run (a scalar summary and a variable read; the results are not used
   here) leaves one. The other hooks still fetch, log and write exactly what and when they did.
