@@ -13,13 +13,14 @@ PYTEST_ARGS ?=
 # (docs/TESTING.md); `make test PYTEST_WORKERS=0` runs it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help env python-path test test-fast demo data
+.PHONY: help env python-path test test-fast demo data fuzz
 
 help:
 	@echo "make test         create/reuse the environment, then run the test suite"
 	@echo "make test-fast    the in-process tests only (not those marked e2e): a few minutes"
 	@echo "make demo         build the demo data if needed, pretrain BERT-tiny on it, evaluate"
 	@echo "make data         build the bundled demo corpus, vocabulary and TFRecords (cached)"
+	@echo "make fuzz         run every reader's fuzz target for FUZZ_SECONDS (600) each"
 	@echo "make env          create/reuse the environments only (TensorFlow; transformers)"
 	@echo "make -s python-path   print the environment's python (last line)"
 	@echo "source scripts/activate   (in your shell) the environment's python and horovodrun on PATH"
@@ -50,3 +51,8 @@ data:
 # Pretrains BERT-tiny on the demo data with 2 Horovod workers, evaluates, plots (output/demo).
 demo: data
 	@PY="$$($(PYTHON_PATH))" && scripts/demo.sh "$$PY"
+
+# Every fuzz target (fuzz/target_*.py) under atheris for FUZZ_SECONDS each (docs/TESTING.md).
+FUZZ_SECONDS ?= 600
+fuzz:
+	@PY="$$($(PYTHON_PATH))" && "$$PY" -m fuzz.run --seconds=$(FUZZ_SECONDS)
