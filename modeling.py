@@ -35,6 +35,12 @@ LAYER_NORM_EPSILON = fused_blocks.LAYER_NORM_EPSILON
 ATTENTION_MASK_ADDER = fused_blocks.ATTENTION_MASK_ADDER
 
 
+def _shown(value, limit=60):
+  """`repr(value)` cut to `limit` characters, for a one-line message about a bad value."""
+  text = repr(value)
+  return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class BertConfig(object):
   """Configuration of a `BertModel`; the keys of `bert_config.json`."""
 
@@ -54,6 +60,7 @@ class BertConfig(object):
   _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                     "intermediate_size", "max_position_embeddings", "type_vocab_size")
   _PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+  _MAX_SIZE = 2 ** 31 - 1
 
   def __init__(self, vocab_size, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
@@ -104,18 +111,27 @@ class BertConfig(object):
     """Raises ValueError naming the first key whose value is invalid by itself."""
     for key in self._POSITIVE_INTS:
       value = getattr(self, key)
-      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError("bert config: %r must be a positive integer, got %r" % (key, value))
+      # Sizes are int32 in the graph (shapes, ids): a larger one could never be built.
+      if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+          or not 1 <= value <= self._MAX_SIZE):
+        raise ValueError("bert config: %r must be a positive integer up to %d, got %s"
+                         % (key, self._MAX_SIZE, _shown(value)))
     for key in self._PROBABILITIES:
       value = getattr(self, key)
       if (isinstance(value, bool) or not isinstance(value, (int, float))
           or not 0.0 <= value < 1.0):
-        raise ValueError("bert config: %r must be a probability in [0, 1), got %r" % (key, value))
+        raise ValueError("bert config: %r must be a probability in [0, 1), got %s"
+                         % (key, _shown(value)))
     value = self.initializer_range
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-      raise ValueError("bert config: 'initializer_range' must be a positive number, got %r"
-                       % (value,))
-    if not callable(self.hidden_act):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+        or not 0 < value < float("inf")):
+      raise ValueError("bert config: 'initializer_range' must be a finite positive number, got %s"
+                       % (_shown(value),))
+    if self.hidden_act is not None and not isinstance(self.hidden_act, str):
+      if not callable(self.hidden_act):
+        raise ValueError("bert config: 'hidden_act' must be an activation name, got %s"
+                         % (_shown(self.hidden_act),))
+    else:
       try:
         get_activation(self.hidden_act)
       except ValueError as e:
@@ -173,14 +189,22 @@ class BertConfig(object):
   def from_json_file(cls, json_file):
     """Builds a `BertConfig` from a `bert_config.json` file."""
     try:
-      with tf.io.gfile.GFile(json_file, "r") as reader:
-        text = reader.read()
+      with tf.io.gfile.GFile(json_file, "rb") as reader:
+        data = reader.read()
     except tf.errors.NotFoundError:
       raise ValueError("bert config file not found: %s" % json_file)
+    except tf.errors.OpError as e:
+      raise ValueError("%s: cannot read the bert config: %s" % (json_file, e.message))
+    try:
+      text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+      raise ValueError("%s: not UTF-8 text at byte %d" % (json_file, e.start))
     try:
       json_object = json.loads(text)
     except ValueError as e:
       raise ValueError("%s: not valid JSON: %s" % (json_file, e))
+    except RecursionError:
+      raise ValueError("%s: not a BERT config: JSON nested too deeply" % json_file)
     return cls.from_dict(json_object, source=json_file)
 
   def to_dict(self):

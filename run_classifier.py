@@ -210,7 +210,7 @@ def run(f, config):
   except ValueError as e:
     raise errors.UsageError("--task_name: %s" % e)
   bert_config = lifecycle.load_bert_config(config)
-  tokenizer = finetuning.load_tokenizer(f)
+  tokenizer = finetuning.load_tokenizer(f, bert_config.vocab_size)
   workers = lifecycle.start_workers(config)
   splits = read_splits(f, processor)
   train_examples, num_train_steps, num_warmup_steps = [], 0, 0

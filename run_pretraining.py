@@ -188,7 +188,7 @@ def run(f, config):
   """
   check_flags(f, config)
   workers = lifecycle.start_workers(config)
-  bert_config = lifecycle.load_bert_config(config)
+  bert_config = lifecycle.load_bert_config(config, f.max_predictions_per_seq)
   train_files, eval_files = _resolve_inputs(f, bert_config.vocab_size)
   skip_records = []
 

@@ -211,7 +211,7 @@ def run(f, config):
   """
   check_flags(f, config)
   bert_config = lifecycle.load_bert_config(config)
-  tokenizer = finetuning.load_tokenizer(f)
+  tokenizer = finetuning.load_tokenizer(f, bert_config.vocab_size)
   workers = lifecycle.start_workers(config)
   train_examples, num_train_steps, num_warmup_steps = [], 0, 0
   if f.do_train:

@@ -174,3 +174,14 @@ def test_export_dir_is_refused_before_anything_is_written(tmp_path):
   with pytest.raises(errors.UsageError, match=r"^--export_dir: \S+model holds no checkpoint"):
     task.export_saved_model(estimator, target, SEQ)
   assert not os.path.exists(target) and not os.path.exists(str(tmp_path / "new"))
+
+
+def test_a_vocabulary_larger_than_the_models_is_refused(tmp_path):
+  # 7 tokens for a 6-row embedding table: "hello" (id 6) would look up a row the model lacks.
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhi\nhello\n")
+  flags = types.SimpleNamespace(vocab_file=str(vocab), do_lower_case=True)
+  assert len(task.load_tokenizer(flags, vocab_size=7).vocab) == 7
+  with pytest.raises(errors.UsageError, match=r"^--vocab_file: .*vocab\.txt has 7 tokens, more "
+                     r"than vocab_size=6 of --bert_config_file"):
+    task.load_tokenizer(flags, vocab_size=6)

@@ -398,3 +398,48 @@ def test_softmax_cross_entropy_value_and_gradient_match_numpy(graph):
   np.testing.assert_allclose(got_loss, expected_loss, rtol=1e-6, atol=1e-5)
   np.testing.assert_allclose(got_grad, expected_grad, atol=1e-6)
   assert np.isfinite(got_loss).all() and got_loss[1] > 5e4
+
+
+@pytest.mark.parametrize("key,value,expected", [
+    ("hidden_act", ["gelu"], "activation name"),
+    ("hidden_act", 3, "activation name"),
+    ("hidden_act", {"name": "relu"}, "activation name"),
+    ("initializer_range", float("inf"), "finite positive"),
+    ("initializer_range", float("nan"), "finite positive"),
+    ("hidden_dropout_prob", float("nan"), r"\[0, 1\)"),
+    ("num_hidden_layers", 2 ** 31, "up to 2147483647"),
+    ("vocab_size", 10 ** 40, "up to 2147483647"),
+    ("intermediate_size", True, "positive integer"),
+])
+def test_config_value_of_a_wrong_type_or_range_is_refused(key, value, expected, tmp_path):
+  # A list or a number as the activation was taken as the activation itself (and failed deep in
+  # the graph); an infinite initializer range or a size beyond int32 was accepted.
+  values = dict(SIZES, **{key: value})
+  with pytest.raises(ValueError, match=r"typed\.json: bert config: '%s'.*%s" % (key, expected)):
+    modeling.BertConfig.from_dict(values, source="typed.json")
+  path = tmp_path / "typed.json"
+  path.write_text(json.dumps(values))
+  with pytest.raises(ValueError, match=r"typed\.json: .*'%s'" % key) as error:
+    modeling.BertConfig.from_json_file(str(path))
+  assert "\n" not in str(error.value) and len(str(error.value)) - len(str(path)) < 150
+
+
+def test_null_activation_is_linear_as_in_the_release():
+  config = modeling.BertConfig.from_dict(dict(SIZES, hidden_act=None))
+  assert config.hidden_act is None and modeling.get_activation(config.hidden_act) is None
+
+
+@pytest.mark.parametrize("content,expected", [
+    (b'{"vocab_size": 100, "hidden_act": "\xff"}', "not UTF-8 text at byte 35"),
+    (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+])
+def test_config_file_that_is_no_json_text_names_the_file(content, expected, tmp_path):
+  path = tmp_path / "binary_config.json"
+  path.write_bytes(content)
+  with pytest.raises(ValueError, match=r"binary_config\.json: .*%s" % expected):
+    modeling.BertConfig.from_json_file(str(path))
+
+
+def test_config_path_that_is_a_directory_names_it(tmp_path):
+  with pytest.raises(ValueError, match="%s: cannot read" % tmp_path):
+    modeling.BertConfig.from_json_file(str(tmp_path))

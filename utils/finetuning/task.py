@@ -142,12 +142,29 @@ def check_flags(f):
     raise errors.UsageError(str(e))
 
 
-def load_tokenizer(f):
-  """The FullTokenizer of --vocab_file / --do_lower_case (UsageError naming a bad file)."""
+def load_tokenizer(f, vocab_size=None):
+  """The FullTokenizer of --vocab_file / --do_lower_case.
+
+  Args:
+    f: the parsed flags.
+    vocab_size: the model's vocabulary size (`BertConfig.vocab_size`), or None: a vocabulary
+      with more tokens gives ids beyond the model's embedding table, refused.
+
+  Returns:
+    A `tokenization.FullTokenizer`.
+
+  Raises:
+    errors.UsageError: naming a bad or too large file.
+  """
   try:
-    return tokenization.FullTokenizer(vocab_file=f.vocab_file, do_lower_case=f.do_lower_case)
+    tokenizer = tokenization.FullTokenizer(vocab_file=f.vocab_file, do_lower_case=f.do_lower_case)
   except (ValueError, OSError) as e:
     raise errors.UsageError("--vocab_file: %s" % e)
+  errors.require(vocab_size is None or len(tokenizer.vocab) <= vocab_size,
+                 "--vocab_file: %s has %d tokens, more than vocab_size=%s of --bert_config_file "
+                 "(its ids would fall outside the model's embeddings)", f.vocab_file,
+                 len(tokenizer.vocab), vocab_size)
+  return tokenizer
 
 
 def predict_input_fn(f, input_file, name_to_features, batch_size):
