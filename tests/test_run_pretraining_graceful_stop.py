@@ -45,6 +45,11 @@ STOP_LINE = re.compile(r"stopped by (SIG\w+) at update (\d+); checkpoint written
 # The vocabulary of the "big_save" configuration: its embedding and the optimizer's moments make
 # a checkpoint of about 140 MB, whose write (about 0.1 s here) can be caught in flight.
 BIG_SAVE_VOCAB = 500000
+# The "deep" configuration: narrow, but so many layers that building its graph takes minutes.
+DEEP = dict(hidden_size=32, num_attention_heads=2, intermediate_size=64, num_hidden_layers=10000)
+# The line a run stopped before its first update ends with.
+BEFORE_FIRST_UPDATE = ("run_pretraining.py: stopped by SIGTERM before the first update: nothing "
+                       "to save; run the same command to resume")
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +63,8 @@ def data(tmp_path_factory):
   path.write_text(json.dumps(values))
   big_save = root / "big_save.json"
   big_save.write_text(json.dumps(dict(values, vocab_size=BIG_SAVE_VOCAB)))
+  deep = root / "deep.json"
+  deep.write_text(json.dumps(dict(values, **DEEP)))
   train_dir = root / "train"
   train_dir.mkdir()
   rng = np.random.RandomState(7)
@@ -65,7 +72,8 @@ def data(tmp_path_factory):
     helpers.write_batch_records(
         train_dir / ("part-%d.tfrecord" % index),
         helpers.random_batch(rng, 24, det.SEQ, det.CONFIG["vocab_size"], det.PRED))
-  return {"root": root, "configs": {"dropout": str(path), "big_save": str(big_save)},
+  return {"root": root, "configs": {"dropout": str(path), "big_save": str(big_save),
+                                    "deep": str(deep)},
           "train_dir": str(train_dir)}
 
 
@@ -337,6 +345,38 @@ def test_a_signal_before_the_first_update_saves_nothing(data, tmp_path):
   assert checkpoint_steps(out) == []
   assert [r["update"] for r in stop_records(out / "bert_dllog.json")] == [None]
   assert "Traceback" not in output
+
+
+def test_a_signal_during_graph_building_ends_the_run_within_5_s(data, tmp_path):
+  """A stop is honoured at any moment: 3 s into the graph building of 10,000 layers (minutes of
+  work), a SIGTERM ends the run within 5 s with exit 75 and the one line; it was ignored until
+  the first update. Nothing is left half-written: no checkpoint, no lock, the run log's STOP
+  line."""
+  out = tmp_path / "out"
+  run = det.start(command(data, out, config="deep"), tmp_path / "out.out")
+  try:
+    wait_for_text(tmp_path / "out.out", "Running training from step 0", run[2])
+    time.sleep(3.0)
+    assert run[2].poll() is None
+    run[2].send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    try:
+      code = run[2].wait(timeout=30)
+    except subprocess.TimeoutExpired:
+      code = None
+    took = time.monotonic() - signalled
+  finally:
+    helpers.kill_session(run[2])
+  output = (tmp_path / "out.out").read_text()
+  assert code == errors.STOP_EXIT_CODE and took < 5.0, (code, took, output[-3000:])
+  last_lines = [line for line in output.splitlines() if line.startswith("run_pretraining.py: ")]
+  assert last_lines == [BEFORE_FIRST_UPDATE], output[-3000:]
+  assert "stopping after the update in flight" not in output and "Traceback" not in output
+  names = os.listdir(out)
+  assert output_lock.LOCK_FILE_NAME not in names, names
+  assert checkpoint_steps(out) == [] and not [name for name in names if "_temp" in name], names
+  assert [(r["update"], r["exit_code"]) for r in stop_records(out / "bert_dllog.json")] \
+      == [(None, errors.STOP_EXIT_CODE)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -185,6 +185,98 @@ def test_run_cleanups_without_actions_starts_no_thread():
   assert threading.active_count() == before
 
 
+def test_a_signal_and_the_first_update_are_ordered_one_way_or_the_other():
+  before = stop_signals.StopState()
+  assert before.on_signal(signal.SIGTERM) == stop_signals.STOP
+  assert before.stopped_before_updates
+  assert not before.begin_updates()  # the update must not begin: the stop came first
+  assert before.stopped_before_updates
+  after = stop_signals.StopState()
+  assert after.begin_updates() and not after.stopped_before_updates
+  assert after.on_signal(signal.SIGTERM) == stop_signals.STOP
+  assert not after.stopped_before_updates  # the update in flight finishes
+  assert after.on_signal(signal.SIGTERM) == stop_signals.EXIT_NOW
+
+
+def _ending_watcher(events, **kwargs):
+  """A watcher (not installed) whose exit, lines, record and clean-up append to `events`, ended
+  before its updates as a script's is (`end_before_updates`)."""
+  watcher = stop_signals.SignalWatcher(
+      stop_signals.StopState(), stop_signals.STOP_SIGNALS,
+      lambda status: events.append(("exit", status)), lambda line: events.append(("line", line)),
+      **kwargs)
+  watcher.add_cleanup(lambda: events.append(("cleanup", None)))
+  watcher.end_before_updates(lambda name: "prog.py: stopped by %s before the first update" % name,
+                             75, record=lambda name: events.append(("record", name)))
+  return watcher
+
+
+def test_a_signal_before_the_first_update_ends_the_process_at_once():
+  """Graph building or session set-up may last minutes: the first signal then ends the process
+  (record, clean-ups, one line, 75), without a "stopping after the update in flight" line."""
+  events = []
+  watcher = _ending_watcher(events)
+  watcher.handle(signal.SIGUSR1)
+  assert events == [("record", "SIGUSR1"), ("cleanup", None),
+                    ("line", "prog.py: stopped by SIGUSR1 before the first update"), ("exit", 75)]
+  assert watcher.ends_before_updates and watcher.wait_for_exit(0)
+  assert not watcher.begin_updates()
+
+
+def test_once_the_first_update_began_a_signal_lets_it_finish():
+  events = []
+  watcher = _ending_watcher(events)
+  assert watcher.begin_updates()
+  watcher.handle(signal.SIGTERM)
+  assert [kind for kind, _ in events] == ["line"]
+  assert "stopping after the update in flight" in events[0][1]
+  assert watcher.stop_requested and not watcher.ends_before_updates
+  assert not watcher.wait_for_exit(0)
+  watcher.handle(signal.SIGTERM)
+  assert events[-1] == ("exit", 128 + signal.SIGTERM)
+  assert ("record", "SIGTERM") not in events
+
+
+def test_without_an_ending_a_signal_before_the_updates_asks_for_a_stop():
+  lines, exits = [], []
+  watcher = stop_signals.SignalWatcher(stop_signals.StopState(), stop_signals.STOP_SIGNALS,
+                                       exits.append, lines.append)
+  watcher.handle(signal.SIGTERM)
+  assert exits == [] and not watcher.ends_before_updates and watcher.stop_requested
+  assert "stopping after the update in flight" in lines[0]
+
+
+def test_an_ending_before_the_updates_whose_record_hangs_still_exits_in_time():
+  events, release = [], threading.Event()
+  watcher = stop_signals.SignalWatcher(
+      stop_signals.StopState(), stop_signals.STOP_SIGNALS,
+      lambda status: events.append(("exit", status)), lambda line: events.append(("line", line)),
+      cleanup_seconds=0.2)
+  watcher.end_before_updates(lambda name: "the end", 75, record=lambda name: release.wait())
+  started = time.monotonic()
+  try:
+    watcher.handle(signal.SIGTERM)
+  finally:
+    release.set()
+  assert time.monotonic() - started < 5.0
+  assert events[-2:] == [("line", "the end"), ("exit", 75)]
+
+
+def test_a_real_signal_before_the_first_update_exits_from_the_reader_thread():
+  events, threads = [], []
+  watcher = stop_signals.watch_signals(
+      exit_at_once=lambda status: (events.append(status),
+                                   threads.append(threading.current_thread())),
+      announce=lambda line: None)
+  try:
+    watcher.end_before_updates(lambda name: name, 75)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert watcher.wait_for_exit(5.0)
+  finally:
+    watcher.close()
+  assert events == [75] and threads[0] is not threading.main_thread()
+
+
 def test_watch_signals_refuses_other_threads():
   errors = []
 

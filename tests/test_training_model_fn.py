@@ -7,6 +7,7 @@ dropout and no optimizer; PREDICT: the head's predictions or a refusal; the init
 its log), a TPUEstimator's specs and scaffold_fn, and the micro-step counter of a seeded run."""
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from tests import helpers
 from tests import numpy_bert
 from utils.checkpoints import contents
 from utils.checkpoints import release
+from utils.core import errors
 from utils.core import graph_names
 from utils.model import heads
 from utils.model import pretraining
@@ -257,6 +259,48 @@ def test_init_checkpoint_with_a_variable_of_another_shape_is_an_error_naming_it(
   with pytest.raises(ValueError, match=r"variable bert/embeddings/word_embeddings has shape "
                                        r"\[99, 16\] in the checkpoint but \[99, 32\] in the graph"):
     _build(EVAL, init_checkpoint=prefix)
+
+
+def test_a_heads_variable_of_another_shape_is_a_usage_error_naming_the_flag(graph, tmp_path):
+  """Met at graph build (a head's variable; the encoder's are checked before anything is written):
+  one line and exit 2 through the scripts' error reporting, not a traceback."""
+  prefix = str(tmp_path / "narrow.ckpt")
+  contents.write_checkpoint(prefix, {"bert/embeddings/word_embeddings": np.zeros(
+      [CONFIG.vocab_size, 16], np.float32)})
+  with pytest.raises(errors.UsageError, match=r"^--init_checkpoint=%s: variable "
+                     r"bert/embeddings/word_embeddings has shape \[99, 16\]" % re.escape(prefix)):
+    _build(EVAL, init_checkpoint=prefix)
+
+
+def test_encoder_variable_shapes_follow_the_config_whatever_its_depth():
+  hidden, inter = CONFIG.hidden_size, CONFIG.intermediate_size
+  shapes = model_fn_lib.encoder_variable_shapes(helpers.tiny_config(num_hidden_layers=5000))
+  assert shapes["bert/embeddings/word_embeddings"] == [99, hidden]
+  assert shapes["bert/embeddings/position_embeddings"] == [64, hidden]
+  assert shapes["bert/embeddings/token_type_embeddings"] == [2, hidden]
+  assert shapes["bert/encoder/layer_0/attention/self/query/kernel"] == [hidden, hidden]
+  assert shapes["bert/encoder/layer_0/intermediate/dense/kernel"] == [hidden, inter]
+  assert shapes["bert/encoder/layer_0/output/dense/kernel"] == [inter, hidden]
+  assert shapes["bert/pooler/dense/bias"] == [hidden]
+  assert not [name for name in shapes if "layer_1" in name]  # layer 0 stands for them all
+
+
+def test_first_shape_mismatch_names_the_first_variable_that_differs(checkpoint, tmp_path):
+  assert model_fn_lib.first_shape_mismatch(checkpoint["prefix"], CONFIG) is None
+  # Hidden 32 in the checkpoint, 64 in the model: by name, the embeddings' layer norm is first.
+  assert model_fn_lib.first_shape_mismatch(
+      checkpoint["prefix"], helpers.tiny_config(hidden_size=64)) == (
+          "bert/embeddings/LayerNorm/beta", [32], [64])
+  # A deeper checkpoint: layers the model lacks are not compared; a layer it has is.
+  weights = dict(checkpoint["weights"])
+  weights["bert/encoder/layer_7/output/dense/bias"] = np.zeros([5], np.float32)
+  deeper = str(tmp_path / "deeper.ckpt")
+  contents.write_checkpoint(deeper, weights)
+  assert model_fn_lib.first_shape_mismatch(deeper, CONFIG) is None
+  weights["bert/encoder/layer_1/intermediate/dense/bias"] = np.zeros([5], np.float32)
+  contents.write_checkpoint(deeper, weights)
+  assert model_fn_lib.first_shape_mismatch(deeper, CONFIG) == (
+      "bert/encoder/layer_1/intermediate/dense/bias", [5], [37])
 
 
 def test_a_tpu_estimator_gets_tpu_specs_that_initialise_in_scaffold_fn(checkpoint):

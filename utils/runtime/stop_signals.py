@@ -25,6 +25,13 @@ inside TensorFlow), so the caller registers what must not be left behind with
 `SignalWatcher.add_cleanup`: the watcher's thread runs those actions just before the exit, for
 at most CLEANUP_SECONDS in all.
 
+Before the job's first update has begun (`SignalWatcher.begin_updates`: flag checks, graph
+building, session set-up, which may take minutes for a large model and sit in C++ for long),
+there is no update in flight to finish and nothing new to save. A caller that says how such a stop
+ends (`SignalWatcher.end_before_updates`) has the first signal then end the process at once from
+the watcher's thread: its record (the run log's STOP line), the clean-up actions, its one line,
+its status (the graceful stop's 75), without waiting for the main thread.
+
 `StopState` is the state machine alone (no signals, no threads), for tests and for the watcher.
 """
 
@@ -64,7 +71,9 @@ class StopState(object):
   """Whether a stop was asked for, by which signal and when.
 
   States: running -> stopping (first signal) -> a second signal: EXIT_NOW. Thread-safe: the
-  watcher's thread writes, the training loop reads.
+  watcher's thread writes, the training loop reads. Whether the first signal came before the
+  updates began (`begin_updates`) is decided under the same lock, so a signal and the first
+  update's start are ordered one way or the other.
   """
 
   def __init__(self, clock=time.monotonic):
@@ -74,6 +83,27 @@ class StopState(object):
     self._signum = None
     self._received_at = None
     self._signals = 0
+    self._updates_begun = False
+    self._before_updates = False
+
+  def begin_updates(self):
+    """Says the first update is about to begin: from then on a first signal lets it finish.
+
+    Returns:
+      True when no signal came before (the update may begin); False when one did (the stop is
+      one before the first update: `stopped_before_updates`).
+    """
+    with self._lock:
+      if self._signum is not None:
+        return False
+      self._updates_begun = True
+      return True
+
+  @property
+  def stopped_before_updates(self):
+    """True when the first signal came before `begin_updates`."""
+    with self._lock:
+      return self._before_updates
 
   def on_signal(self, signum):
     """Books signal `signum`.
@@ -86,6 +116,7 @@ class StopState(object):
       if self._signum is None:
         self._signum = int(signum)
         self._received_at = self._clock()
+        self._before_updates = not self._updates_begun
         return STOP
       return EXIT_NOW
 
@@ -183,6 +214,8 @@ class SignalWatcher(object):
     self._previous_handlers = {}
     self._previous_wakeup_fd = -1
     self._saved_stop = None  # (last line, exit status) once the stop is saved
+    self._before_updates_end = None  # (ending line, exit status, record), `end_before_updates`
+    self._exited = threading.Event()  # set after `exit_at_once` returns (tests inject one)
     self._read_fd, self._write_fd = os.pipe()
     os.set_blocking(self._write_fd, False)
     self._thread = threading.Thread(target=self._read_signals, name="stop-signals", daemon=True)
@@ -222,6 +255,44 @@ class SignalWatcher(object):
     """
     self._saved_stop = (last_line, exit_status)  # one assignment: the reader thread sees both
 
+  def end_before_updates(self, ending_line, exit_status, record=None):
+    """Has a first signal before `begin_updates` end the process at once, from this thread.
+
+    Before the first update there is nothing to finish and nothing new to save, and the main
+    thread may be building a graph for minutes or sit in TensorFlow's C++ (session set-up,
+    restore), where no Python code of it runs: the watcher's thread does the whole ending. It
+    calls `record(signal name)` (e.g. the run log's STOP line), then the clean-up actions
+    (`add_cleanup`), all within the clean-up time, prints `ending_line(signal name)` and exits
+    with `exit_status`. Without this call, such a signal asks for a stop like any other.
+
+    Args:
+      ending_line: function signal name -> the line the process ends with.
+      exit_status: its exit status (`errors.STOP_EXIT_CODE`).
+      record: None, or a function signal name -> None, run first (same rules as a clean-up).
+    """
+    self._before_updates_end = (ending_line, exit_status, record)  # one assignment: see above
+
+  def begin_updates(self):
+    """Says the first update is about to begin (main thread, right before its session run).
+
+    Returns:
+      True: no signal came before; from now on a first signal lets the update in flight finish.
+      False: a signal came before; when `end_before_updates` was called, the watcher's thread
+      is ending the process (`wait_for_exit`).
+    """
+    return self.state.begin_updates()
+
+  @property
+  def ends_before_updates(self):
+    """True when the watcher's thread ends (or has ended) the process for a signal that came
+    before the first update: the main thread must then write nothing more."""
+    return self._before_updates_end is not None and self.state.stopped_before_updates
+
+  def wait_for_exit(self, timeout=None):
+    """Blocks the calling thread while the watcher's thread ends the process (`timeout` seconds
+    at most, None: no limit). Returns True once `exit_at_once` has returned (injected ones)."""
+    return self._exited.wait(timeout)
+
   def add_cleanup(self, action):
     """Registers an action to run just before the watcher ends the process at once.
 
@@ -236,16 +307,34 @@ class SignalWatcher(object):
     """
     self._cleanups = self._cleanups + (action,)
 
-  def _exit_now(self, status):
-    """Runs the clean-up actions, then ends the process with `status`."""
-    run_cleanups(self._cleanups, self._cleanup_seconds, self._announce)
+  def _exit_now(self, status, first=(), last_line=None):
+    """Runs the actions `first` and the clean-up actions, prints `last_line` (if any), then ends
+    the process with `status`."""
+    run_cleanups(tuple(first) + self._cleanups, self._cleanup_seconds, self._announce)
+    if last_line is not None:
+      self._announce(last_line)
     self._exit_at_once(status)
+    self._exited.set()
+
+  def _end_before_updates(self, name):
+    """The ending of a signal `name` before the first update (`end_before_updates`)."""
+    ending_line, exit_status, record = self._before_updates_end
+    first = () if record is None else (lambda: record(name),)
+    try:
+      line = ending_line(name)
+    except Exception:  # pylint: disable=broad-except  (the exit must happen whatever fails)
+      line = stop_message(name, None, False)
+    self._exit_now(exit_status, first, line)
 
   def handle(self, signum):
-    """Acts on `signum` as the watcher does: the first asks for a stop, a second exits now (with
-    the stop's own line and status once the stop is saved), after the clean-up actions."""
+    """Acts on `signum` as the watcher does: the first asks for a stop (or, before the first
+    update, ends the process: `end_before_updates`), a second exits now (with the stop's own line
+    and status once the stop is saved), after the clean-up actions."""
     action = self.state.on_signal(signum)
     name = signal_name(signum)
+    if action == STOP and self.ends_before_updates:
+      self._end_before_updates(name)
+      return
     if action == STOP:
       # No promise of a checkpoint: the save needs every rank, and a launcher sends this signal
       # too when another rank has died. The line the run ends with says what was saved.

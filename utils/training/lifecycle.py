@@ -34,6 +34,7 @@ import os
 
 from absl import flags
 from absl import logging
+import psutil
 import tensorflow as tf
 
 import gpu_environment
@@ -42,6 +43,7 @@ import optimization
 from utils.checkpoints import contents as checkpoints_lib
 from utils.checkpoints import recovery
 from utils.core import errors
+from utils.model import size as model_size
 from utils.runlog import dllogger_setup
 from utils.runtime import cpu
 from utils.runtime import disk_space
@@ -181,11 +183,19 @@ def refuse_flags(config, names, script_name):
     errors.require(name not in config.given, "--%s is not a flag of %s", name, script_name)
 
 
-def load_bert_config(config):
-  """The model configuration of --bert_config_file, checked against --max_seq_length.
+def load_bert_config(config, predictions_per_seq=0):
+  """The model configuration of --bert_config_file, checked against --max_seq_length and the
+  machine's memory (`check_model_fits`).
 
   A deterministic run also turns on TensorFlow's op determinism here (before any graph); dropout
   stays on, with keyed masks (`utils/training/determinism.py`).
+
+  Args:
+    config: the `job_config.JobConfig`.
+    predictions_per_seq: pretraining's --max_predictions_per_seq (0: no masked-LM head).
+
+  Returns:
+    The `modeling.BertConfig`.
 
   Raises:
     errors.UsageError: naming the file and the key, or the flag.
@@ -198,9 +208,39 @@ def load_bert_config(config):
                  "--max_seq_length=%d exceeds max_position_embeddings=%d of %s",
                  config.max_seq_length, bert_config.max_position_embeddings,
                  config.bert_config_file)
+  check_model_fits(config, bert_config, psutil.virtual_memory().total, predictions_per_seq)
   if config.deterministic_run:
     tf.config.experimental.enable_op_determinism()
   return bert_config
+
+
+def check_model_fits(config, bert_config, machine_bytes, predictions_per_seq=0):
+  """Refuses a model whose training (--do_train) or evaluation (--do_eval) at the job's batch and
+  --max_seq_length would need more memory than the machine has (`utils/model/size.py`), before
+  a graph of minutes and gigabytes is built for it.
+
+  Args:
+    config: the `job_config.JobConfig`.
+    bert_config: the `modeling.BertConfig` of --bert_config_file.
+    machine_bytes: this machine's memory, bytes.
+    predictions_per_seq: masked-LM predictions per sequence (0: no masked-LM head).
+
+  Raises:
+    errors.UsageError: one line naming the file, the key and its value, the estimate and the
+      machine's memory.
+  """
+  half_precision = config.amp or config.manual_fp16 or config.bf16
+  runs = [(True, config.train_batch_size)] if config.do_train else []
+  runs += [(False, config.eval_batch_size)] if config.do_eval else []
+  for training, batch_size in runs:
+    try:
+      model_size.check_fits(bert_config, machine_bytes, "--bert_config_file: %s"
+                            % config.bert_config_file, batch_size, config.max_seq_length,
+                            training=training, half_precision=half_precision,
+                            accumulation_steps=config.num_accumulation_steps,
+                            predictions_per_seq=predictions_per_seq)
+    except ValueError as e:
+      raise errors.UsageError(str(e))
 
 
 def start_workers(config):
@@ -271,13 +311,16 @@ def prepare_job(config, program, workers, head_fn, bert_config, num_train_steps,
   Returns:
     the `Job`, its model_fn and estimator set.
   """
-  if config.init_checkpoint:
-    job_lib.check_init_checkpoint(config.init_checkpoint)
+  init_checkpoint = checked_init_checkpoint(config, bert_config)
   job = open_job(config, program, workers)
   log_start_line(program, config, workers, num_train_steps, num_warmup_steps)
+  if init_checkpoint and workers.rank == 0:
+    logging.info("%s: initialising from checkpoint %s%s", program, init_checkpoint,
+                 "" if init_checkpoint == config.init_checkpoint else
+                 " (the newest in --init_checkpoint=%s)" % config.init_checkpoint)
   settings = training_settings(config, workers, num_train_steps, num_warmup_steps)
   job.model_fn = model_fn_lib.model_fn_builder(
-      head_fn, bert_config, config.init_checkpoint, settings,
+      head_fn, bert_config, init_checkpoint, settings,
       verbose_logging=config.verbose_logging, dropout_seed=dropout_seed_value)
   if check_model_fn is not None:
     check_model_fn(job, job.model_fn)
@@ -291,6 +334,41 @@ def prepare_job(config, program, workers, head_fn, bert_config, num_train_steps,
       reports_loss=config.report_loss, tpu=tpu_settings(config, settings),
       batch_sizes=batch_sizes, save_checkpoints_secs=config.save_checkpoints_secs)
   return job
+
+
+def checked_init_checkpoint(config, bert_config):
+  """The checkpoint prefix --init_checkpoint names, checked against the model before anything is
+  written: a directory stands for its newest checkpoint; the encoder's variables it holds must
+  have the shapes of --bert_config_file's (`model_fn_lib.first_shape_mismatch`).
+
+  Args:
+    config: the `job_config.JobConfig`.
+    bert_config: from `load_bert_config`.
+
+  Returns:
+    the prefix, or None without --init_checkpoint.
+
+  Raises:
+    errors.UsageError: one line naming the checkpoint, and the first variable whose shape
+      differs with both shapes, or why it cannot be read.
+  """
+  if not config.init_checkpoint:
+    return None
+  prefix = config.init_checkpoint
+  if tf.io.gfile.isdir(prefix):
+    try:
+      prefix = checkpoints_lib.resolve_checkpoint(prefix)
+    except ValueError as e:
+      raise errors.UsageError("--init_checkpoint=%s" % e) from None
+  job_lib.check_init_checkpoint(prefix)
+  mismatch = model_fn_lib.first_shape_mismatch(prefix, bert_config)
+  if mismatch is not None:
+    name, checkpoint_shape, model_shape = mismatch
+    raise errors.UsageError(
+        "--init_checkpoint=%s: variable %s has shape %s in the checkpoint but %s in the model of "
+        "--bert_config_file=%s" % (prefix, name, checkpoint_shape, model_shape,
+                                   config.bert_config_file))
+  return prefix
 
 
 def open_job(config, program, workers):
@@ -660,7 +738,9 @@ def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input
   While it trains, the first of those signals (to any worker) ends training at an update boundary
   that every worker agrees on, after a checkpoint of it; a second one exits at once, leaving
   neither a save in flight nor the --output_dir lock (`add_exit_cleanups`,
-  `utils/runtime/stop_signals.py`, docs/LONG_RUNS.md).
+  `utils/runtime/stop_signals.py`, docs/LONG_RUNS.md). One that comes before this worker's first
+  update has begun (graph building, session set-up) ends the process at once, saving nothing
+  (`end_before_updates`).
 
   Args:
     config: the `job_config.JobConfig`.
@@ -681,6 +761,7 @@ def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input
   watcher = stop_signals.watch_signals()
   try:
     add_exit_cleanups(watcher, job)
+    end_before_updates(watcher, job)
     _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_input_error,
                    watcher, stop_signals.StopRequests(watcher, input_check, job.workers.rank))
   finally:
@@ -706,6 +787,50 @@ def add_exit_cleanups(watcher, job):
   if job.output_lock is not None:
     # Last: another job may take the directory as soon as its lock is gone.
     watcher.add_cleanup(job.output_lock.release)
+
+
+# How long the main thread waits for the watcher's thread to end the process after a signal before
+# the first update (`end_before_updates`): its clean-ups get at most 2 s; past this, something
+# failed there and the main thread ends the job itself.
+EXIT_WAIT_SECONDS = 30.0
+
+
+def end_before_updates(watcher, job):
+  """Has a signal that comes before this worker's first update end the process at once.
+
+  Graph building of a large model takes minutes and session set-up may sit in TensorFlow's C++
+  for long: a stop that waited for the first update was ignored for that long. There is nothing
+  to save yet, so the watcher's thread ends the process (the run log's STOP line, the clean-ups
+  of `add_exit_cleanups`, the line the job ends with, status 75) whatever the main thread does.
+
+  Args:
+    watcher: the `stop_signals.SignalWatcher` (its clean-ups added).
+    job: the `Job`.
+  """
+  def ending_line(signal_name):
+    message = stop_signals.stop_message(signal_name, None, False)
+    return errors.ending_line(job.program, errors.StoppedBySignal(message))
+
+  watcher.end_before_updates(ending_line, errors.STOP_EXIT_CODE,
+                             record=lambda signal_name: stop_error(job, signal_name, None))
+
+
+class UpdatesBeginHook(tf.estimator.SessionRunHook):
+  """Last in the hook list: tells the signal watcher that the first update begins (the session
+  run that follows its `before_run`); a signal before that ended the process
+  (`end_before_updates`), one after it lets the update in flight finish."""
+
+  def __init__(self, watcher):
+    """Args: watcher: the `stop_signals.SignalWatcher`."""
+    self._watcher = watcher
+    self._begun = False
+
+  def before_run(self, run_context):
+    """Raises `hooks_lib.StoppedBeforeFirstUpdate` when a signal came before the first update."""
+    if not self._begun:
+      if not self._watcher.begin_updates():
+        raise hooks_lib.StoppedBeforeFirstUpdate(self._watcher.signum)
+      self._begun = True
 
 
 def remove_save_in_flight(checkpoint_dir, passes=3):
@@ -784,6 +909,7 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
       save_checkpoints_secs=config.save_checkpoints_secs, stop_watcher=stop_requests,
       on_stop_saved=on_stop_saved)
   stop_hook = next(hook for hook in hooks if isinstance(hook, hooks_lib.StopOnSignalHook))
+  hooks = list(hooks) + [UpdatesBeginHook(watcher)]
   try:
     job_lib.train(job.estimator, input_fn, num_train_steps, config.output_dir, hooks,
                   explain_input_error=explain_input_error,
@@ -792,6 +918,9 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
                       config.init_loss_scale, bad_step=health_hook.bad_step,
                       skipped_updates=health_hook.skipped_too_often, bf16=config.bf16))
   except hooks_lib.StoppedBeforeFirstUpdate:
+    if watcher.ends_before_updates:
+      # The watcher's thread ends the process (`end_before_updates`).
+      watcher.wait_for_exit(EXIT_WAIT_SECONDS)
     if stop_requests.input_problem is not None:
       raise input_stop_error(job, stop_requests.input_problem, job.workers.rank, None)
     raise stop_error(job, watcher.signal_name, None)
@@ -804,6 +933,9 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
                           health_hook.checkpoint_bytes) from None
   if stop_hook.stopped:
     raise saved_stops[0]  # a run that stopped and returned has ended its hooks: on_saved ran
+  if watcher.ends_before_updates:
+    # A signal before any update (e.g. a resumed run already complete): as above.
+    watcher.wait_for_exit(EXIT_WAIT_SECONDS)
   if watcher.stop_requested:
     # The signal came during the last update: training is complete; what follows it is not run.
     raise stop_error(job, watcher.signal_name, job_lib.checkpoint_step(job.output_dir))

@@ -23,12 +23,15 @@ op count, so the graph is built in the same order every time.
 """
 
 import collections
+import copy
+import re
 
 from absl import logging
 import tensorflow as tf
 
 import modeling
 import optimization
+from utils.core import errors
 from utils.core import graph_names
 from utils.training import determinism
 
@@ -42,6 +45,58 @@ Fields: `optimization.Schedule` (the learning rate already multiplied by the num
 `Precision`, `Accumulation`, `Distribution`."""
 
 
+# An encoder layer's variables, e.g. "bert/encoder/layer_11/output/dense/kernel": every layer has
+# layer 0's shapes.
+_LAYER_VARIABLE = re.compile(r"^(bert/encoder/layer_)(\d+)/")
+
+
+def encoder_variable_shapes(bert_config):
+  """The shapes of the encoder's variables for `bert_config`, from a one-layer graph.
+
+  The real `modeling.BertModel` is built (one layer, in a graph of its own: a fraction of a second
+  whatever the depth), so the names are the model's own.
+
+  Args:
+    bert_config: `modeling.BertConfig`.
+
+  Returns:
+    dict variable name (no ":0") -> shape as a list; layer 0 stands for every layer.
+  """
+  one_layer = copy.deepcopy(bert_config)
+  one_layer.num_hidden_layers = 1
+  with tf.Graph().as_default():
+    ids = tf.zeros([1, 2], tf.int32)
+    modeling.BertModel(config=one_layer, is_training=False, input_ids=ids, input_mask=ids,
+                       token_type_ids=ids)
+    return {re.sub(r":\d+$", "", var.name): var.shape.as_list()
+            for var in _tf1.global_variables()}
+
+
+def first_shape_mismatch(init_checkpoint, bert_config):
+  """The first variable of `init_checkpoint` (by name) that the encoder of `bert_config` also has,
+  with another shape: the one the initialisation would fail on once the graph is built.
+
+  Args:
+    init_checkpoint: a checkpoint prefix.
+    bert_config: `modeling.BertConfig`.
+
+  Returns:
+    (name, shape in the checkpoint, shape in the model), shapes as lists; None when every
+    variable both have matches.
+  """
+  model = encoder_variable_shapes(bert_config)
+  for name, shape in tf.train.list_variables(init_checkpoint):
+    key = name
+    layer = _LAYER_VARIABLE.match(name)
+    if layer:
+      if int(layer.group(2)) >= bert_config.num_hidden_layers:
+        continue  # a deeper checkpoint's layers: the model has none of them
+      key = _LAYER_VARIABLE.sub(r"\g<1>0/", name)
+    if key in model and list(shape) != model[key]:
+      return name, list(shape), model[key]
+  return None
+
+
 def init_from_checkpoint(init_checkpoint, use_scaffold_fn):
   """Initialises the trainable variables that `init_checkpoint` holds under the same name.
 
@@ -53,12 +108,16 @@ def init_from_checkpoint(init_checkpoint, use_scaffold_fn):
     (scaffold_fn or None, dict of the initialised variables' names).
 
   Raises:
-    ValueError: a variable whose checkpoint value has another shape (naming it).
+    errors.UsageError: a variable whose checkpoint value has another shape (naming it; a head's:
+      the encoder's are checked before anything is written, `first_shape_mismatch`).
   """
   if not init_checkpoint:
     return None, {}
-  assignment_map, loaded = modeling.get_assignment_map_from_checkpoint(
-      _tf1.trainable_variables(), init_checkpoint)
+  try:
+    assignment_map, loaded = modeling.get_assignment_map_from_checkpoint(
+        _tf1.trainable_variables(), init_checkpoint)
+  except ValueError as e:
+    raise errors.UsageError("--init_checkpoint=%s" % e) from None
   if use_scaffold_fn:
     def scaffold_fn():
       _tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
