@@ -4,13 +4,22 @@ hand-built files (file order, every dtype, BF16 widened exactly) and its refusal
 
 import collections
 import json
+import os
 import struct
+import tracemalloc
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import modeling
+from tests import helpers
+from utils import export_release
+from utils.checkpoints import contents
+from utils.checkpoints import huggingface
+from utils.checkpoints import release
 from utils.checkpoints import safetensors
+from utils.core import errors
 
 
 def _file_bytes(header, data, pad=True):
@@ -198,3 +207,127 @@ def test_data_that_does_not_match_the_offsets_is_refused(tmp_path, b_entry, data
   with pytest.raises(safetensors.FormatError) as raised:
     safetensors.read(path)
   assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("entry,problem", [
+    ({"dtype": "F32", "shape": [-1, -32], "data_offsets": [0, 12]},
+     "shape is not a list of at most 32 integers >= 0"),
+    ({"dtype": "F32", "shape": ["x"], "data_offsets": [0, 12]},
+     "shape is not a list of at most 32 integers >= 0"),
+    ({"dtype": "F32", "shape": [True, 3], "data_offsets": [0, 12]},
+     "shape is not a list of at most 32 integers >= 0"),
+    ({"dtype": "F32", "shape": [3.0], "data_offsets": [0, 12]},
+     "shape is not a list of at most 32 integers >= 0"),
+    ({"dtype": "F32", "shape": [1] * 33, "data_offsets": [0, 12]},
+     "shape is not a list of at most 32 integers >= 0"),
+    ({"dtype": ["F32"], "shape": [3], "data_offsets": [0, 12]},
+     "dtype is not one of F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL"),
+    ({"dtype": "F32", "shape": [3], "data_offsets": ["0", 12]},
+     "data_offsets is not two integers 0 <= begin <= end"),
+    ({"dtype": "F32", "shape": [3], "data_offsets": [12, 0]},
+     "data_offsets is not two integers 0 <= begin <= end"),
+    ({"dtype": "F32", "shape": [3], "data_offsets": [-12, 0]},
+     "data_offsets is not two integers 0 <= begin <= end"),
+], ids=["negative sizes", "a str size", "a bool size", "a float size", "33 dimensions",
+        "dtype a list", "an offset a str", "end before begin", "negative begin"])
+def test_header_entries_of_the_wrong_types_or_signs_are_refused(tmp_path, entry, problem):
+  path = _write_file(tmp_path, {"a": entry}, DATA_12)
+  for function in (safetensors.read_header, safetensors.read):
+    with pytest.raises(safetensors.FormatError) as raised:
+      function(path)
+    assert str(raised.value) == "tensor 'a' has a bad header entry %s: %s" % (
+        json.dumps(entry), problem)
+
+
+def test_a_shape_whose_int64_product_wraps_to_0_is_refused(tmp_path):
+  # 2**32 x 2**32 elements is 2**64: 0 in int64, which matched empty data_offsets.
+  path = _write_file(tmp_path, {"a": {"dtype": "U8", "shape": [2**32, 2**32],
+                                      "data_offsets": [0, 0]}}, b"")
+  with pytest.raises(safetensors.FormatError) as raised:
+    safetensors.read(path)
+  assert str(raised.value) == ("tensor 'a': data_offsets [0, 0] do not follow on from 0 with "
+                               "18446744073709551616 bytes (U8 [4294967296, 4294967296])")
+  # Empty tensors read, whatever their other dimensions.
+  path = _write_file(tmp_path, {"e": {"dtype": "F32", "shape": [0, 1000], "data_offsets": [0, 0]}},
+                     b"", name="e.safetensors")
+  assert safetensors.read(path)[0]["e"].shape == (0, 1000)
+
+
+@pytest.mark.parametrize("header_text,message", [
+    (b"[" * 100000 + b"]" * 100000, "the header is not JSON (maximum recursion depth exceeded"),
+    (b'{"__metadata__": [1]}', "__metadata__ is not an object of strings: [1]"),
+    (b'{"__metadata__": {"format": 1}}', "__metadata__ is not an object of strings: "
+                                         "{\"format\": 1}"),
+], ids=["arrays nested 100000 deep", "metadata a list", "metadata of a number"])
+def test_headers_of_deep_json_or_other_metadata_are_refused(tmp_path, header_text, message):
+  path = tmp_path / "bad.safetensors"
+  path.write_bytes(struct.pack("<Q", len(header_text)) + header_text)
+  with pytest.raises(safetensors.FormatError) as raised:
+    safetensors.read(str(path))
+  assert str(raised.value).startswith(message)
+
+
+CONFIG = dict(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+              intermediate_size=16, max_position_embeddings=16, type_vocab_size=2)
+
+
+@pytest.fixture(scope="module")
+def hf_directory(tmp_path_factory):
+  """A transformers directory of a random CONFIG model that imports: the project's export of a
+  checkpoint."""
+  root = tmp_path_factory.mktemp("hf_source")
+  shapes = release.model_weight_shapes(modeling.BertConfig.from_dict(CONFIG))
+  rng = np.random.RandomState(0)
+  contents.write_checkpoint(str(root / "model.ckpt-1"), {
+      name: rng.normal(0, 0.1, shape).astype(np.float32) for name, shape in shapes.items()})
+  (root / "bert_config.json").write_text(json.dumps(CONFIG))
+  (root / "vocab.txt").write_text("".join("t%d\n" % i for i in range(CONFIG["vocab_size"])))
+  hf_dir = root / "hf"
+  huggingface.export(str(root / "model.ckpt-1"), str(root / "bert_config.json"),
+                     str(root / "vocab.txt"), str(hf_dir))
+  assert export_release.main(["--from_huggingface=%s" % hf_dir,
+                              "--output_dir=%s" % (root / "imported")]) == 0
+  return hf_dir
+
+
+@pytest.mark.e2e
+def test_the_command_refuses_negative_sizes_in_model_safetensors_with_one_line(hf_directory,
+                                                                               tmp_path):
+  hf_dir = tmp_path / "hf"
+  hf_dir.mkdir()
+  for name in os.listdir(str(hf_directory)):
+    (hf_dir / name).write_bytes((hf_directory / name).read_bytes())
+  weights = hf_dir / "model.safetensors"
+  _, text, data = _split(weights.read_bytes())
+  header = json.loads(text)
+  name = "bert.encoder.layer.0.output.LayerNorm.bias"
+  assert header[name]["shape"] == [CONFIG["hidden_size"]]
+  header[name]["shape"] = [-1, -8]  # -1 x -8 x 4 bytes: the entry's 32 bytes
+  weights.write_bytes(_file_bytes(header, data))
+  out = tmp_path / "out"
+  proc = helpers.run_python(["-m", "utils.export_release", "--from_huggingface=%s" % hf_dir,
+                             "--output_dir=%s" % out], check=False, timeout=180)
+  assert proc.returncode == errors.USAGE_EXIT_CODE, proc.stderr[-3000:]
+  assert proc.stderr.splitlines() == [
+      "export_release: error: %s is unreadable: tensor '%s' has a bad header entry %s: shape is "
+      "not a list of at most 32 integers >= 0" % (weights, name, json.dumps(header[name]))]
+  assert proc.stdout == "" and not out.exists()
+
+
+def test_a_header_length_beyond_the_file_is_refused_before_it_is_read(tmp_path):
+  # Found by the fuzzer (fuzz/regressions/safetensors/): 8 bytes saying the header is 99999999
+  # bytes; reading them would have allocated 100 MB first.
+  raw = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz",
+                          "regressions", "safetensors", "header-length-100mb-in-an-8-byte-file"),
+             "rb").read()
+  assert raw == struct.pack("<Q", 99999999)
+  path = tmp_path / "bad.safetensors"
+  path.write_bytes(raw)
+  tracemalloc.start()
+  try:
+    with pytest.raises(safetensors.FormatError) as raised:
+      safetensors.read(str(path))
+    assert tracemalloc.get_traced_memory()[1] < 1 << 20
+  finally:
+    tracemalloc.stop()
+  assert str(raised.value) == "the header is 99999999 bytes but the file ends after 0"

@@ -10,10 +10,18 @@ holes or overlaps. Writers pad the header with spaces so that the data starts 8-
   tensors, metadata = read(path)
 
 numpy has no bfloat16: BF16 tensors are read widened to float32 (exactly) and cannot be written.
+
+The reader takes nothing on trust: the header's length must lie within the file, every entry's
+dtype is known, its shape a list of at most MAX_DIMS integers >= 0 (a bool is not one), its
+data_offsets two integers 0 <= begin <= end, and the tensors' byte ranges are exactly their shapes'
+element counts x item sizes (computed exactly), in order, inside the data, without holes or
+overlaps; anything else is a FormatError naming the tensor and the numbers.
 """
 
 import collections
 import json
+import math
+import os
 import struct
 
 import numpy as np
@@ -29,6 +37,8 @@ _HEADER_LENGTH_BYTES = 8
 # Readers refuse larger headers (the format's own limit), so a damaged length fails early.
 MAX_HEADER_BYTES = 100 * 1000 * 1000
 _ALIGNMENT = 8
+# numpy's limit on an array's dimensions (NPY_MAXDIMS of numpy 1.x).
+MAX_DIMS = 32
 
 
 class FormatError(ValueError):
@@ -86,22 +96,60 @@ def read_header(path):
     if length > MAX_HEADER_BYTES:
       raise FormatError("the header length is %d bytes (at most %d): not a safetensors file"
                         % (length, MAX_HEADER_BYTES))
+    # Before reading: read(length) would allocate `length` bytes whatever the file holds.
+    available = os.fstat(f.fileno()).st_size - _HEADER_LENGTH_BYTES
+    if available < length:
+      raise FormatError("the header is %d bytes but the file ends after %d" % (length, available))
     text = f.read(length)
-  if len(text) < length:
-    raise FormatError("the header is %d bytes but the file ends after %d" % (length, len(text)))
   try:
     header = json.loads(text.decode("utf-8"))
-  except (UnicodeDecodeError, ValueError) as e:
-    raise FormatError("the header is not JSON (%s)" % e)
+  except (UnicodeDecodeError, ValueError, RecursionError) as e:
+    # RecursionError: arrays nested thousands deep.
+    raise FormatError("the header is not JSON (%s)" % str(e)[:200])
   if not isinstance(header, dict):
     raise FormatError("the header is not a JSON object")
   metadata = header.pop("__metadata__", None) or {}
+  if not (isinstance(metadata, dict)
+          and all(isinstance(value, str) for value in metadata.values())):
+    raise FormatError("__metadata__ is not an object of strings: %s" % _short_json(metadata))
   for name, entry in header.items():
-    if (not isinstance(entry, dict) or entry.get("dtype") not in _DTYPES
-        or not isinstance(entry.get("shape"), list)
-        or not isinstance(entry.get("data_offsets"), list) or len(entry["data_offsets"]) != 2):
-      raise FormatError("tensor %r has a bad header entry %s" % (name, json.dumps(entry)[:200]))
+    problem = _entry_problem(entry)
+    if problem:
+      raise FormatError("tensor %r has a bad header entry %s: %s"
+                        % (name[:200], _short_json(entry), problem))
   return header, metadata, _HEADER_LENGTH_BYTES + length
+
+
+def _short_json(value):
+  """At most 200 characters of `value` (parsed JSON) as JSON, for messages."""
+  try:
+    return json.dumps(value)[:200]
+  except (ValueError, RecursionError):  # an int of over 4300 digits; nesting thousands deep
+    return "(a %s)" % type(value).__name__
+
+
+def _is_int(value):
+  return type(value) is int  # pylint: disable=unidiomatic-typecheck  (bool is not a size)
+
+
+def _entry_problem(entry):
+  """What is wrong with a tensor's header entry (parsed JSON), or None.
+
+  The dtype must be known, the shape a list of at most MAX_DIMS integers >= 0, data_offsets two
+  integers 0 <= begin <= end; whether the offsets fit the shape and the data is `read`'s check.
+  """
+  if not isinstance(entry, dict):
+    return "not an object"
+  dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+  if not (isinstance(dtype, str) and dtype in _DTYPES):
+    return "dtype is not one of %s" % ", ".join(_DTYPES)
+  if not (isinstance(shape, list) and len(shape) <= MAX_DIMS
+          and all(_is_int(d) and d >= 0 for d in shape)):
+    return "shape is not a list of at most %d integers >= 0" % MAX_DIMS
+  if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_int, offsets))
+          and 0 <= offsets[0] <= offsets[1]):
+    return "data_offsets is not two integers 0 <= begin <= end"
+  return None
 
 
 def _element_bytes(dtype_name):
@@ -128,14 +176,20 @@ def read(path):
   tensors = collections.OrderedDict()
   for name, entry in entries:
     begin, end = entry["data_offsets"]
-    shape = [int(d) for d in entry["shape"]]
-    size = int(np.prod(shape, dtype=np.int64)) * _element_bytes(entry["dtype"])
+    shape = entry["shape"]
+    # Exact (Python integers): numpy's int64 product would wrap around.
+    size = _element_bytes(entry["dtype"])
+    for d in shape:
+      size *= d
+    if size == 0 and _element_bytes(entry["dtype"]) * math.prod(d for d in shape if d) >= 2**62:
+      raise FormatError("tensor %r: shape %s is empty but too large for numpy"
+                        % (name, _short_json(shape)))
     if begin != expected_begin or end - begin != size:
-      raise FormatError("tensor %r: data_offsets %s do not follow on from %d with %d bytes "
-                        "(%s %s)" % (name, [begin, end], expected_begin, size, entry["dtype"],
-                                     shape))
+      raise FormatError("tensor %r: data_offsets %s do not follow on from %d with %s bytes "
+                        "(%s %s)" % (name, _short_json([begin, end]), expected_begin,
+                                     _short_json(size), entry["dtype"], _short_json(shape)))
     if end > len(data):
-      raise FormatError("truncated: tensor %r needs bytes up to %d of the data but the file "
+      raise FormatError("truncated: tensor %r needs bytes up to %s of the data but the file "
                         "holds %d" % (name, end, len(data)))
     raw = data[begin:end]
     if entry["dtype"] == "BF16":
