@@ -19,6 +19,7 @@ import tensorflow as tf
 import create_pretraining_data as cpd
 import run_pretraining
 from tests import test_create_pretraining_data as data_tests
+from tests import test_data_record_framing as framing_tests
 from utils.core import errors
 from utils.data import input_pipeline
 from utils.data import instances
@@ -314,6 +315,22 @@ def test_preflight_errors_name_the_file(tmp_path, case, message):
   assert str(bad) in str(raised.value)
 
 
+def test_preflight_message_is_one_line_when_a_feature_name_holds_a_newline(tmp_path):
+  # Found by fuzzing (fuzz/regressions/pretraining_example/): the names present were listed raw.
+  example = make_example(record_values(3))
+  example.features.feature["masked_lm\nweights"].CopyFrom(
+      example.features.feature.pop("masked_lm_weights"))
+  path = tmp_path / "renamed.tfrecord"
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    writer.write(example.SerializeToString())
+  with pytest.raises(ValueError) as raised:
+    records.check_input_files([str(path)], SEQ, PRED)
+  assert str(raised.value) == (
+      "%s: the first record has no feature 'masked_lm_weights' (expected float [3]); features "
+      "present: input_ids, input_mask, 'masked_lm\\nweights', masked_lm_ids, masked_lm_positions, "
+      "next_sentence_labels, segment_ids" % path)
+
+
 def _record_starts(path):
   """Byte offsets of the records of a TFRecord file, from its framing (8-byte length, 4-byte CRC,
   data, 4-byte CRC)."""
@@ -362,6 +379,33 @@ def test_corrupt_record_is_named(tmp_path):
   # With the lengths given, records that do not fit the model are found as well.
   wrong = write_records(tmp_path / "wrong.tfrecord", [0, 1], seq=SEQ + 1)
   assert "record 0" in records.find_bad_record([wrong], SEQ, PRED)
+
+
+def test_a_length_past_the_end_with_its_crc_is_named_by_the_preflight_and_the_pipeline(tmp_path):
+  # TensorFlow's readers died (SIGSEGV) allocating such a length.
+  good = write_files(tmp_path, [3])[0]
+  huge = framing_tests.HUGE_PROBLEM
+  first = tmp_path / "first.tfrecord"
+  framing_tests.bad_length_file(first, before=())
+  with pytest.raises(ValueError) as raised:
+    records.check_input_files([good, str(first)], SEQ, PRED)
+  assert str(raised.value) == ("%s: cannot read the first record: record 0 at byte offset 0: %s"
+                               % (first, huge))
+  # The fourth record's: the pre-flight passes; the pipeline walks the headers before it reads.
+  later = tmp_path / "later.tfrecord"
+  data = open(good, "rb").read()
+  later.write_bytes(data + framing_tests.header(framing_tests.HUGE) + b"abcd")
+  records.check_input_files([str(later)], SEQ, PRED)
+  expected = "%s: record 3 at byte offset %d: %s" % (later, len(data), huge)
+  for is_training in (False, True):
+    input_fn = input_pipeline.input_fn_builder([good, str(later)], batch_size=2, max_seq_length=SEQ,
+                                                max_predictions_per_seq=PRED,
+                                                is_training=is_training)
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+      run_dataset(input_fn, max_batches=20)
+    assert records.pipeline_problem(raised.value) == expected
+    assert str(records.name_bad_input(raised.value, [good, str(later)])) == (
+        input_pipeline.BAD_RECORD_PREFIX + expected)
 
 
 def _read_with_protobuf(path):

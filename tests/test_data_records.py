@@ -11,6 +11,8 @@
 - The integrity check of whole files (`check_record_file`, behind `python -m utils.check_records`):
   every record's length CRC, data CRC and a whole last record, the first bad record named by index
   and byte offset.
+- A length field past the end of the file with a right CRC (TensorFlow's reader died on it):
+  named by every check, and by training without the background check.
 """
 
 import json
@@ -26,6 +28,7 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
+from tests import test_data_record_framing as framing_tests
 from utils.core import errors
 from utils.data import input_pipeline
 from utils.data import records
@@ -205,6 +208,22 @@ def test_corrupt_record_mid_training_is_one_line_and_the_traceback_only_with_ver
   error_lines = [line for line in quiet.stderr.splitlines() if "error" in line.lower()]
   assert len(error_lines) == 1 and error_lines[0].startswith(expected), error_lines
   assert "Traceback" in verbose.stderr and "DataLossError" in verbose.stderr
+
+
+@pytest.mark.e2e
+def test_a_length_past_the_end_ends_training_without_the_background_check_in_one_line(tmp_path):
+  good = _write_data(tmp_path / "good", rows=(40,))[0]
+  (tmp_path / "bad").mkdir()
+  broken = tmp_path / "bad" / "huge.tfrecord"
+  data = open(good, "rb").read()
+  broken.write_bytes(data + framing_tests.header(framing_tests.HUGE) + b"abcd")
+  proc = _run(_flags(_config(tmp_path, vocab_size=LARGEST_ID + 1), tmp_path / "bad",
+                     tmp_path / "out", check_input_records=False))
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  error_lines = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+  assert error_lines == ["run_pretraining.py: error: bad input record: %s: record 40 at byte "
+                         "offset %d: %s" % (broken, len(data), framing_tests.HUGE_PROBLEM)]
+  assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.e2e
@@ -440,6 +459,22 @@ def test_background_check_finds_the_first_bad_file_and_stops_there(tmp_path):
   assert check.problem == "%s: record 3 at byte offset %d: data CRC mismatch" % (
       paths[2], offsets[2][3])
   assert check.files_checked == 2
+
+
+def test_a_length_past_the_end_with_its_crc_is_named_by_the_file_checks(tmp_path):
+  good = str(tmp_path / "a-good.tfrecord")
+  _write_sized_records(good)
+  bad = str(tmp_path / "b-huge.tfrecord")
+  offset, size = framing_tests.bad_length_file(bad)
+  problem = "record 4 at byte offset %d: %s" % (offset, framing_tests.HUGE_PROBLEM)
+  assert records.check_record_file(bad) == records.FileCheck(bad, size, 4, problem)
+  check = records.BackgroundRecordCheck([good, bad])
+  assert check.wait(30)
+  assert (check.problem, check.files_checked) == ("%s: %s" % (bad, problem), 1)
+  assert records.find_bad_record([good, bad]) == "%s: %s" % (bad, problem)
+  framing_tests.bad_length_file(bad, before=())  # the first record's
+  assert records.check_record_file(bad).problem == (
+      "record 0 at byte offset 0: " + framing_tests.HUGE_PROBLEM)
 
 
 def test_background_check_of_good_files_finds_nothing(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
+from tests import test_data_record_framing as framing_tests
 from utils import check_records
 from utils.core import errors
 from utils.data import records
@@ -148,3 +149,16 @@ def test_command_reports_the_bad_files_of_a_directory_and_a_missing_pattern(tmp_
   assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr[-3000:]
   assert proc.stdout.startswith("check_records: 1 file, 4 records, %d bytes in "
                                 % os.path.getsize(files["a-good"])), proc.stdout
+
+
+@pytest.mark.e2e
+def test_command_names_a_length_past_the_end_with_its_crc_in_one_line(tmp_path):
+  # TensorFlow's reader died on it (SIGSEGV, exit 139, no output).
+  path = tmp_path / "huge.tfrecord"
+  offset, size = framing_tests.bad_length_file(path)
+  proc = helpers.run_python(["-m", "utils.check_records", path], check=False, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert proc.stderr.splitlines() == ["check_records: error: %s: record 4 at byte offset %d: %s"
+                                      % (path, offset, framing_tests.HUGE_PROBLEM)]
+  assert proc.stdout.startswith("check_records: 1 file, 4 records, %d bytes in " % size)
+  assert proc.stdout.endswith(", 1 bad\n"), proc.stdout

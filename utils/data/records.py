@@ -2,7 +2,8 @@
 record's framing and CRCs, the pre-flight of `python -m utils.check_records`), a pre-flight check of
 every input file's first record against the model, and the scan that names the file and record
 after the input pipeline failed on a bad one. All read the files through TensorFlow's native
-record reader (CRC-checked, any file system TF knows).
+record reader (CRC-checked, any file system TF knows), after `record_framing` has checked the
+headers TF will meet: TF's reader dies (SIGSEGV) on a length past the end with a right CRC.
 
 Why TensorFlow's reader for the integrity check (measured on one core of this 2-core Xeon, warm
 page cache, 50 MB files, best of 5; records of 860 bytes, seq 128, and 2.9 KB, seq 512): it
@@ -11,45 +12,44 @@ the file whole and walking its framing in Python reads 1.1 GB/s for 860-byte rec
 CRC: the per-record Python loop alone costs what TF's whole check does, so a native CRC32C does
 not help: with google-crc32c (its C build: 3.3 to 5.5 GB/s on one 50 MB buffer; not a
 dependency, tried from a scratch directory) called twice per record that loop reads 0.4 and 0.6
-GB/s, with zlib's CRC-32 standing in 0.35 and 0.6. `record_encoder`'s numpy CRC32C computes 0.14 GB/s;
-`tf.data.TFRecordDataset` reduced in batches 0.33. TF's random-access reader
+GB/s, with zlib's CRC-32 standing in 0.35 and 0.6. `record_encoder`'s numpy CRC32C computes
+0.14 GB/s; `tf.data.TFRecordDataset` reduced in batches 0.33. TF's random-access reader
 (`tf_record_random_reader`, which returns each record's next offset) reads 5 to 15% slower than
 its sequential iterator. So a file is read once with the iterator, the record lengths summed
 without a Python statement per record (`sum(map(len, ...))`); only a file that fails is read
 again with the random-access reader, for the index and offset of its first bad record, and that
-record's header is parsed here to tell a length CRC mismatch from a data CRC mismatch and a
-truncation (TF reports each as "corrupted record at <offset>" or "truncated record at
-<offset>").
+record's header is parsed (`record_framing`) to tell a length CRC mismatch from a data CRC
+mismatch and a truncation (TF reports each as "corrupted record at <offset>" or "truncated
+record at <offset>").
+
+Before the iterator, `record_framing.headers_fit` walks the length fields alone (no CRC: TF
+checks each before it allocates; a tight loop of one unpack and one addition, 256 KB read at a
+time), which TF's reader needs to be safe from a length past the end: 11 to 14 ms per 50 MB
+file (3.5 to 4.5 GB/s; 0.25 us per 860-byte record). The whole check of such a file went from 49
+to 69 ms with 860-byte records (1.0 to 0.7 GB/s) and from 34 to 46 ms with 2.9 KB records (1.5
+to 1.1 GB/s), best of 7, the same files read alternately by both.
 """
 
 import collections
 import itertools
 import os
 import re
-import struct
 import threading
 
 import numpy as np
 import tensorflow as tf
-# TF's random-access record reader: the C++ reader behind tf.data's TFRecordDataset, without a
-# graph or session per file and without the deprecated tf_record_iterator's warning. The
-# pre-flight check reads one record per file, so a graph and session per check would dominate
-# (measured side by side: 8 ms per file through tf.data, 0.18 ms this way; docs/DECISIONS.md).
-from tensorflow.python.lib.io import tf_record  # pylint: disable=g-direct-tensorflow-import
 # The sequential record reader behind `tf_record.tf_record_iterator`, without that function's
 # deprecation warning: the fastest way through a whole file (module docstring).
 from tensorflow.python.lib.io import _pywrap_record_io  # pylint: disable=g-direct-tensorflow-import
 
 from utils.core import errors
-from utils.core import paths
-from utils.data import record_encoder
+from utils.data import record_framing
 from utils.data.input_pipeline import BAD_RECORD_PREFIX
 from utils.data.input_pipeline import pretraining_feature_spec
 
-# TFRecord framing of one record (little endian): uint64 length L, uint32 masked CRC32C of the 8
-# length bytes, L bytes of data, uint32 masked CRC32C of the data.
-RECORD_HEADER_BYTES = 12
-RECORD_FRAMING_BYTES = 16
+# TFRecord framing of one record (`record_framing`).
+RECORD_HEADER_BYTES = record_framing.RECORD_HEADER_BYTES
+RECORD_FRAMING_BYTES = record_framing.RECORD_FRAMING_BYTES
 
 # Records summed per C call by the integrity check (`_data_bytes`): about 1 MB of seq-128 records,
 # a millisecond of reading.
@@ -61,83 +61,20 @@ FileCheck = collections.namedtuple("FileCheck", ["path", "size", "records", "pro
 
 
 def read_records(path, max_records=None):
-  """Yields the serialised records of the TFRecord file `path` in order, CRC-checked.
+  """Yields the serialised records of the TFRecord file `path` in order, CRC-checked, each header
+  checked before TF's reader sees it (`record_framing.records_at`).
 
   Args:
     path: the file (local or any file system TF supports).
     max_records: at most this many (None: all).
 
   Raises:
-    tf.errors.OpError: for a file that cannot be read (NotFoundError, ...) or a corrupt or
-      truncated record (DataLossError).
+    record_framing.RecordFramingError (a tf.errors.DataLossError): "record <k> at byte offset
+      <offset>: <problem>" for a corrupt or truncated record, or a length beyond the file.
+    tf.errors.OpError: for a file that cannot be read (NotFoundError, ...).
   """
-  try:
-    reader = tf_record.tf_record_random_reader(path)
-  except OSError as e:  # the wrapper reports a file it cannot open as an OSError
-    raise tf.errors.NotFoundError(None, None, str(e))
-  offset, count = 0, 0
-  while max_records is None or count < max_records:
-    try:
-      record, offset = reader.read(offset)
-    except IndexError:  # no whole record header at `offset`: the end, or a truncated header
-      size = tf.io.gfile.stat(path).length
-      if offset < size:
-        raise tf.errors.DataLossError(None, None, "truncated record at %d: %d bytes left, fewer "
-                                      "than a record header" % (offset, size - offset))
-      return
-    count += 1
+  for _, _, record in itertools.islice(record_framing.records_at(path), max_records):
     yield record
-
-
-def _framing_problem(path, offset, size):
-  """What is wrong with the framing of the record at `offset`, from its header's bytes.
-
-  Args:
-    path: the TFRecord file.
-    offset: the byte offset of a record TF's reader failed on.
-    size: the file's size in bytes.
-
-  Returns:
-    "length CRC mismatch", "data CRC mismatch" or "truncated: ..." (the bytes left and the bytes
-    the header or the record needs).
-  """
-  left = size - offset
-  left_text = "%d byte%s left" % (left, "" if left == 1 else "s")
-  if left < RECORD_HEADER_BYTES:
-    return "truncated: %s, fewer than the %d-byte record header" % (left_text, RECORD_HEADER_BYTES)
-  with paths.open_file(path, "rb") as reader:
-    reader.seek(offset)
-    header = reader.read(RECORD_HEADER_BYTES)
-  length, length_crc = struct.unpack("<QI", header)
-  expected_crc = record_encoder.Crc32c().masked(np.frombuffer(header[:8], np.uint8),
-                                                np.array([8], np.int64))[0]
-  if length_crc != expected_crc:
-    return "length CRC mismatch"
-  if left < length + RECORD_FRAMING_BYTES:
-    return "truncated: %s, fewer than the record's %d (%d of data, %d of framing)" % (
-        left_text, length + RECORD_FRAMING_BYTES, length, RECORD_FRAMING_BYTES)
-  # The header is whole and right and the data all there: TF's reader failed on the data's CRC.
-  return "data CRC mismatch"
-
-
-def _first_bad_record(path, size):
-  """(index, byte offset, problem) of the first bad record of a TFRecord file, or None.
-
-  One call of TF's random-access reader per record: slower than `check_record_file`'s pass, which
-  calls this only for a file that failed.
-  """
-  reader = tf_record.tf_record_random_reader(path)
-  offset, index = 0, 0
-  while True:
-    try:
-      _, next_offset = reader.read(offset)
-    except IndexError:  # fewer bytes than a header at `offset`: the end, or a truncated header
-      if offset < size:
-        return index, offset, _framing_problem(path, offset, size)
-      return None
-    except tf.errors.DataLossError:  # TF names the offset, not which check failed
-      return index, offset, _framing_problem(path, offset, size)
-    offset, index = next_offset, index + 1
 
 
 def _data_bytes(iterator, chunk_records=CHUNK_RECORDS):
@@ -165,26 +102,31 @@ def check_record_file(path):
   Returns:
     `FileCheck(path, size, records, problem)`: problem is None for a good file, else "record <k> at
     byte offset <offset>: <what>" for the first bad record (k 0-based; what: "length CRC
-    mismatch", "data CRC mismatch" or "truncated: <n> bytes left, fewer than ..."), "the file has
-    no records" for an empty file (the training job refuses it) or "cannot read: <reason>".
+    mismatch", "data CRC mismatch", "truncated: <n> bytes left, fewer than ..." or "its length
+    field says <n> bytes, more than a record holds ..."), "the file has no records" for an empty
+    file (the training job refuses it) or "cannot read: <reason>".
   """
+  data_bytes = None
   try:
     size = tf.io.gfile.stat(path).length
-    # The data's bytes without a Python statement per record (module docstring); the records are
-    # then counted from the size, each taking its data and 16 bytes of framing.
-    data_bytes = _data_bytes(_pywrap_record_io.RecordIterator(path, ""))
+    if size == 0:
+      return FileCheck(path, 0, 0, "the file has no records")
+    # TF's reader only after the walk of the headers: it would die allocating a length beyond
+    # the file whose CRC is right (module docstring).
+    if record_framing.headers_fit(path, size):
+      # The data's bytes without a Python statement per record (module docstring); the records
+      # are then counted from the size, each taking its data and 16 bytes of framing.
+      data_bytes = _data_bytes(_pywrap_record_io.RecordIterator(path, ""))
   except tf.errors.DataLossError:
-    data_bytes = None
+    pass
   except (tf.errors.OpError, OSError) as e:  # a file that cannot be opened or read
     return FileCheck(path, 0, 0, "cannot read: %s" % _error_text(e))
-  if size == 0:
-    return FileCheck(path, 0, 0, "the file has no records")
   if data_bytes is not None and (size - data_bytes) % RECORD_FRAMING_BYTES == 0:
     return FileCheck(path, size, (size - data_bytes) // RECORD_FRAMING_BYTES, None)
-  # A record failed its CRC or was cut short, or the file ends in part of a header (which the
-  # sequential reader takes for the end of the file: the sizes do not add up).
+  # A length leads past the end (a record cut short, a bad length, part of a header at the end:
+  # the walk), or a record failed its CRC (TF's pass).
   try:
-    bad = _first_bad_record(path, size)
+    bad = record_framing.first_bad_record(path)
   except (tf.errors.OpError, OSError) as e:
     return FileCheck(path, size, 0, "cannot read: %s" % _error_text(e))
   if bad is None:  # changed since the first pass
@@ -272,6 +214,12 @@ def _error_text(error):
   return getattr(error, "message", str(error)).strip()
 
 
+def _printable(name):
+  """A feature name as a message shows it: itself, or quoted and escaped (a name is any text, and
+  a message is one line)."""
+  return name if name.isprintable() else repr(name)
+
+
 def _feature_values(feature):
   """(kind, values) of a tf.train.Feature: kind "int64", "float", "bytes" or None when empty."""
   kind = feature.WhichOneof("kind")
@@ -304,7 +252,7 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
     if name not in example.features.feature:
       raise ValueError("%s: the %s has no feature %r (expected %s [%d]); features present: %s"
                        % (path, where, name, kind, length,
-                          ", ".join(sorted(example.features.feature)) or "none"))
+                          ", ".join(map(_printable, sorted(example.features.feature))) or "none"))
     got_kind, got = _feature_values(example.features.feature[name])
     if got_kind not in (kind, None):
       raise ValueError("%s: feature %r of the %s is %s, expected %s"
@@ -401,12 +349,9 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
         if problem:
           return "%s: record %d: %s" % (path, index, problem)
         index += 1
+    except record_framing.RecordFramingError as e:  # worded as `check_record_file` words it
+      return "%s: %s" % (path, _error_text(e))
     except tf.errors.OpError as e:
-      # The framing check words it (TF's own text for a record cut short reads "truncated record
-      # at 2087252' failed with Read less bytes than requested").
-      framing = check_record_file(path).problem if isinstance(e, tf.errors.DataLossError) else None
-      if framing is not None and framing.startswith("record %d " % index):
-        return "%s: %s" % (path, framing)
       return "%s: record %d: %s" % (path, index, _error_text(e))
   return None
 
