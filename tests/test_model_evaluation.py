@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tests import helpers
 from tests import numpy_bert
+from tests import test_data_record_framing
 from utils.model import evaluation
 from utils.model import pretraining
 
@@ -78,6 +79,16 @@ def test_no_records_is_an_error_naming_the_file(tmp_path):
   helpers.write_batch_records(tmp_path / "empty.tfrecord", {"input_ids": np.zeros((0, SEQ))})
   with pytest.raises(ValueError, match="empty.tfrecord"):
     evaluation.read_pretraining_records([str(tmp_path / "empty.tfrecord")], SEQ, PREDICTIONS)
+
+
+def test_a_length_past_the_end_with_its_crc_is_named_before_tensorflow_reads_it(tmp_path):
+  # TF's reader died (SIGSEGV) on such a header; the walk names it first.
+  path = tmp_path / "bad.tfrecord"
+  offset, _ = test_data_record_framing.bad_length_file(path)
+  with pytest.raises(ValueError) as raised:
+    evaluation.read_pretraining_records([str(path)], SEQ, PREDICTIONS)
+  assert str(raised.value) == "%s: record %d at byte offset %d: %s" % (
+      path, len(test_data_record_framing.SIZES), offset, test_data_record_framing.HUGE_PROBLEM)
 
 
 def test_unigram_accuracy_by_hand_counts_only_real_predictions():

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import modeling
 from utils.data import input_pipeline
+from utils.data import record_framing
 from utils.model import pretraining
 
 _tf1 = tf.compat.v1
@@ -29,8 +30,14 @@ def read_pretraining_records(files, max_seq_length, max_predictions_per_seq):
     `input_pipeline.pretraining_feature_spec` (int64, masked_lm_weights float32).
 
   Raises:
-    ValueError: naming the files when they hold no record.
+    ValueError: naming the files when they hold no record, or the file, record and byte offset
+      of a record whose framing is bad (checked before TensorFlow's reader opens the file).
   """
+  for path in files:
+    if not record_framing.headers_fit(path, tf.io.gfile.stat(path).length):
+      bad = record_framing.first_bad_record(path)
+      if bad is not None:
+        raise ValueError("%s: record %d at byte offset %d: %s" % ((path,) + bad))
   spec = input_pipeline.pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
   columns = {name: [] for name in spec}
   with tf.Graph().as_default():
