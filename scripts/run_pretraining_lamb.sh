@@ -26,7 +26,7 @@ declare -A opt=(
   [phase2_seq]=512 [phase2_pred]=80 [phase2_batch]=8 [phase2_accum]=512 [phase2_lr]=5e-4
   [phase2_steps]=1563 [phase2_warmup]=200
   [save_checkpoints_secs]=900 [save_checkpoints_steps]="" [display_loss_steps]=1 [dry_run]=false
-  [extra]=""
+  [verbose]=false [extra]=""
 )
 
 # What an empty default means, for --help.
@@ -37,7 +37,7 @@ declare -A default_note=(
 )
 
 usage() {
-  echo "usage: $0 [--name value ...]  (flags: --dry_run, --xla; 'true' for the others)"
+  echo "usage: $0 [--name value ...]  (flags: --dry_run, --xla, --verbose; 'true' for the others)"
   echo "options and defaults:"
   for key in $(printf '%s\n' "${!opt[@]}" | sort); do
     printf '  --%-24s %s\n' "$key" "${opt[$key]:-${default_note[$key]:-}}"
@@ -53,7 +53,7 @@ done
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
-    --dry_run|--xla) opt[${1#--}]=true; shift ;;
+    --dry_run|--xla|--verbose) opt[${1#--}]=true; shift ;;
     --*=*) key="${1%%=*}"; key="${key#--}"; value="${1#*=}"; shift
            [ -n "${opt[$key]+set}" ] || { echo "$0: unknown option --$key" >&2; usage >&2; exit 2; }
            opt[$key]="$value" ;;
@@ -132,9 +132,20 @@ esac
 
 echo "using python ${opt[python]}${launcher_path:+, launcher $launcher_path}" >&2
 
+# --verbose: every log line of the workers, and horovodrun's own traceback after a failed worker's
+# line (left out otherwise: it repeats that line in 18 more; scripts/launcher_output.py).
+verbose_flags=()
+[ "${opt[verbose]}" = true ] && verbose_flags=(--verbose)
+
 run() {
   echo "+ $*" >&2
-  [ "${opt[dry_run]}" = true ] || "$@"
+  [ "${opt[dry_run]}" = true ] && return 0
+  [ "${opt[launcher]}" = horovodrun ] || { "$@"; return; }
+  local status=0
+  "$@" 2> >("${opt[python]}" "$here/scripts/launcher_output.py" "${verbose_flags[@]}" >&2) \
+    || status=$?
+  wait $!  # the filter's last lines come before whatever the script prints next
+  return "$status"
 }
 
 phase() {  # phase N [init_checkpoint]
@@ -158,7 +169,7 @@ phase() {  # phase N [init_checkpoint]
   # shellcheck disable=SC2206
   local extra=(${opt[extra]})
   run "${launch[@]}" "${opt[python]}" "$here/run_pretraining.py" "${horovod[@]}" \
-      "${precision_flags[@]}" "${xla_flags[@]}" "${args[@]}" "${extra[@]}"
+      "${precision_flags[@]}" "${xla_flags[@]}" "${verbose_flags[@]}" "${args[@]}" "${extra[@]}"
 }
 
 IFS=, read -r -a phases <<< "${opt[phases]}"

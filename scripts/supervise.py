@@ -43,6 +43,9 @@ def parse_args(argv):
   parser.add_argument("--probe_command", default=supervisor.DEFAULT_PROBE,
                       help="shell command telling whether {host} answers (exit 0); default: %s"
                            % supervisor.DEFAULT_PROBE.replace("%", "%%"))
+  parser.add_argument("--verbose", action="store_true",
+                      help="show all of the launcher's output (horovodrun's own traceback after "
+                           "a failed worker is left out by default)")
   parser.add_argument("command", nargs=argparse.REMAINDER,
                       help="the launcher command, after --")
   args = parser.parse_args(argv)
@@ -52,7 +55,7 @@ def parse_args(argv):
 
 
 def run(args):
-  launcher = supervisor.ProcessLauncher()
+  launcher = supervisor.ProcessLauncher(verbose=args.verbose or "--verbose" in args.command)
   launcher.install_signal_handlers()
 
   def log(line):

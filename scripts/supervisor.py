@@ -41,6 +41,7 @@ import time
 
 import psutil
 
+from scripts import launcher_output
 from utils.core import errors
 from utils.runtime import worker_pool
 
@@ -441,6 +442,9 @@ class ProcessLauncher(object):
   """Runs a command in its own session, copying its output (stdout and stderr, merged) to
   `stream`, and passes SIGTERM / SIGINT / SIGUSR1 sent to this process on to the job.
 
+  horovodrun's own traceback after a failed worker's line is left out of the copy unless
+  `verbose` (`scripts/launcher_output.py`); the status it names is still read.
+
   The signal goes to the job's workers on this machine (`worker_pids`), not to the launcher:
   horovodrun SIGKILLs its workers 5 s after passing a SIGTERM on and mpirun 1 s after, too soon for
   the graceful stop (docs/LONG_RUNS.md "Launchers"), while one worker's signal is enough for all of
@@ -456,9 +460,10 @@ class ProcessLauncher(object):
   signal is tied to the thread that starts the launcher).
   """
 
-  def __init__(self, stream=None, processes=list_processes):
+  def __init__(self, stream=None, processes=list_processes, verbose=False):
     self._stream = stream or sys.stdout
     self._processes = processes
+    self._verbose = verbose
     self._proc = None
     self._script = None
     self._signalled = False
@@ -502,7 +507,10 @@ class ProcessLauncher(object):
                                            preexec_fn=functools.partial(
                                                worker_pool.die_with_parent, os.getpid(),
                                                LAUNCHER_DEATH_SIGNAL))
-    reader = threading.Thread(target=self._copy, args=(proc.stdout, tail), daemon=True)
+    # horovodrun's own traceback after a failed worker's line is left out (--verbose shows it).
+    shown = launcher_output.LauncherOutput(
+        verbose=self._verbose or os.path.basename(argv[0]) != "horovodrun")
+    reader = threading.Thread(target=self._copy, args=(proc.stdout, tail, shown), daemon=True)
     reader.start()
     code = proc.wait()
     reader.join(LEFTOVER_GRACE_SECS)
@@ -517,13 +525,16 @@ class ProcessLauncher(object):
       code = 128 - code
     return LaunchResult(code, list(tail), self._signalled)
 
-  def _copy(self, pipe, tail):
-    """Copies the lines of `pipe` to the stream and into `tail` until its end."""
+  def _copy(self, pipe, tail, shown):
+    """Copies the lines of `pipe` into `tail` and, those `shown` (a
+    `launcher_output.LauncherOutput`) passes, to the stream, until its end."""
     for raw in iter(pipe.readline, b""):
       line = raw.decode("utf-8", "replace")
-      self._stream.write(line)
+      self._stream.writelines(shown.line(line))
       self._stream.flush()
       tail.append(line)
+    self._stream.writelines(shown.end())
+    self._stream.flush()
     pipe.close()
 
 

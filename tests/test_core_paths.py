@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from utils.core import errors
 from utils.core import paths
 
 
@@ -137,3 +138,28 @@ def test_remote_paths_go_through_gfile_with_the_same_rules(monkeypatch):
   assert paths.glob_files("gs://b/x*") == ["gs://b/x-1"]
   assert paths.resolve_files(["gs://b/x*"], ["gs://b/d"]) == [
       "gs://b/x-1", "gs://b/d/1", "gs://b/d/2"]
+
+
+def test_a_symbolic_link_loop_is_named_as_such(tmp_path, no_gfile):
+  # Before, the loop was listed as a file, and the record check that opened it worded the error
+  # as a record that does not fit the model.
+  (tmp_path / "part-0.tfrecord").write_bytes(b"x")
+  os.symlink("self", str(tmp_path / "self"))
+  with pytest.raises(errors.UsageError) as raised:
+    paths.resolve_files(directories=[str(tmp_path)])
+  assert str(raised.value).startswith(str(tmp_path / "self") + ": a symbolic link in a loop")
+  # Two links leading to each other, met through a glob pattern.
+  other = tmp_path / "pair"
+  other.mkdir()
+  os.symlink("b.tfrecord", str(other / "a.tfrecord"))
+  os.symlink("a.tfrecord", str(other / "b.tfrecord"))
+  with pytest.raises(errors.UsageError, match="a.tfrecord: a symbolic link in a loop"):
+    paths.resolve_files([str(other / "*.tfrecord")])
+
+
+def test_links_to_files_and_dangling_links_are_listed_as_before(tmp_path, no_gfile):
+  (tmp_path / "real.tfrecord").write_bytes(b"x")
+  os.symlink("real.tfrecord", str(tmp_path / "alias.tfrecord"))
+  os.symlink("missing.tfrecord", str(tmp_path / "gone.tfrecord"))
+  assert paths.resolve_files(directories=[str(tmp_path)]) == [
+      str(tmp_path / name) for name in ("alias.tfrecord", "gone.tfrecord", "real.tfrecord")]

@@ -310,3 +310,29 @@ def test_processes_a_killed_launcher_leaves_behind_are_ended(tmp_path):
   pid = int(orphan_pid.read_text())
   assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
   assert time.time() - start < 30
+
+
+def test_horovodruns_traceback_after_the_workers_line_is_shown_with_verbose_only(tmp_path):
+  # A stand-in horovodrun ends as the real one does after a worker's error: the worker's line,
+  # then its own traceback whose last lines name the worker's status (what the supervisor reads).
+  worker = "[1]<stderr>:run_pretraining.py: error: bad input record: /d/part-1: record 3"
+  traceback = ["Traceback (most recent call last):",
+               '  File "/venv/bin/horovodrun", line 8, in <module>',
+               "    sys.exit(run_commandline())",
+               "RuntimeError: Horovod detected that one or more processes exited with non-zero "
+               "status, thus causing the job to be terminated. The first process to do so was:",
+               "Process name: 1", "Exit code: 2", ""]
+  (tmp_path / "stderr.txt").write_text("\n".join([worker] + traceback))
+  fake = tmp_path / "horovodrun"
+  fake.write_text("#!/bin/sh\ncat %s >&2\nexit 1\n" % (tmp_path / "stderr.txt"))
+  fake.chmod(0o755)
+  for flags in ([], ["--verbose"]):
+    proc = subprocess.run(supervised([str(fake), "-np", "2", "python", "job.py"], *flags),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr  # the worker's status, from the hidden lines
+    assert "supervise.py: launch 2:" not in proc.stderr
+    assert proc.stdout.splitlines()[0] == worker
+    if flags:
+      assert proc.stdout.splitlines() == [worker] + traceback[:-1]
+    else:
+      assert proc.stdout.splitlines() == [worker]

@@ -437,7 +437,7 @@ def test_dead_host_ends_the_job_quickly_and_a_relaunch_resumes(cluster, dead_hos
     assert not [f for f in written if f.startswith(CHECKPOINT_FILES) or "dllog" in f], written
   assert sorted(os.listdir(out)) == sorted(
       [f for f in os.listdir(out) if f.startswith(CHECKPOINT_FILES)]
-      + ["bert_dllog.json", "optimizer.json", "train", "worker_1", "worker_2", "worker_3"])
+      + ["bert_dllog.json", "optimizer.json", "train"])  # no worker_<rank>/: they save nothing
   assert dead_host_run["disks_after"] == dead_host_run["disks_before"]
   for host in cluster_lib.HOSTS:
     assert files_under(cluster.disk(host)) == dead_host_run["disks_before"][host]

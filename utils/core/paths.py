@@ -6,8 +6,11 @@ path, so the data tools stay TensorFlow-free on local files.
   files = paths.resolve_files(["data/train-*.tfrecord"], ["data/more"])
 """
 
+import errno
 import glob
 import os
+
+from utils.core import errors
 
 
 def is_remote(path):
@@ -79,20 +82,52 @@ def glob_files(pattern):
 
   Local patterns follow Python's `glob` (a wildcard does not match a leading "."); scheme://
   patterns follow `tf.io.gfile.glob`.
+
+  Raises:
+    errors.UsageError: a match is a symbolic link in a loop (`_refuse_link_loops`).
   """
   if is_remote(pattern):
     matches = _gfile().glob(pattern)
   else:
     matches = glob.glob(pattern)
-  return sorted(path for path in matches if not is_dir(path))
+  return _refuse_link_loops(sorted(path for path in matches if not is_dir(path)))
 
 
 def _directory_files(directory):
   """The files of a directory, sorted, without hidden (".name") files and subdirectories."""
   names = _gfile().listdir(directory) if is_remote(directory) else os.listdir(directory)
-  return [path for path in (os.path.join(directory, name) for name in sorted(names)
-                            if not name.startswith("."))
-          if not is_dir(path)]
+  return _refuse_link_loops([path for path in (os.path.join(directory, name)
+                                               for name in sorted(names)
+                                               if not name.startswith("."))
+                             if not is_dir(path)])
+
+
+def _refuse_link_loops(files):
+  """`files`, checked for local symbolic links that lead back to themselves.
+
+  Such a link is neither a file nor a directory to `os.path`, so it used to be listed as a file,
+  and the first reader to open it failed with "Too many levels of symbolic links", worded as a
+  problem of that reader (a record that does not fit the model, a bad vocabulary).
+
+  Args:
+    files: paths from a listing or a glob.
+
+  Returns:
+    `files`, unchanged.
+
+  Raises:
+    errors.UsageError: naming the first link in a loop.
+  """
+  for path in files:
+    if is_remote(path) or not os.path.islink(path):
+      continue
+    try:
+      os.stat(path)
+    except OSError as e:
+      if e.errno == errno.ELOOP:
+        raise errors.UsageError("%s: a symbolic link in a loop (too many levels of symbolic "
+                                "links); remove or fix the link" % path)
+  return files
 
 
 def split_list(value):
@@ -111,6 +146,9 @@ def resolve_files(patterns=(), directories=()):
   Returns:
     list of paths: the files of each pattern or directory sorted, patterns first, then
     directories, in the given order, each path once (first place kept); [] when nothing matches.
+
+  Raises:
+    errors.UsageError: a file found is a symbolic link in a loop, named.
   """
   files = []
   for pattern in patterns:

@@ -59,8 +59,9 @@ def start_workers(use_horovod, environ=None):
 
 
 def worker_output_dir(workers, output_dir, node_local_output_dir, checkpoint_all_workers):
-  """Creates this worker's output directory (see `hvd_utils.worker_output_dir`) and, in the
-  process that writes `output_dir` itself, takes the directory's lock (`output_lock`).
+  """Creates this worker's output directory (see `hvd_utils.worker_output_dir`; only `output_dir`
+  for a worker that saves no checkpoints) and, in the process that writes `output_dir` itself,
+  takes the directory's lock (`output_lock`).
 
   Args:
     workers: `Workers`.
@@ -74,17 +75,19 @@ def worker_output_dir(workers, output_dir, node_local_output_dir, checkpoint_all
   """
   directory = hvd_utils.worker_output_dir(output_dir, workers.rank, workers.local_rank,
                                           node_local_output_dir)
+  saves = checkpoint_all_workers or hvd_utils.saves_checkpoints(
+      workers.rank, workers.local_rank, node_local_output_dir)
   # The directory (a usage error when it cannot be made), then one job per --output_dir: the
-  # process that writes --output_dir holds its lock until it exits.
+  # process that writes --output_dir holds its lock until it exits. A worker that saves nothing
+  # writes nothing in its worker_<rank>/ (every Horovod run left it empty): only --output_dir is
+  # made for it; TensorFlow creates the directory should it write there after all.
   lock = None
   try:
-    output_lock.make_directory(directory)
+    output_lock.make_directory(directory if saves or directory == output_dir else output_dir)
     if directory == output_dir:
       lock = output_lock.lock_output_dir(output_dir)
   except ValueError as e:
     raise errors.UsageError(str(e))
-  saves = checkpoint_all_workers or hvd_utils.saves_checkpoints(
-      workers.rank, workers.local_rank, node_local_output_dir)
   return directory, saves, lock
 
 
