@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests import finetuning_data
+from utils.core import errors
 from utils.finetuning import classifier_data
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,6 +72,46 @@ def test_good_files_read_as_before(tmp_path):
     assert len(processor.get_train_examples(data_dir)) == 8
     assert len(processor.get_dev_examples(data_dir)) == 6
     assert len(processor.get_test_examples(data_dir)) == 6
+
+
+def test_a_file_that_is_not_utf8_is_refused_naming_the_byte_and_offset(tmp_path):
+  data_dir = str(tmp_path / "mrpc")
+  finetuning_data.write_glue(data_dir, "mrpc", finetuning_data.rng(3), n_train=4, n_dev=2)
+  path = os.path.join(data_dir, "train.tsv")
+  with open(path, "rb") as f:
+    content = f.read()
+  with open(path, "wb") as f:
+    f.write(content[:40] + b"\xe9t\xe9" + content[40:])  # Latin-1 "\u00e9t\u00e9"
+  with pytest.raises(errors.UsageError) as raised:
+    classifier_data.MrpcProcessor().get_train_examples(data_dir)
+  assert str(raised.value) == "%s: not UTF-8 text: byte 233 (0xe9) at offset 40" % path
+
+
+def test_a_field_over_the_csv_size_limit_is_refused_naming_the_line(tmp_path):
+  data_dir = str(tmp_path / "cola")
+  finetuning_data.write_glue(data_dir, "cola", finetuning_data.rng(3), n_train=4, n_dev=2)
+  _rewrite_line(os.path.join(data_dir, "train.tsv"), 3,
+                lambda row: row[:3] + ["x" * 200000])
+  with pytest.raises(errors.UsageError, match=r"train.tsv: line 3: field larger than field "
+                                              r"limit \(131072\)"):
+    classifier_data.ColaProcessor().get_train_examples(data_dir)
+
+
+def _regression_input(name):
+  """A saved fuzz input: its first byte the target's task and split, then the files."""
+  with open(os.path.join(REPO_ROOT, "fuzz", "regressions", "glue_tsv", name), "rb") as f:
+    return f.read()
+
+
+def test_a_stdlib_labels_file_without_a_label_is_refused(tmp_path):
+  content = _regression_input("stdlib-empty-labels")
+  assert b"\x1e" not in content  # no labels part: an empty labels.txt
+  (tmp_path / "labels.txt").write_text("")
+  (tmp_path / "test.tsv").write_bytes(content[1:])
+  with pytest.raises(errors.UsageError) as raised:
+    classifier_data.get_processor("stdlib", str(tmp_path)).get_test_examples(str(tmp_path))
+  assert str(raised.value) == ("%s: no label (expected one label a line)"
+                               % (tmp_path / "labels.txt"))
 
 
 def _run_classifier(data_dir, out, tmp_path, **extra):

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests import finetuning_data
+import tokenization
 from utils.finetuning import squad_data
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -121,3 +122,24 @@ def test_run_squad_reports_bad_train_and_predict_files_before_training(tmp_path)
     assert "Traceback" not in proc.stderr
     assert "Running training" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _one_question(tmp_path, context, text, answer_start):
+  answer = {"text": text, "answer_start": answer_start}
+  path = _write(tmp_path / "train.json", [{"paragraphs": [{"context": context, "qas": [
+      {"id": "q", "question": "Who?", "answers": [answer]}]}]}])
+  return squad_data.read_squad_examples(path, is_training=True)
+
+
+def test_an_answer_whose_words_have_no_token_is_in_no_window(tmp_path):
+  # "\x00" is one word that the tokenizer removes whole: the answer has no token, so every
+  # window points at [CLS] (the training convention for an answer a window does not hold).
+  [example] = _one_question(tmp_path, "python \x00", "\x00", 7)
+  assert (example.start_position, example.end_position) == (1, 1)
+  vocab = str(tmp_path / "vocab.txt")
+  finetuning_data.write_vocab(vocab)
+  tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+  features = []
+  squad_data.convert_examples_to_features([example], tokenizer, 16, 4, 4, True, features.append)
+  assert [f.tokens for f in features] == [["[CLS]", "who", "?", "[SEP]", "python", "[SEP]"]]
+  assert [(f.start_position, f.end_position) for f in features] == [(0, 0)]

@@ -121,6 +121,59 @@ def test_read_golden_refuses_what_is_not_a_golden_file(tmp_path, content, messag
     golden.read_golden(str(tmp_path / "missing.json"))
 
 
+_ENTRY = '{"step": 1, "total_loss": 2.5}'
+
+
+@pytest.mark.parametrize("content,message", [
+    ('{"format": 1, "entries": [{"step": 1, "total_loss": "2.5"}]}',
+     r"entry 0: 'total_loss' is a str, expected a number"),
+    ('{"format": 1, "entries": [%s, {"step": 2, "mlm_loss": null}]}' % _ENTRY,
+     r"entry 1: 'mlm_loss' is a NoneType, expected a number"),
+    ('{"format": 1, "entries": [{"step": 1, "nsp_loss": true}]}',
+     r"entry 0: 'nsp_loss' is a bool, expected a number"),
+    ('{"format": 1, "entries": [{"step": 1, "total_loss": 1%s}]}' % ("0" * 400),
+     r"entry 0: 'total_loss' is an integer of 401 digits, beyond the range of a float"),
+    ('{"format": 1, "versions": ["tensorflow"], "entries": [%s]}' % _ENTRY,
+     r"'versions' is a list, expected an object"),
+    ('{"format": 1, "versions": null, "entries": [%s]}' % _ENTRY,
+     r"'versions' is a NoneType, expected an object"),
+    ('{"format": 1, "versions": {"numpy": 1.26}, "entries": [%s]}' % _ENTRY,
+     r"versions: 'numpy' is a float, expected a string or null"),
+    ('{"format": 1, "versions": {"numpy": "1.\\udc80"}, "entries": [%s]}' % _ENTRY,
+     r"versions: 'numpy' has a lone surrogate, not text"),
+    ('{"format": true, "entries": [%s]}' % _ENTRY, "not a golden-loss file of format 1"),
+    ('{"format": 1, "entries": [{"step": true}]}', "'entries' must be"),
+    ('{"format": 1, "entries": %s1%s}' % ("[" * 100000, "]" * 100000),
+     "cannot read the golden file .*: JSON nested too deeply"),
+], ids=["str-value", "null-value", "bool-value", "int-beyond-float", "versions-list",
+        "versions-null", "version-float", "version-surrogate", "format-true", "step-true",
+        "nested-too-deeply"])
+def test_read_golden_refuses_values_the_comparison_cannot_use(tmp_path, content, message):
+  path = tmp_path / "golden.json"
+  path.write_text(content)
+  with pytest.raises(errors.UsageError, match=message) as refused:
+    golden.read_golden(str(path))
+  assert str(path) in str(refused.value)
+
+
+def test_read_golden_gives_the_tracked_values_as_floats(tmp_path):
+  path = tmp_path / "golden.json"
+  path.write_text('{"format": 1, "entries": [{"step": 3, "total_loss": 2, "mlm_loss": NaN, '
+                  '"note": "kept"}]}')
+  [entry] = golden.read_golden(str(path))["entries"]
+  assert entry["step"] == 3 and type(entry["total_loss"]) is float and entry["total_loss"] == 2.0
+  assert math.isnan(entry["mlm_loss"]) and entry["note"] == "kept"
+
+
+def test_a_logged_integer_beyond_the_float_range_is_refused_naming_step_and_key(tmp_path):
+  path = tmp_path / "run.log"
+  path.write_text('DLLL {"type": "LOG", "step": 7, "data": {"total_loss": 1%s}}\n' % ("0" * 400))
+  with pytest.raises(errors.UsageError) as refused:
+    golden.log_entries(str(path))
+  assert str(refused.value) == ("%s: step 7: 'total_loss' is an integer of 401 digits, beyond the "
+                                "range of a float" % path)
+
+
 @pytest.mark.parametrize("golden_value,new_value,tolerance,expected", [
     (2.5, 2.5, 0, True),
     (2.5, 2.5000000000000004, 0, False),   # one ulp

@@ -1,12 +1,14 @@
 """utils/runlog/plot.py: the curves read from a run log and the PNG drawn from them (panels by
 what the log holds)."""
 
+import json
 import os
 import struct
 
 import numpy as np
 import pytest
 
+from utils.core import errors
 from utils.runlog import dllogger_setup
 from utils.runlog import plot
 
@@ -99,3 +101,37 @@ def test_a_log_without_step_lines_is_refused_naming_the_file(tmp_path):
   with pytest.raises(ValueError, match="not_a_log.txt: no per-step log line"):
     plot.plot_log(str(bad), str(tmp_path / "out.png"))
   assert not (tmp_path / "out.png").exists()
+
+
+def _line(step, data):
+  return "DLLL " + json.dumps({"type": "LOG", "step": step, "data": data}) + "\n"
+
+
+def test_a_line_nested_deeper_than_the_recursion_limit_is_skipped(tmp_path):
+  log_path = tmp_path / "dllogger.json"
+  log_path.write_text(_line(1, {"total_loss": 3.5}) + "DLLL " + "[" * 100000 + "\n"
+                      + _line(2, {"total_loss": 2.5}))
+  steps, _ = dllogger_setup.read_log(str(log_path))
+  assert plot.series(steps, "total_loss") == ([1, 2], [3.5, 2.5])
+
+
+def test_a_log_that_is_not_utf8_is_refused_naming_the_byte_and_offset(tmp_path):
+  log_path = tmp_path / "dllogger.json"
+  first = _line(1, {"total_loss": 3.5}).encode("utf-8")
+  log_path.write_bytes(first + b"DLLL {\"note\": \"caf\xe9\"}\n")
+  with pytest.raises(errors.UsageError) as refused:
+    plot.plot_log(str(log_path), str(tmp_path / "out.png"))
+  assert str(refused.value) == "%s: byte 233 (0xe9) at offset %d is not utf-8 text" % (
+      log_path, len(first) + 18)
+  assert not (tmp_path / "out.png").exists()
+
+
+def test_an_integer_beyond_the_float_range_is_not_a_point(tmp_path):
+  log_path = tmp_path / "dllogger.json"
+  log_path.write_text(_line(1, {"total_loss": 3.5, "mlm_loss": 10 ** 400})
+                      + _line(2, {"total_loss": 2.5, "mlm_loss": 2.25}))
+  steps, _ = dllogger_setup.read_log(str(log_path))
+  assert plot.series(steps, "mlm_loss") == ([2], [2.25])
+  out = tmp_path / "training.png"
+  plot.plot_log(str(log_path), str(out))
+  assert png_size(out) == (900, 1000)

@@ -179,3 +179,16 @@ def test_command_after_double_dash_is_run_first(tmp_path):
        str(log), "--", sys.executable, "-c", "raise SystemExit(3)"],
       capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
   assert proc.returncode == 2 and "status 3" in proc.stderr
+
+
+def test_a_golden_value_that_is_not_a_number_exits_2_naming_entry_and_key(golden_file, tmp_path,
+                                                                          capsys):
+  document = json.loads(golden_file.read_text())
+  document["entries"][2]["mlm_loss"] = "2.01"
+  golden_file.write_text(json.dumps(document))
+  write_log(tmp_path / "new.log", rows())
+  assert regression.main(["compare", "--golden", str(golden_file),
+                          "--log", str(tmp_path / "new.log")]) == 2
+  assert capsys.readouterr().err == (
+      "python -m utils.regression: error: %s: entry 2: 'mlm_loss' is a str, expected a number\n"
+      % golden_file)

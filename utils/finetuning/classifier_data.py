@@ -15,6 +15,10 @@ texts and labels of the original's run_classifier.py, so both scripts build the 
 Test examples get the first label (their labels are unknown). A feature is
 `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` (the longer text losing its last token until the pair
 fits), zero-padded to max_seq_length, with segment 0 for a and 1 for b.
+
+A file that is missing or not UTF-8 text, a row with too few columns, a label not among the task's
+and an empty labels.txt are refused with one `errors.UsageError` naming the file (and the line or
+byte offset); the scripts print it as one line and exit 2.
 """
 
 import collections
@@ -24,6 +28,7 @@ import os
 import tensorflow as tf
 
 import tokenization
+from utils.core import errors
 
 
 class InputExample(object):
@@ -56,13 +61,39 @@ class InputFeatures(object):
 def read_tsv(input_file):
   """Rows of a tab-separated file without quoting, each a list of str.
 
+  Args:
+    input_file: the file (UTF-8 text; TensorFlow's text mode drops every carriage return, as in
+      the original).
+
+  Returns:
+    list of rows, one per line, each a list of str.
+
   Raises:
-    ValueError: naming the file when it does not exist.
+    errors.UsageError: naming the file when it does not exist, is not UTF-8 (the byte offset) or
+      has a line csv refuses (its number; a field over csv's size limit).
   """
   if not tf.io.gfile.exists(input_file):
-    raise ValueError("data file %s does not exist" % input_file)
+    raise errors.UsageError("data file %s does not exist" % input_file)
   with tf.io.gfile.GFile(input_file, "r") as reader:
-    return list(csv.reader(reader, delimiter="\t", quotechar=None))
+    rows = csv.reader(reader, delimiter="\t", quotechar=None)
+    try:
+      return list(rows)
+    except csv.Error as e:
+      raise errors.UsageError("%s: line %d: %s" % (input_file, rows.line_num, e))
+    except UnicodeDecodeError:
+      pass
+  raise errors.UsageError("%s: not UTF-8 text: %s" % (input_file, _first_bad_byte(input_file)))
+
+
+def _first_bad_byte(input_file):
+  """"byte <b> (0x..) at offset <n>": the first byte of `input_file` that is not UTF-8."""
+  with tf.io.gfile.GFile(input_file, "rb") as reader:
+    content = reader.read()
+  try:
+    content.decode("utf-8")
+  except UnicodeDecodeError as e:
+    return "byte %d (0x%02x) at offset %d" % (content[e.start], content[e.start], e.start)
+  return "the file changed while it was read"
 
 
 class DataProcessor(object):
@@ -120,7 +151,7 @@ class DataProcessor(object):
       list of InputExample.
 
     Raises:
-      ValueError: "<source>: line <n>: ..." for a row with fewer columns than the task reads
+      errors.UsageError: "<source>: line <n>: ..." for a row with fewer columns than the task reads
         (expected and found), or, outside the test set, a label not among the task's labels.
     """
     examples = []
@@ -130,15 +161,15 @@ class DataProcessor(object):
         continue
       wanted = self._min_columns(set_type)
       if len(row) < wanted:
-        raise ValueError("%s: line %d: %d tab-separated column(s), the %s task's %s rows have "
-                         "at least %d" % (source, index + 1, len(row), self.task_name(),
-                                          set_type, wanted))
+        raise errors.UsageError("%s: line %d: %d tab-separated column(s), the %s task's %s rows "
+                                "have at least %d" % (source, index + 1, len(row),
+                                                      self.task_name(), set_type, wanted))
       example = self._example(row, index, set_type)
       if example is None:
         continue
       if labels is not None and example.label not in labels:
-        raise ValueError("%s: line %d: label %r is not one of the task's labels: %s"
-                         % (source, index + 1, example.label, ", ".join(labels)))
+        raise errors.UsageError("%s: line %d: label %r is not one of the task's labels: %s"
+                                % (source, index + 1, example.label, ", ".join(labels)))
       examples.append(example)
     return examples
 
@@ -253,8 +284,15 @@ class StdlibProcessor(DataProcessor):
       self.with_data_dir(data_dir)
 
   def with_data_dir(self, data_dir):
-    """Reads the labels of `data_dir`; returns self."""
-    self._labels = [row[0] for row in read_tsv(os.path.join(data_dir, self.labels_file)) if row]
+    """Reads the labels of `data_dir`; returns self.
+
+    Raises:
+      errors.UsageError: naming labels.txt when it is unreadable or holds no label.
+    """
+    path = os.path.join(data_dir, self.labels_file)
+    self._labels = [row[0] for row in read_tsv(path) if row]
+    if not self._labels:
+      raise errors.UsageError("%s: no label (expected one label a line)" % path)
     return self
 
   def get_labels(self):

@@ -1,10 +1,10 @@
-"""SQuAD v1.1 / v2.0 data: examples from the json, model features, and answers from the logits.
+"""SQuAD v1.1 / v2.0 data: examples from the json (read by squad_file.py), model features, and
+answers from the logits.
 
 The conventions are those of the original BERT release's run_squad.py, so its records, features and
 predictions come out the same:
 
-- A paragraph is split into words on whitespace (space, tab, CR, LF, U+202F); an answer's character
-  offsets map to the words that contain its first and last character.
+- A paragraph's words and its answers' word positions: squad_file.py.
 - Every word is WordPiece-tokenised; a question keeps its first `max_query_length` tokens.
 - A feature is `[CLS] question [SEP] document window [SEP]`, zero-padded to `max_seq_length`,
   segment 0 for the question part and 1 for the document part. Long documents are covered by
@@ -16,7 +16,8 @@ predictions come out the same:
   first such window on ties.
 - Training targets: the answer's token span (narrowed to the tokens of the answer text where such
   a sub-span exists, e.g. "1895" inside "(1895-1943)."); a window that does not contain the whole
-  answer, and an unanswerable question, point at [CLS] (position 0).
+  answer, an answer whose words have no token, and an unanswerable question point at [CLS]
+  (position 0).
 - Features are numbered from 1000000000 (`unique_id`), in example then window order.
 """
 
@@ -28,38 +29,16 @@ from absl import logging
 import tensorflow as tf
 
 import tokenization
+from utils.finetuning import squad_file
+
+# The json files read into examples (squad_file.py), under this module's names as in the original.
+SquadExample = squad_file.SquadExample
+split_paragraph = squad_file.split_paragraph
+load_squad = squad_file.load_squad
+check_squad = squad_file.check_squad
+read_squad_examples = squad_file.read_squad_examples
 
 FIRST_UNIQUE_ID = 1000000000
-# Characters that separate the words of a paragraph (U+202F: narrow no-break space).
-_WHITESPACE = frozenset(" \t\r\n\u202f")
-
-
-class SquadExample(object):
-  """One question on one paragraph.
-
-  Attributes:
-    qas_id: question id.
-    question_text: the question.
-    doc_tokens: the paragraph's whitespace-separated words.
-    orig_answer_text: training answer ("" when impossible), else None.
-    start_position, end_position: word indices of the training answer (-1 when impossible),
-      else None.
-    is_impossible: SQuAD 2.0 question without an answer.
-  """
-
-  def __init__(self, qas_id, question_text, doc_tokens, orig_answer_text=None,
-               start_position=None, end_position=None, is_impossible=False):
-    self.qas_id = qas_id
-    self.question_text = question_text
-    self.doc_tokens = doc_tokens
-    self.orig_answer_text = orig_answer_text
-    self.start_position = start_position
-    self.end_position = end_position
-    self.is_impossible = is_impossible
-
-  def __repr__(self):
-    return "SquadExample(qas_id=%r, question_text=%r, %d words, answer=%r)" % (
-        self.qas_id, self.question_text, len(self.doc_tokens), self.orig_answer_text)
 
 
 class InputFeatures(object):
@@ -98,157 +77,6 @@ DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
 
 
-def split_paragraph(text):
-  """Splits a paragraph into words on whitespace.
-
-  Args:
-    text: the paragraph.
-
-  Returns:
-    (words, char_to_word): list of str, and for every character of `text` the index of the word
-    it belongs to (a whitespace character belongs to the word before it; -1 before the first).
-  """
-  words = []
-  char_to_word = []
-  in_word = False
-  for char in text:
-    if char in _WHITESPACE:
-      in_word = False
-    elif in_word:
-      words[-1] += char
-    else:
-      words.append(char)
-      in_word = True
-    char_to_word.append(len(words) - 1)
-  return words, char_to_word
-
-
-def load_squad(input_file):
-  """The "data" list of a SQuAD json file.
-
-  Raises:
-    ValueError: naming the file when it is not JSON or has no "data" list.
-  """
-  with tf.io.gfile.GFile(input_file, "r") as reader:
-    try:
-      dataset = json.load(reader)
-    except ValueError as e:
-      raise ValueError("%s: not valid JSON: %s" % (input_file, e))
-  if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
-    raise ValueError("%s: a SQuAD file is a JSON object with a \"data\" list" % input_file)
-  return dataset["data"]
-
-
-def _require_key(item, key, kind, path, where, where_kind=None):
-  """item[key], checked to be a `kind`; ValueError "<path>: <where>: ..." otherwise."""
-  if not isinstance(item, dict) or key not in item:
-    raise ValueError("%s: %s: no key %r" % (path, where, key))
-  value = item[key]
-  if not isinstance(value, kind) or isinstance(value, bool):
-    raise ValueError("%s: %s: %r is a %s, expected %s"
-                     % (path, where, key, type(value).__name__, where_kind or kind.__name__))
-  return value
-
-
-def check_squad(articles, path, is_training, version_2_with_negative=False):
-  """Checks the structure of a SQuAD file's "data" list: every key the reader uses, and (training)
-  every answer inside its context.
-
-  Args:
-    articles: the "data" list (`load_squad`).
-    path: the file, for messages.
-    is_training: the answers are training targets: each answerable question has exactly one,
-      with "text" and an integer "answer_start" such that the answer lies inside the context.
-    version_2_with_negative: SQuAD 2.0 ("is_impossible" questions need no answer).
-
-  Returns:
-    the number of questions.
-
-  Raises:
-    ValueError: "<path>: question <id>: ..." naming the key or the answer, or, for a question
-      without an id, its position "article a, paragraph p, question q" (0-based).
-  """
-  questions = 0
-  for a, article in enumerate(articles):
-    paragraphs = _require_key(article, "paragraphs", list, path, "article %d" % a)
-    for p, paragraph in enumerate(paragraphs):
-      where = "article %d, paragraph %d" % (a, p)
-      context = _require_key(paragraph, "context", str, path, where)
-      qas = _require_key(paragraph, "qas", list, path, where)
-      for q, qa in enumerate(qas):
-        position = "%s, question %d" % (where, q)
-        qas_id = _require_key(qa, "id", (str, int), path, position, "a string")
-        where_qa = "question %s" % qas_id
-        _require_key(qa, "question", str, path, where_qa)
-        questions += 1
-        if not is_training or (version_2_with_negative and qa.get("is_impossible", False)):
-          continue
-        answers = _require_key(qa, "answers", list, path, where_qa)
-        if len(answers) != 1:
-          raise ValueError("%s: %s: training questions need exactly 1 answer, got %d"
-                           % (path, where_qa, len(answers)))
-        text = _require_key(answers[0], "text", str, path, where_qa + ", answer 0")
-        start = _require_key(answers[0], "answer_start", int, path, where_qa + ", answer 0",
-                             "an integer")
-        if not text or start < 0 or start + len(text) > len(context):
-          raise ValueError("%s: %s: the answer (answer_start %d, %d characters) is outside its "
-                           "context of %d characters" % (path, where_qa, start, len(text),
-                                                         len(context)))
-  return questions
-
-
-def _training_answer(qa, words, char_to_word, version_2_with_negative):
-  """(answer text, first word, last word, is_impossible) of a training question, or None when
-  the answer cannot be found in the words (it is then left out, with a warning)."""
-  is_impossible = bool(qa.get("is_impossible", False)) if version_2_with_negative else False
-  if is_impossible:
-    return "", -1, -1, True
-  if len(qa["answers"]) != 1:
-    raise ValueError("question %s: training questions need exactly 1 answer, got %d"
-                     % (qa["id"], len(qa["answers"])))
-  answer = qa["answers"][0]
-  text, offset = answer["text"], answer["answer_start"]
-  start, end = char_to_word[offset], char_to_word[offset + len(text) - 1]
-  found = " ".join(words[start:end + 1])
-  if found.find(" ".join(tokenization.whitespace_tokenize(text))) == -1:
-    logging.warning("Could not find answer: '%s' vs. '%s'", found, text)
-    return None
-  return text, start, end, False
-
-
-def read_squad_examples(input_file, is_training, version_2_with_negative=False):
-  """Reads a SQuAD json file.
-
-  Args:
-    input_file: path of the json file.
-    is_training: read the answers as training targets (exactly one per answerable question).
-    version_2_with_negative: SQuAD 2.0 (questions may be impossible).
-
-  Returns:
-    list of SquadExample in file order (training answers not found in their paragraph left out).
-
-  Raises:
-    ValueError: naming the file and the question (`check_squad`) for a missing key, a training
-      question without exactly one answer, or an answer outside its context.
-  """
-  examples = []
-  articles = load_squad(input_file)
-  check_squad(articles, input_file, is_training, version_2_with_negative)
-  for article in articles:
-    for paragraph in article["paragraphs"]:
-      words, char_to_word = split_paragraph(paragraph["context"])
-      for qa in paragraph["qas"]:
-        answer = (None, None, None, False)
-        if is_training:
-          answer = _training_answer(qa, words, char_to_word, version_2_with_negative)
-          if answer is None:
-            continue
-        text, start, end, is_impossible = answer
-        examples.append(SquadExample(
-            qas_id=qa["id"], question_text=qa["question"], doc_tokens=words,
-            orig_answer_text=text, start_position=start, end_position=end,
-            is_impossible=is_impossible))
-  return examples
 
 
 def _improve_answer_span(doc_tokens, start, end, tokenizer, answer_text):
@@ -320,9 +148,11 @@ def _pad(values, length):
 
 
 def _window_targets(example, answer, span, doc_offset):
-  """Training positions of `answer` (document token indices) in `span`: 0 when outside."""
+  """Training positions of `answer` (document token indices) in `span`: 0 when outside, and for
+  an answer whose words have no token (all removed by the tokenizer), which no window holds."""
   first, last = answer
-  if example.is_impossible or not (span.start <= first and last <= span.start + span.length - 1):
+  if example.is_impossible or last < first or not (
+      span.start <= first and last <= span.start + span.length - 1):
     return 0, 0
   return first - span.start + doc_offset, last - span.start + doc_offset
 

@@ -31,6 +31,7 @@ from absl import logging
 import numpy as np
 
 from utils.core import checks
+from utils.core import errors
 
 # The step of a summary line (dllogger's empty tuple; written as [] in the file).
 SUMMARY_STEP = ()
@@ -321,9 +322,30 @@ def parse_log_line(line):
     return None
   try:
     record = json.loads(line[len(LINE_PREFIX):])
-  except ValueError:
+  except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's limit
     return None
   return record if isinstance(record, dict) else None
+
+
+def _utf8_lines(reader, log_path):
+  """The lines of `reader`, a text file of `log_path` read as UTF-8; errors.UsageError naming the
+  first byte that is not UTF-8 and its offset."""
+  try:
+    yield from reader
+  except UnicodeDecodeError:
+    pass
+  else:
+    return
+  offset = 0
+  with open(log_path, "rb") as binary:
+    for raw in binary:  # a multi-byte character never holds the byte of "\n"
+      try:
+        raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise errors.UsageError("%s: byte %d (0x%02x) at offset %d is not utf-8 text"
+                                % (log_path, raw[e.start], raw[e.start], offset + e.start))
+      offset += len(raw)
+  raise errors.UsageError("%s: not utf-8 text" % log_path)
 
 
 def read_log(log_path):
@@ -341,13 +363,14 @@ def read_log(log_path):
 
   Raises:
     OSError: when the file cannot be read.
-    ValueError: naming the file, when it has no per-step log line.
+    errors.UsageError (a ValueError): naming the file, when it is not UTF-8 text (the offset of
+      the first bad byte) or has no per-step log line.
   """
   steps = []
   summaries = []
   skipped = 0
-  with open(log_path, "r") as reader:
-    for line in reader:
+  with open(log_path, "r", encoding="utf-8") as reader:
+    for line in _utf8_lines(reader, log_path):
       record = parse_log_line(line)
       if record is None or record.get("type") != "LOG" or not isinstance(record.get("data"), dict):
         if line.strip():
@@ -364,8 +387,8 @@ def read_log(log_path):
       elif step == []:
         summaries.append(record["data"])
   if not steps:
-    raise ValueError("%s: no per-step log line (expected lines 'DLLL {json}' with type LOG and an "
-                     "integer step)" % log_path)
+    raise errors.UsageError("%s: no per-step log line (expected lines 'DLLL {json}' with type "
+                            "LOG and an integer step)" % log_path)
   if skipped:
     logging.info("%s: skipped %d lines that are not DLLL log records", log_path, skipped)
   return steps, summaries

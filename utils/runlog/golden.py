@@ -54,20 +54,31 @@ def log_entries(log_path):
     list of dicts {"step": int, <key>: float, ...} with the keys of `TRACKED_KEYS` the line has.
 
   Raises:
-    UsageError: naming the file, when it cannot be read or has no per-step line.
+    UsageError: naming the file, when it cannot be read, has no per-step line or a tracked value
+      beyond the range of a float (naming the step and the key).
   """
   try:
     steps, _ = dllogger_setup.read_log(log_path)
   except (OSError, ValueError) as e:
-    raise errors.UsageError("cannot read the run log %s: %s" % (log_path, _without_path(e)))
+    raise errors.UsageError("cannot read the run log %s: %s"
+                            % (log_path, _without_path(e, log_path)))
   entries = []
   for step, data in steps:
     entry = {"step": step}
     for key in TRACKED_KEYS:
       if isinstance(data.get(key), (int, float)) and not isinstance(data.get(key), bool):
-        entry[key] = float(data[key])
+        entry[key] = _as_float(data[key], "%s: step %d" % (log_path, step), key)
     entries.append(entry)
   return entries
+
+
+def _as_float(value, where, key):
+  """`value` (int or float) as a float; UsageError "<where>: <key> ..." when out of its range."""
+  try:
+    return float(value)
+  except OverflowError:
+    raise errors.UsageError("%s: %r is an integer of %d digits, beyond the range of a float"
+                            % (where, key, len(str(abs(value)))))
 
 
 def command_flags(command):
@@ -133,25 +144,70 @@ def make_golden(entries, command):
   }
 
 
-def _without_path(error):
-  """What went wrong, for a message that names the file itself: an OSError's reason alone."""
-  return error.strerror if isinstance(error, OSError) and error.strerror else error
+def _without_path(error, path=None):
+  """What went wrong, for a message that names the file itself: an OSError's reason alone, an
+  error's message without a leading "<path>: "."""
+  if isinstance(error, OSError) and error.strerror:
+    return error.strerror
+  message = str(error)
+  return message[len(path) + 2:] if path and message.startswith(path + ": ") else message
 
 
 def read_golden(path):
-  """Loads and checks a golden file; errors.UsageError naming the file and the problem."""
+  """Loads and checks a golden file.
+
+  Args:
+    path: the golden file (`make_golden`'s document as JSON).
+
+  Returns:
+    the document, its entries' tracked values as floats.
+
+  Raises:
+    errors.UsageError: naming the file and the problem (for an entry: its index and key).
+  """
   try:
-    with open(path) as reader:
+    with open(path, encoding="utf-8") as reader:
       golden = json.load(reader)
   except (OSError, ValueError) as e:
     raise errors.UsageError("cannot read the golden file %s: %s" % (path, _without_path(e)))
-  if not isinstance(golden, dict) or golden.get("format") != GOLDEN_FORMAT:
+  except RecursionError:
+    raise errors.UsageError("cannot read the golden file %s: JSON nested too deeply" % path)
+  if not isinstance(golden, dict) or not _is_int(golden.get("format")) or (
+      golden["format"] != GOLDEN_FORMAT):
     raise errors.UsageError("%s: not a golden-loss file of format %d" % (path, GOLDEN_FORMAT))
   entries = golden.get("entries")
   if not isinstance(entries, list) or not entries or not all(
-      isinstance(e, dict) and isinstance(e.get("step"), int) for e in entries):
+      isinstance(e, dict) and _is_int(e.get("step")) for e in entries):
     raise errors.UsageError("%s: 'entries' must be a non-empty list of {\"step\": int, ...}" % path)
+  _check_versions(golden.get("versions", {}), path)
+  for index, entry in enumerate(entries):
+    for key in TRACKED_KEYS:
+      if key in entry:
+        if not isinstance(entry[key], (int, float)) or isinstance(entry[key], bool):
+          raise errors.UsageError("%s: entry %d: %r is a %s, expected a number"
+                                  % (path, index, key, type(entry[key]).__name__))
+        entry[key] = _as_float(entry[key], "%s: entry %d" % (path, index), key)
   return golden
+
+
+def _check_versions(versions, path):
+  """UsageError naming `path` unless `versions` maps names to printable version strings or null
+  (`python -m utils.regression compare` prints the ones that changed)."""
+  if not isinstance(versions, dict):
+    raise errors.UsageError("%s: 'versions' is a %s, expected an object"
+                            % (path, type(versions).__name__))
+  for name, version in versions.items():
+    if version is not None and not isinstance(version, str):
+      raise errors.UsageError("%s: versions: %r is a %s, expected a string or null"
+                              % (path, name, type(version).__name__))
+    try:
+      (name + (version or "")).encode("utf-8")
+    except UnicodeEncodeError:
+      raise errors.UsageError("%s: versions: %a has a lone surrogate, not text" % (path, name))
+
+
+def _is_int(value):
+  return isinstance(value, int) and not isinstance(value, bool)
 
 
 def values_match(golden_value, new_value, tolerance):

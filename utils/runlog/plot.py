@@ -25,12 +25,13 @@ EXTRA_PANEL_HEIGHT = 3
 
 
 def _as_float(value):
-  """`value` as a float; None when missing or not numeric (learning rates may be strings)."""
+  """`value` as a float; None when missing, not numeric (learning rates may be strings) or an
+  integer beyond the range of a float."""
   if value is None or isinstance(value, bool):
     return None
   try:
     return float(value)
-  except (TypeError, ValueError):
+  except (TypeError, ValueError, OverflowError):
     return None
 
 
