@@ -10,9 +10,12 @@ only by the fuzzer's process, a crash or a hang.
 """
 
 import collections
+import contextlib
 import glob
 import importlib
 import os
+import shutil
+import tempfile
 import tracemalloc
 
 FUZZ_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -72,6 +75,27 @@ def run_one(target, data):
     return Finding("memory", "traced a peak of %d bytes for a %d-byte input (bound %d)"
                    % (peak, len(data), memory_bound(data)))
   return None
+
+
+@contextlib.contextmanager
+def input_file(data, name):
+  """Context: the path of a file called `name` holding `data` (bytes), in a fresh temporary
+  directory removed afterwards (with whatever the reader wrote beside it)."""
+  directory = tempfile.mkdtemp(prefix="fuzz-")
+  try:
+    path = os.path.join(directory, name)
+    with open(path, "wb") as f:
+      f.write(data)
+    yield path
+  finally:
+    shutil.rmtree(directory)
+
+
+def tokenizer(words):
+  """A lower-casing `tokenization.FullTokenizer` on the vocabulary `words` (list of str)."""
+  import tokenization  # pylint: disable=import-outside-toplevel  (the targets that need it only)
+  with input_file(("\n".join(words) + "\n").encode("utf-8"), "vocab.txt") as path:
+    return tokenization.FullTokenizer(path, do_lower_case=True, preserve_unused_tokens=False)
 
 
 def target_names():

@@ -9,7 +9,6 @@ either returns or refuses with one line naming the file.
 import json
 import math
 import os
-import tempfile
 
 import modeling
 from fuzz import harness
@@ -60,10 +59,7 @@ def _check_estimate(config, path):
 
 def read(data):
   """Loads `data` as a bert_config.json file; checks what it returns."""
-  with tempfile.TemporaryDirectory() as directory:
-    path = os.path.join(directory, "bert_config.json")
-    with open(path, "wb") as f:
-      f.write(data)
+  with harness.input_file(data, "bert_config.json") as path:
     try:
       config = modeling.BertConfig.from_json_file(path)
     except ValueError as e:

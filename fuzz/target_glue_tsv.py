@@ -12,7 +12,6 @@ import tempfile
 from fuzz import harness
 from utils.core import errors
 from utils.finetuning import classifier_data
-import tokenization
 
 CASES = tuple((task, split) for task in ("mrpc", "cola", "mnli", "xnli", "stdlib")
               for split in ("train", "dev", "test") if (task, split) != ("xnli", "test"))
@@ -21,16 +20,7 @@ _VOCAB = "[PAD] [UNK] [CLS] [SEP] [MASK] the movie was good bad film . , ##s ##e
 _LABELS_SEPARATOR = b"\x1e"
 
 
-def _tokenizer():
-  """A FullTokenizer on the small vocabulary above (its file removed once read)."""
-  with tempfile.TemporaryDirectory() as directory:
-    path = os.path.join(directory, "vocab.txt")
-    with open(path, "w") as writer:
-      writer.write("\n".join(_VOCAB) + "\n")
-    return tokenization.FullTokenizer(path, do_lower_case=True, preserve_unused_tokens=False)
-
-
-TOKENIZER = _tokenizer()
+TOKENIZER = harness.tokenizer(_VOCAB)
 
 
 def _write(path, content):

@@ -9,8 +9,6 @@ Example, parsed here with protobuf and checked here feature by feature, does not
 record the pre-flight passes parses with the input pipeline's spec into the Example's own values.
 """
 
-import os
-import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -92,10 +90,7 @@ def _check_parsed(data, values):
 def read(data):
   """The pre-flight and the scan of a file holding the one record `data`."""
   ok, values = fits(data)
-  with tempfile.TemporaryDirectory() as directory:
-    path = os.path.join(directory, "part-0.tfrecord")
-    with open(path, "wb") as writer:
-      writer.write(_framed(data))
+  with harness.input_file(_framed(data), "part-0.tfrecord") as path:
     try:
       records.check_input_files([path], SEQ, PRED, vocab_size=VOCAB)
     except ValueError as e:

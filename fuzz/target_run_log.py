@@ -9,9 +9,7 @@ tracked value is a float.
 
 import json
 import math
-import os
 import re
-import tempfile
 
 from fuzz import harness
 from utils.core import errors
@@ -66,10 +64,7 @@ def _check(text, steps, entries):
 
 def read(data):
   """Reads `data` as a run log with each reader and checks what they return."""
-  with tempfile.TemporaryDirectory() as directory:
-    path = os.path.join(directory, "bert_dllog.json")
-    with open(path, "wb") as writer:
-      writer.write(data)
+  with harness.input_file(data, "bert_dllog.json") as path:
     steps, _ = dllogger_setup.read_log(path)
     entries = golden.log_entries(path)
   _check(data.decode("utf-8"), steps, entries)

@@ -36,14 +36,8 @@ def _check(data, tensors):
 
 def read(data):
   """Reads `data` as a safetensors file and checks what the reader returned."""
-  directory = tempfile.mkdtemp(prefix="fuzz-safetensors-")
-  try:
-    path = os.path.join(directory, "model.safetensors")
-    with open(path, "wb") as f:
-      f.write(data)
+  with harness.input_file(data, "model.safetensors") as path:
     tensors, metadata = safetensors.read(path)
-  finally:
-    shutil.rmtree(directory)
   assert isinstance(metadata, dict)
   _check(data, tensors)
 

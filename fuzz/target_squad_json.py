@@ -7,14 +7,11 @@ paragraph, and every feature's training targets lie inside its window.
 """
 
 import json
-import os
 import re
-import tempfile
 
 from fuzz import harness
 from utils.core import errors
 from utils.finetuning import squad_data
-import tokenization
 
 # (is_training, version_2_with_negative) of the first byte's four modes.
 MODES = ((False, False), (True, False), (False, True), (True, True))
@@ -26,16 +23,7 @@ _VOCAB = ("[PAD] [UNK] [CLS] [SEP] [MASK] the a of in was is what who when where
 _SPLIT = re.compile("[ \t\r\n\u202f]+")
 
 
-def _tokenizer():
-  """A FullTokenizer on the small vocabulary above (its file removed once read)."""
-  with tempfile.TemporaryDirectory() as directory:
-    path = os.path.join(directory, "vocab.txt")
-    with open(path, "w") as writer:
-      writer.write("\n".join(_VOCAB) + "\n")
-    return tokenization.FullTokenizer(path, do_lower_case=True, preserve_unused_tokens=False)
-
-
-TOKENIZER = _tokenizer()
+TOKENIZER = harness.tokenizer(_VOCAB)
 
 
 def _questions(data):
@@ -83,10 +71,7 @@ def read(data):
   if not data:
     return
   is_training, version_2 = MODES[data[0] % len(MODES)]
-  with tempfile.TemporaryDirectory() as directory:
-    path = os.path.join(directory, "squad.json")
-    with open(path, "wb") as writer:
-      writer.write(data[1:])
+  with harness.input_file(data[1:], "squad.json") as path:
     examples = squad_data.read_squad_examples(path, is_training, version_2)
   if not examples:
     return

@@ -10,9 +10,7 @@ reader died (SIGSEGV) on a length past the end of the file with a right CRC; the
 sees such a crash as a finding.
 """
 
-import os
 import struct
-import tempfile
 
 import numpy as np
 
@@ -108,10 +106,7 @@ def _check_file(path, data, found, bad):
 def read(data):
   """Checks the file `data` as check_records, the pre-flight and the scan read it."""
   found, bad = parse_framing(data)
-  with tempfile.TemporaryDirectory() as directory:
-    path = os.path.join(directory, "part-0.tfrecord")
-    with open(path, "wb") as writer:
-      writer.write(data)
+  with harness.input_file(data, "part-0.tfrecord") as path:
     check = _check_file(path, data, found, bad)
     for chunk_bytes in (12, 29):  # chunks end inside headers and records
       walked = record_framing.headers_fit(path, len(data), chunk_bytes=chunk_bytes)

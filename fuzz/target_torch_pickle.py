@@ -64,15 +64,9 @@ def _check(path, tensors):
 
 def read(data):
   """Reads `data` as pytorch_model.bin and checks what the reader returned."""
-  directory = tempfile.mkdtemp(prefix="fuzz-torch-pickle-")
-  try:
-    path = os.path.join(directory, "pytorch_model.bin")
-    with open(path, "wb") as f:
-      f.write(data)
+  with harness.input_file(data, "pytorch_model.bin") as path:
     tensors = torch_pickle.read_state_dict(path)
     _check(path, tensors)
-  finally:
-    shutil.rmtree(directory)
 
 
 # ---------------------------------------------------------------------------------------------

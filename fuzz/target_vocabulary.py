@@ -45,10 +45,7 @@ def _check_tokenizer(path, vocab, preserve_unused_tokens):
 
 def read(data):
   """Loads `data` as a vocab.txt; checks the vocabulary and a tokenizer built on it."""
-  with tempfile.TemporaryDirectory() as directory:
-    path = os.path.join(directory, "vocab.txt")
-    with open(path, "wb") as f:
-      f.write(data)
+  with harness.input_file(data, "vocab.txt") as path:
     try:
       vocab = tokenization.load_vocab(path)
     except ValueError as e:

@@ -12,12 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import modeling
 from tests import helpers
 from utils import export_release
-from utils.checkpoints import contents
-from utils.checkpoints import huggingface
-from utils.checkpoints import release
 from utils.checkpoints import safetensors
 from utils.core import errors
 
@@ -276,15 +272,7 @@ def hf_directory(tmp_path_factory):
   """A transformers directory of a random CONFIG model that imports: the project's export of a
   checkpoint."""
   root = tmp_path_factory.mktemp("hf_source")
-  shapes = release.model_weight_shapes(modeling.BertConfig.from_dict(CONFIG))
-  rng = np.random.RandomState(0)
-  contents.write_checkpoint(str(root / "model.ckpt-1"), {
-      name: rng.normal(0, 0.1, shape).astype(np.float32) for name, shape in shapes.items()})
-  (root / "bert_config.json").write_text(json.dumps(CONFIG))
-  (root / "vocab.txt").write_text("".join("t%d\n" % i for i in range(CONFIG["vocab_size"])))
-  hf_dir = root / "hf"
-  huggingface.export(str(root / "model.ckpt-1"), str(root / "bert_config.json"),
-                     str(root / "vocab.txt"), str(hf_dir))
+  hf_dir = helpers.exported_hf_directory(root, CONFIG)
   assert export_release.main(["--from_huggingface=%s" % hf_dir,
                               "--output_dir=%s" % (root / "imported")]) == 0
   return hf_dir
