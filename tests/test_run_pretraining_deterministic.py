@@ -187,8 +187,10 @@ def _wait_for_step(log, proc, step, timeout=300):
   while time.time() < deadline:
     assert proc.poll() is None, "the run ended before it was killed"
     if log.exists():
-      steps = [r["step"] for r in map(json.loads, (l[5:] for l in log.read_text().splitlines()
-                                                   if l.startswith("DLLL ")))]
+      # Only whole lines: the writer may be part-way through the last one.
+      text = log.read_text()
+      lines = text.splitlines()[:text.count("\n")]
+      steps = [r["step"] for r in map(json.loads, (l[5:] for l in lines if l.startswith("DLLL ")))]
       if any(isinstance(s, int) and s >= step for s in steps):
         return
     time.sleep(0.05)

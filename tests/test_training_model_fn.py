@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.framework import config as tf_config  # pylint: disable=g-direct-tensorflow-import
 
 import modeling
 import optimization
@@ -283,6 +284,17 @@ def test_encoder_variable_shapes_follow_the_config_whatever_its_depth():
   assert shapes["bert/encoder/layer_0/output/dense/kernel"] == [inter, hidden]
   assert shapes["bert/pooler/dense/bias"] == [hidden]
   assert not [name for name in shapes if "layer_1" in name]  # layer 0 stands for them all
+
+
+def test_encoder_variable_shapes_are_read_with_op_determinism_on():
+  # --deterministic_run turns op determinism on before the init checkpoint is checked: the
+  # throw-away graph's random initialisers then need a seed (a fine-tuning run failed on it).
+  tf_config.enable_op_determinism()
+  try:
+    shapes = model_fn_lib.encoder_variable_shapes(CONFIG)
+  finally:
+    tf_config.disable_op_determinism()  # the public API has no way back: the rest of the suite
+  assert shapes["bert/pooler/dense/kernel"] == [CONFIG.hidden_size, CONFIG.hidden_size]
 
 
 def test_first_shape_mismatch_names_the_first_variable_that_differs(checkpoint, tmp_path):

@@ -65,6 +65,9 @@ def encoder_variable_shapes(bert_config):
   one_layer = copy.deepcopy(bert_config)
   one_layer.num_hidden_layers = 1
   with tf.Graph().as_default():
+    # A --deterministic_run has turned op determinism on: its random initialisers need a seed
+    # (the values are never computed, only the shapes read).
+    _tf1.set_random_seed(0)
     ids = tf.zeros([1, 2], tf.int32)
     modeling.BertModel(config=one_layer, is_training=False, input_ids=ids, input_mask=ids,
                        token_type_ids=ids)
