@@ -94,6 +94,19 @@ def test_check_flags_accepts_the_edges_of_the_ranges():
   task.check_flags(valid_flags(do_lower_case=False, init_checkpoint="/runs/mine/model.ckpt-9"))
 
 
+def test_records_go_into_a_worker_directory_not_made_yet(tmp_path):
+  # A Horovod worker that saves nothing has no directory of its own until it writes its task's
+  # records there (rank 1's train.tf_record failed with NotFoundError).
+  assert write_numbered_records(tmp_path / "worker_1" / "train.tf_record", 3) == 3
+  streamed = task.RecordWriter(str(tmp_path / "worker_2" / "train.tf_record"),
+                               lambda i: {"input_ids": [i, i + 1, i + 2], "label_id": [i]})
+  for i in range(3):
+    streamed.process_feature(i)
+  streamed.close()
+  assert ((tmp_path / "worker_2" / "train.tf_record").read_bytes()
+          == (tmp_path / "worker_1" / "train.tf_record").read_bytes())
+
+
 def test_records_read_back_once_in_order_for_evaluation(tmp_path):
   path = tmp_path / "eval.tf_record"
   assert write_numbered_records(path, 5) == 5

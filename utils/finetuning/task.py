@@ -26,10 +26,17 @@ def int_record(values):
       for name, ints in values.items()}))
 
 
+def _record_writer(path):
+  """A TFRecordWriter of `path`, its directory made first: a Horovod worker's own output directory
+  is made only once something is written there (docs/MULTINODE.md, "Outputs")."""
+  tf.io.gfile.makedirs(os.path.dirname(path) or ".")
+  return tf.io.TFRecordWriter(path)
+
+
 def write_records(path, records):
   """Writes an iterable of dicts name -> list of ints as TFRecords; returns how many."""
   count = 0
-  with tf.io.TFRecordWriter(path) as writer:
+  with _record_writer(path) as writer:
     for record in records:
       writer.write(int_record(record).SerializeToString())
       count += 1
@@ -44,7 +51,7 @@ class RecordWriter(object):
     self.filename = path
     self.num_features = 0
     self._to_record = to_record
-    self._writer = tf.io.TFRecordWriter(path)
+    self._writer = _record_writer(path)
 
   def process_feature(self, feature):
     """Writes one feature."""
