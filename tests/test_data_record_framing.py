@@ -160,3 +160,12 @@ def test_a_huge_first_length_is_named_and_a_missing_file_is_tensorflows_error(tm
     next(record_framing.records_at(path))
   with pytest.raises(tf.errors.NotFoundError):
     next(record_framing.records_at(str(tmp_path / "missing.tfrecord")))
+
+
+def test_walked_problem_is_none_for_a_good_file_and_names_a_huge_length(tmp_path):
+  good = tmp_path / "good.tfrecord"
+  good.write_bytes(b"".join(record(bytes(size)) for size in SIZES))
+  assert record_framing.walked_problem(str(good)) is None
+  offset, _ = bad_length_file(tmp_path / "bad.tfrecord")
+  assert record_framing.walked_problem(str(tmp_path / "bad.tfrecord")) == (
+      len(SIZES), offset, HUGE_PROBLEM)

@@ -139,8 +139,7 @@ def _walked_file(path):
   """
   name = os.fsdecode(path.numpy())
   try:
-    size = tf.io.gfile.stat(name).length
-    bad = None if record_framing.headers_fit(name, size) else record_framing.first_bad_record(name)
+    bad = record_framing.walked_problem(name)
   except (tf.errors.OpError, OSError):
     return path
   if bad is not None and bad[2] not in record_framing.CRC_PROBLEMS:

@@ -193,3 +193,15 @@ def first_bad_record(path):
   except RecordFramingError as e:
     return e.index, e.offset, e.problem
   return None
+
+
+def walked_problem(path):
+  """(index, byte offset, problem) of the first bad record of a TFRecord file, or None: the walk of
+  its length fields (`headers_fit`) for a good file, `first_bad_record` only once the walk fails.
+
+  Raises:
+    tf.errors.OpError or OSError: when the file cannot be read.
+  """
+  if headers_fit(path, tf.io.gfile.stat(path).length):
+    return None
+  return first_bad_record(path)

@@ -34,10 +34,9 @@ def read_pretraining_records(files, max_seq_length, max_predictions_per_seq):
       of a record whose framing is bad (checked before TensorFlow's reader opens the file).
   """
   for path in files:
-    if not record_framing.headers_fit(path, tf.io.gfile.stat(path).length):
-      bad = record_framing.first_bad_record(path)
-      if bad is not None:
-        raise ValueError("%s: record %d at byte offset %d: %s" % ((path,) + bad))
+    bad = record_framing.walked_problem(path)
+    if bad is not None:
+      raise ValueError("%s: record %d at byte offset %d: %s" % ((path,) + bad))
   spec = input_pipeline.pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
   columns = {name: [] for name in spec}
   with tf.Graph().as_default():
