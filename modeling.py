@@ -233,7 +233,7 @@ class BertModel(object):
 
   def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
                use_one_hot_embeddings=False, scope=None, compute_type=tf.float32,
-               dropout_key=None):
+               dropout_key=None, position_ids=None, packed_sequences=False, cls_positions=None):
     """Builds the model graph.
 
     Args:
@@ -250,6 +250,14 @@ class BertModel(object):
       dropout_key: optional int64 Tensor [2]: every dropout mask becomes a pure function of this
         key, the layer and the dropout site (stateless random ops), independent of op scheduling
         and thread count; None keeps TensorFlow's stateful dropout.
+      position_ids: optional int32 Tensor [batch_size, seq_length]: each token's position in its
+        own sequence (packed rows restart at 0 for each sequence); None: 0 .. seq_length - 1.
+      packed_sequences: True: `input_mask` holds each token's sequence number (1..k, 0 for
+        padding) and a token attends only to the tokens of its own sequence
+        (`create_attention_mask_from_sequence_ids`); False: the release's padding mask.
+      cls_positions: optional int32 Tensor [batch_size, num_sequences]: the pooled output is taken
+        at each of these positions (each packed sequence's [CLS]), [batch_size * num_sequences,
+        hidden_size]; None: at position 0, [batch_size, hidden_size].
 
     Raises:
       ValueError: for an invalid config or input shape.
@@ -293,10 +301,14 @@ class BertModel(object):
             initializer_range=config.initializer_range,
             max_position_embeddings=config.max_position_embeddings,
             dropout_prob=config.hidden_dropout_prob,
-            dropout_seed=dropout_site_key(dropout_key, EMBEDDINGS_LAYER, _EMBEDDINGS_SITE))
+            dropout_seed=dropout_site_key(dropout_key, EMBEDDINGS_LAYER, _EMBEDDINGS_SITE),
+            position_ids=position_ids)
 
       with _tf1.variable_scope("encoder"):
-        attention_mask = create_attention_mask_from_input_mask(input_ids, input_mask)
+        if packed_sequences:
+          attention_mask = create_attention_mask_from_sequence_ids(input_mask)
+        else:
+          attention_mask = create_attention_mask_from_input_mask(input_ids, input_mask)
         self.all_encoder_layers = transformer_model(
             input_tensor=tf.cast(self.embedding_output, activation_type),
             attention_mask=tf.cast(attention_mask, activation_type),
@@ -315,14 +327,18 @@ class BertModel(object):
 
       with _tf1.variable_scope("pooler"):
         # The hidden state of [CLS] (the first token) summarises the pair for classification.
-        first_token_tensor = tf.squeeze(self.sequence_output[:, 0:1, :], axis=1)
+        if cls_positions is None:
+          first_token_tensor = tf.squeeze(self.sequence_output[:, 0:1, :], axis=1)
+        else:
+          first_token_tensor = tf.gather(self.sequence_output, cls_positions, batch_dims=1)
+          first_token_tensor = tf.reshape(first_token_tensor, [-1, config.hidden_size])
         self.pooled_output = dense_layer(
             first_token_tensor, config.hidden_size, activation=tf.tanh, name="dense",
             initializer_range=config.initializer_range, matmul_dtype=matmul_type)
 
   def get_pooled_output(self):
-    """Pooled [CLS] representation, [batch_size, hidden_size]: fp16 with fp16 compute, else
-    fp32."""
+    """Pooled [CLS] representation, [batch_size, hidden_size] ([batch_size * num_sequences,
+    hidden_size] with `cls_positions`): fp16 with fp16 compute, else fp32."""
     return self.pooled_output
 
   def get_sequence_output(self):
@@ -736,7 +752,7 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
                             token_type_vocab_size=16, token_type_embedding_name="token_type_embeddings",
                             use_position_embeddings=True, position_embedding_name="position_embeddings",
                             initializer_range=0.02, max_position_embeddings=512, dropout_prob=0.1,
-                            dropout_seed=None):
+                            dropout_seed=None, position_ids=None):
   """Adds token type and position embeddings, then layer norm and dropout.
 
   Args:
@@ -751,6 +767,8 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
     max_position_embeddings: rows of the position table; at least `seq_length`.
     dropout_prob: dropout after the layer norm.
     dropout_seed: optional seed of the stateless mask (see `dropout`).
+    position_ids: optional int32 Tensor [batch_size, seq_length], each token's row of the position
+      table (packed sequences restart at 0); None: rows 0 .. seq_length - 1.
 
   Returns:
     Tensor of the shape and dtype of `input_tensor`.
@@ -779,9 +797,12 @@ def embedding_postprocessor(input_tensor, use_token_type=False, token_type_ids=N
     full_position_embeddings = _tf1.get_variable(
         name=position_embedding_name, shape=[max_position_embeddings, width], dtype=tf.float32,
         initializer=create_initializer(initializer_range))
-    position_embeddings = tf.slice(full_position_embeddings, [0, 0], [seq_length, -1])
-    # [seq_length, width] broadcasts over the batch.
-    output += tf.expand_dims(position_embeddings, 0)
+    if position_ids is None:
+      position_embeddings = tf.slice(full_position_embeddings, [0, 0], [seq_length, -1])
+      # [seq_length, width] broadcasts over the batch.
+      output += tf.expand_dims(position_embeddings, 0)
+    else:
+      output += tf.gather(full_position_embeddings, position_ids)
 
   return layer_norm_and_dropout(output, dropout_prob, dropout_seed=dropout_seed)
 
@@ -804,6 +825,23 @@ def create_attention_mask_from_input_mask(from_tensor, to_mask):
   # Every query position attends to the same keys: broadcast along the query axis.
   broadcast_ones = tf.ones(shape=[batch_size, from_seq_length, 1], dtype=tf.float32)
   return broadcast_ones * to_mask
+
+
+def create_attention_mask_from_sequence_ids(sequence_ids):
+  """Builds the block-diagonal attention mask of packed rows.
+
+  Args:
+    sequence_ids: int Tensor [batch_size, seq_length]: each token's sequence number within its row
+      (1..k), 0 for padding.
+
+  Returns:
+    float32 Tensor [batch_size, seq_length, seq_length]: 1 where the query and the key belong to
+    the same sequence, 0 elsewhere and for padding keys.
+  """
+  sequence_ids = tf.cast(sequence_ids, tf.int32)
+  same_sequence = tf.equal(sequence_ids[:, :, None], sequence_ids[:, None, :])
+  real_key = tf.greater(sequence_ids, 0)[:, None, :]
+  return tf.cast(tf.logical_and(same_sequence, real_key), tf.float32)
 
 
 def _fused_projection(input_2d, units, names, initializer_range, matmul_dtype=None):

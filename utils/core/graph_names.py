@@ -10,6 +10,11 @@ list.
 TOTAL_LOSS = "total_loss"
 MLM_LOSS = "mlm_loss"
 NSP_LOSS = "nsp_loss"
+# The pretraining model_fn, packed or not (fine-tuning graphs have neither): float32 scalars of
+# this micro-batch on this worker. The real sequences (packed: the sum of next_sentence_weights;
+# unpacked: the batch's rows) and the real tokens (the count of input_mask > 0).
+BATCH_SEQUENCES = "batch_sequences"
+BATCH_TOKENS = "batch_tokens"
 
 # create_optimizer.
 # float32 scalar: the learning rate of this step's update.

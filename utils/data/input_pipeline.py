@@ -25,23 +25,39 @@ _EPOCHS_FOREVER = 2**62
 _as_written = tf.autograph.experimental.do_not_convert
 
 
-def pretraining_feature_spec(max_seq_length, max_predictions_per_seq):
+def pretraining_feature_spec(max_seq_length, max_predictions_per_seq, max_sequences_per_pack=0):
   """The features of a pretraining record, as `tf.io.parse_example` takes them.
+
+  Args:
+    max_seq_length: tokens per record (row).
+    max_predictions_per_seq: length of the masked_lm_* features (a packed row's prediction
+      capacity for packed records).
+    max_sequences_per_pack: 0 for the release's records; K > 0 for packed records of up to K
+      sequences per row (docs/DATA.md, "Packed records").
 
   Returns:
     dict name -> tf.io.FixedLenFeature: input_ids, input_mask, segment_ids int64
     [max_seq_length]; masked_lm_positions, masked_lm_ids int64 [max_predictions_per_seq];
-    masked_lm_weights float32 [max_predictions_per_seq]; next_sentence_labels int64 [1].
+    masked_lm_weights float32 [max_predictions_per_seq]; next_sentence_labels int64 [1]. Packed:
+    next_sentence_labels int64 [K], and positions int64 [max_seq_length],
+    next_sentence_positions int64 [K], next_sentence_weights float32 [K].
   """
-  return {
+  spec = {
       "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
       "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
       "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
-      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+      "next_sentence_labels": tf.io.FixedLenFeature([max(1, max_sequences_per_pack)], tf.int64),
   }
+  if max_sequences_per_pack:
+    spec.update({
+        "positions": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+        "next_sentence_positions": tf.io.FixedLenFeature([max_sequences_per_pack], tf.int64),
+        "next_sentence_weights": tf.io.FixedLenFeature([max_sequences_per_pack], tf.float32),
+    })
+  return spec
 
 
 def resolve_input_files(input_files=None, input_files_dir=None, dir_flag="input_files_dir"):
@@ -308,7 +324,7 @@ def _serialized_records(files, by_record, num_workers, worker_index, is_training
 def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
                      is_training, num_cpu_threads=4, num_workers=1, worker_index=0,
                      deterministic=False, seed=None, shuffle_buffer_size=100, skip_records=0,
-                     vocab_size=None):
+                     vocab_size=None, max_sequences_per_pack=0):
   """Builds the `input_fn` of the Estimator / TPUEstimator.
 
   Training: this worker's shard (see `shard_input_files`) epoch after epoch, each epoch every record
@@ -338,11 +354,15 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     vocab_size: when given, every batch is checked: a token id outside [0, vocab_size) fails the
       input with an InvalidArgumentError naming the file and record ("bad input record: <file>:
       record <k>: ..."; `records.name_bad_input` turns it into a usage error).
+    max_sequences_per_pack: 0, or K for packed records (`pretraining_feature_spec`); a batch
+      then counts rows, each of up to K sequences.
 
   Returns:
     input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32
     [batch, max_seq_length]; masked_lm_positions, masked_lm_ids int32 and masked_lm_weights
-    float32 [batch, max_predictions_per_seq]; next_sentence_labels int32 [batch, 1].
+    float32 [batch, max_predictions_per_seq]; next_sentence_labels int32 [batch, 1]. Packed:
+    next_sentence_labels and next_sentence_positions int32, next_sentence_weights float32
+    [batch, K], positions int32 [batch, max_seq_length].
   """
   input_files = list(input_files)
   if not input_files:
@@ -359,7 +379,8 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
   def input_fn(params):
     """Returns the dataset; `params` may carry "batch_size" (TPUEstimator)."""
     size = params.get("batch_size", batch_size) if params else batch_size
-    name_to_features = pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
+    name_to_features = pretraining_feature_spec(max_seq_length, max_predictions_per_seq,
+                                                max_sequences_per_pack)
     files, by_record = shard_input_files(input_files, num_workers, worker_index)
     d = _serialized_records(files, by_record, num_workers, worker_index, is_training,
                             num_cpu_threads, deterministic, shuffle_seed, shuffle_buffer_size)

@@ -124,7 +124,7 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, l
   return loss, per_example_loss, log_probs
 
 
-def get_next_sentence_output(bert_config, input_tensor, labels):
+def get_next_sentence_output(bert_config, input_tensor, labels, weights=None):
   """Next-sentence prediction head: is sentence B the continuation of A (0) or random (1)?
 
   Variables `cls/seq_relationship/output_weights` [2, hidden_size] and `.../output_bias` [2].
@@ -133,6 +133,8 @@ def get_next_sentence_output(bert_config, input_tensor, labels):
     bert_config: `modeling.BertConfig`.
     input_tensor: float Tensor [batch_size, hidden_size] (pooled output).
     labels: int32 Tensor [batch_size] or [batch_size, 1].
+    weights: optional float Tensor [batch_size]: 1.0 for a real sequence, 0.0 for an empty slot
+      of a packed row; the loss is then the mean over the real sequences. None: all real.
 
   Returns:
     (loss scalar, per_example_loss [batch_size], log_probs [batch_size, 2]), all fp32.
@@ -150,7 +152,12 @@ def get_next_sentence_output(bert_config, input_tensor, labels):
     labels = tf.reshape(labels, [-1])
     one_hot_labels = tf.one_hot(labels, depth=2, dtype=tf.float32)
     per_example_loss = -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)
-    loss = tf.reduce_mean(per_example_loss)
+    if weights is None:
+      loss = tf.reduce_mean(per_example_loss)
+    else:
+      weights = tf.cast(tf.reshape(weights, [-1]), tf.float32)
+      # A batch of empty slots only (never in a real batch) stays finite.
+      loss = tf.reduce_sum(weights * per_example_loss) / (tf.reduce_sum(weights) + 1e-5)
   return loss, per_example_loss, log_probs
 
 
@@ -179,17 +186,61 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
       config=bert_config, is_training=is_training, input_ids=features["input_ids"],
       input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
       use_one_hot_embeddings=use_one_hot_embeddings, compute_type=compute_type,
-      dropout_key=dropout_key)
+      dropout_key=dropout_key, **packed_encoder_args(features))
   return dict(_heads_on(bert_config, model, features), model=model)
+
+
+def is_packed(features):
+  """Whether a batch of features holds packed rows (docs/DATA.md, "Packed records")."""
+  return "next_sentence_positions" in features
+
+
+def packed_encoder_args(features):
+  """The `modeling.BertModel` arguments that packed rows add; {} for unpacked features.
+
+  Args:
+    features: dict of Tensors; packed: positions [batch, seq] (restarting per sequence),
+      input_mask [batch, seq] (sequence numbers), next_sentence_positions [batch, sequences].
+
+  Returns:
+    dict: position_ids, packed_sequences=True and cls_positions, or {}.
+  """
+  if not is_packed(features):
+    return {}
+  return dict(position_ids=features["positions"], packed_sequences=True,
+              cls_positions=features["next_sentence_positions"])
+
+
+def _prediction_weights(features):
+  """masked_lm_weights as 1.0 / 0.0: packed rows hold each prediction's sequence number there."""
+  weights = features["masked_lm_weights"]
+  if is_packed(features):
+    return tf.cast(tf.greater(weights, 0), tf.float32)
+  return weights
+
+
+def batch_counts(features):
+  """The real sequences and tokens of a batch, for the throughput log.
+
+  Returns:
+    (sequences, tokens): float32 scalars; unpacked rows hold one sequence each.
+  """
+  real_tokens = tf.reduce_sum(tf.cast(tf.greater(features["input_mask"], 0), tf.float32))
+  if is_packed(features):
+    sequences = tf.reduce_sum(tf.cast(features["next_sentence_weights"], tf.float32))
+  else:
+    sequences = tf.cast(tf.shape(features["input_ids"])[0], tf.float32)
+  return sequences, real_tokens
 
 
 def _heads_on(bert_config, model, features):
   """Both heads on a built encoder: the dict of `build_pretraining_model` without "model"."""
   mlm_loss, mlm_per_example_loss, mlm_log_probs = get_masked_lm_output(
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
-      features["masked_lm_positions"], features["masked_lm_ids"], features["masked_lm_weights"])
+      features["masked_lm_positions"], features["masked_lm_ids"], _prediction_weights(features))
   nsp_loss, nsp_per_example_loss, nsp_log_probs = get_next_sentence_output(
-      bert_config, model.get_pooled_output(), features["next_sentence_labels"])
+      bert_config, model.get_pooled_output(), features["next_sentence_labels"],
+      weights=features.get("next_sentence_weights"))
   return {
       "total_loss": mlm_loss + nsp_loss,
       "mlm_loss": mlm_loss,
@@ -207,9 +258,28 @@ def metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids, masked
 
   Args:
     masked_lm_example_loss: [batch * predictions]; masked_lm_log_probs: [batch * predictions, V];
-    masked_lm_ids, masked_lm_weights: [batch, predictions];
+    masked_lm_ids, masked_lm_weights: [batch, predictions] (weights 1.0 / 0.0);
     next_sentence_example_loss: [batch]; next_sentence_log_probs: [batch, 2];
     next_sentence_labels: [batch, 1].
+
+  Returns:
+    dict of (value, update_op) streaming metrics.
+  """
+  return packed_metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
+                          masked_lm_weights, next_sentence_example_loss, next_sentence_log_probs,
+                          next_sentence_labels, None)
+
+
+def packed_metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
+                     masked_lm_weights, next_sentence_example_loss, next_sentence_log_probs,
+                     next_sentence_labels, next_sentence_weights):
+  """`metric_fn` on packed rows: the next-sentence metrics count the real sequences only, so
+  packed and unpacked records of the same sequences give the same metrics.
+
+  Args:
+    as `metric_fn`, with next_sentence_example_loss [batch * K], next_sentence_log_probs
+    [batch * K, 2], next_sentence_labels [batch, K], and next_sentence_weights [batch, K]: 1.0 for
+    a real sequence, 0.0 for an empty slot (None: every slot is real).
 
   Returns:
     dict of (value, update_op) streaming metrics.
@@ -219,14 +289,18 @@ def metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids, masked
   masked_lm_ids = tf.reshape(masked_lm_ids, [-1])
   next_sentence_predictions = tf.argmax(next_sentence_log_probs, axis=-1, output_type=tf.int32)
   next_sentence_labels = tf.reshape(next_sentence_labels, [-1])
+  if next_sentence_weights is not None:
+    next_sentence_weights = tf.reshape(next_sentence_weights, [-1])
   return {
       "masked_lm_accuracy": _tf1.metrics.accuracy(
           labels=masked_lm_ids, predictions=masked_lm_predictions, weights=masked_lm_weights),
       "masked_lm_loss": _tf1.metrics.mean(
           values=tf.reshape(masked_lm_example_loss, [-1]), weights=masked_lm_weights),
       "next_sentence_accuracy": _tf1.metrics.accuracy(
-          labels=next_sentence_labels, predictions=next_sentence_predictions),
-      "next_sentence_loss": _tf1.metrics.mean(values=next_sentence_example_loss),
+          labels=next_sentence_labels, predictions=next_sentence_predictions,
+          weights=next_sentence_weights),
+      "next_sentence_loss": _tf1.metrics.mean(values=next_sentence_example_loss,
+                                              weights=next_sentence_weights),
   }
 
 
@@ -246,11 +320,18 @@ def pretraining_head(bert_config):
     built = _heads_on(bert_config, model, features)
     tf.identity(built["mlm_loss"], name=graph_names.MLM_LOSS)
     tf.identity(built["nsp_loss"], name=graph_names.NSP_LOSS)
+    sequences, tokens = batch_counts(features)
+    tf.identity(sequences, name=graph_names.BATCH_SEQUENCES)
+    tf.identity(tokens, name=graph_names.BATCH_TOKENS)
     metric_args = [built["mlm_per_example_loss"], built["mlm_log_probs"],
-                   features["masked_lm_ids"], features["masked_lm_weights"],
+                   features["masked_lm_ids"], _prediction_weights(features),
                    built["nsp_per_example_loss"], built["nsp_log_probs"],
                    features["next_sentence_labels"]]
-    return heads.HeadOutput(loss=built["total_loss"], predictions=None, metric_fn=metric_fn,
+    metrics = metric_fn
+    if is_packed(features):
+      metrics = packed_metric_fn
+      metric_args.append(features["next_sentence_weights"])
+    return heads.HeadOutput(loss=built["total_loss"], predictions=None, metric_fn=metrics,
                             metric_args=metric_args)
 
   return head_fn

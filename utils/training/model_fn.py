@@ -33,6 +33,7 @@ import modeling
 import optimization
 from utils.core import errors
 from utils.core import graph_names
+from utils.model import pretraining
 from utils.training import determinism
 
 _tf1 = tf.compat.v1
@@ -168,7 +169,7 @@ def model_fn_builder(head_fn, bert_config, init_checkpoint, settings, verbose_lo
         config=bert_config, is_training=is_training, input_ids=features["input_ids"],
         input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
         use_one_hot_embeddings=distribution.use_tpu, compute_type=precision.compute_type,
-        dropout_key=dropout_key)
+        dropout_key=dropout_key, **pretraining.packed_encoder_args(features))
     head = head_fn(model, features, mode)
     total_loss = None
     if head.loss is not None:
