@@ -13,6 +13,15 @@
 # others; mpirun is the one on PATH unless --mpirun names one. The launcher says which it uses.
 # `--launcher srun` runs inside a Slurm allocation (scripts/slurm/pretrain.sbatch): srun starts the
 # --np workers itself, wired to MPI through --srun_mpi (pmix by default).
+#
+# Packed sequences (docs/TRAINING.md, "Packed sequences"): --phase2_data (or --phase1_data) may
+# hold packed records (pack_pretraining_data.py); run_pretraining.py reads from them that they are
+# packed, nothing else changes here. Keep --phase2_pred at the unpacked records' value. A packed
+# row holds several sequences and the batch sizes count rows: to keep the recipe's global batch in
+# sequences, divide --phase2_accum (or --phase2_batch) by the average sequences per row that the
+# packer's last line prints; leave the learning rate, warmup and steps as they are. The start line
+# then says "rows per update (packed: up to K sequences per row)" and the log's throughput_train
+# counts sequences.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

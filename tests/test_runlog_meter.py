@@ -213,3 +213,96 @@ def test_start_clears_the_run_and_an_unknown_start_step_counts_the_first_update(
 def test_bad_arguments_are_named(kwargs, message):
   with pytest.raises(ValueError, match=message):
     meter_lib.TrainingMeter(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed input: the log counts sequences. The job below: 2 workers x 4 rows x 2 accumulation =
+# 16 rows per update, rows of 128 tokens (a worker's micro-batch holds 4 x 128 = 512 slots).
+
+PACKED = dict(max_sequences_per_pack=3, num_workers=2, seq_length=128)
+# Per micro-step: (start, end) times, and this worker's batch_sequences and batch_tokens.
+PACKED_RUNS = [((10.0, 11.5), 7.0, 480.0), ((12.0, 14.5), 9.0, 504.0),   # update 1: 4 s
+               ((20.0, 21.0), 6.0, 384.0), ((30.0, 31.0), 8.0, 448.0)]   # update 2: 2 s
+
+
+def packed_feeds(with_counts=True):
+  """The fed values of PACKED_RUNS (the global step advances every second micro-step)."""
+  fed = []
+  for k, (_, sequences, tokens) in enumerate(PACKED_RUNS):
+    counts = {"batch_sequences": sequences, "batch_tokens": tokens} if with_counts else {}
+    fed.append(values((k + 1) // 2, total_loss=6.0 - k, **counts))
+  return fed
+
+
+def packed_clock():
+  return ScriptedClock([t for times, _, _ in PACKED_RUNS for t in times])
+
+
+def test_packed_updates_count_sequences_rows_and_padding():
+  meter = Metered(16, accumulation=2, warmup_steps=0, clock=packed_clock(), **PACKED)
+  meter.start(0)
+  first, second = run(meter, packed_feeds())
+  # Update 1: (7 + 9) x 2 workers = 32 sequences in 1.5 + 2.5 = 4 s; 16 rows; tokens
+  # (480 + 504) x 2 = 1968 of 16 x 128 = 2048 slots: 80 / 2048 empty.
+  assert first.data["throughput_train"] == 8.0
+  assert first.data["sequences_per_update"] == 32.0
+  assert first.data["rows_per_sec"] == 4.0
+  assert first.data["padding"] == pytest.approx(80.0 / 2048)
+  # Update 2: (6 + 8) x 2 = 28 sequences in 2 s; (384 + 448) x 2 = 1664 tokens: 384 / 2048 empty.
+  assert second.data["throughput_train"] == 14.0 and second.data["rows_per_sec"] == 8.0
+  assert second.data["sequences_per_update"] == 28.0
+  assert second.data["padding"] == pytest.approx(0.1875)
+  # The new keys come last: the line still starts with throughput_train.
+  assert list(first.data) == ["throughput_train", "mlm_loss", "nsp_loss", "total_loss",
+                              "avg_loss_step", "learning_rate", "sequences_per_update",
+                              "rows_per_sec", "padding"]
+  summary = meter.summary()
+  # 60 sequences and 32 rows in 6 s; 3632 tokens of 4096 slots.
+  assert summary["throughput_train"] == 10.0
+  assert summary["rows_per_sec"] == pytest.approx(32 / 6.0)
+  assert summary["sequences_per_row"] == 60 / 32.0
+  assert summary["padding"] == pytest.approx(464.0 / 4096)
+  assert meter.summary_lines() == (
+      "Throughput Average (sequences/s) = 10.00 (2 of 2 update steps measured, 6.00 s); "
+      "5.33 rows/s, 1.88 sequences per row, padding 11.3%",)
+
+
+def test_packed_average_counts_only_the_measured_updates_sequences():
+  # One warm-up update: the average is update 2 alone, 28 sequences / 2 s; the run's rows and
+  # padding still count both updates.
+  meter = Metered(16, accumulation=2, warmup_steps=1, clock=packed_clock(), **PACKED)
+  meter.start(0)
+  run(meter, packed_feeds())
+  summary = meter.summary()
+  assert summary["throughput_train"] == 14.0 and summary["rows_per_sec"] == 8.0
+  assert summary["sequences_per_row"] == 60 / 32.0
+  assert summary["padding"] == pytest.approx(464.0 / 4096)
+
+
+def test_unpacked_lines_are_unchanged_when_the_counts_are_fetched():
+  # The same runs as today's unpacked line: global batch / time, no new keys, even though every
+  # pretraining graph now has the count tensors.
+  with_counts = Metered(16, accumulation=2, warmup_steps=0, clock=packed_clock())
+  with_counts.start(0)
+  updates = run(with_counts, packed_feeds())
+  assert [dict(u.data) for u in updates] == [
+      {"throughput_train": 4.0, "mlm_loss": 4.0, "nsp_loss": 1.0, "total_loss": 5.0,
+       "avg_loss_step": 5.5, "learning_rate": 1e-3},
+      {"throughput_train": 8.0, "mlm_loss": 2.0, "nsp_loss": 1.0, "total_loss": 3.0,
+       "avg_loss_step": 3.5, "learning_rate": 1e-3}]
+  assert list(updates[0].data)[0] == "throughput_train"
+  assert list(with_counts.summary()) == ["throughput_train", "total_time", "update_steps",
+                                         "steady_update_steps", "steady_time", "skipped_updates"]
+  assert with_counts.summary_lines() == (
+      "Throughput Average (sequences/s) = 5.33 (2 of 2 update steps measured, 6.00 s)",)
+
+
+def test_packed_run_without_counts_or_seq_length_is_refused():
+  meter = Metered(16, accumulation=2, clock=packed_clock(), **PACKED)
+  meter.start(0)
+  with pytest.raises(ValueError, match="packed input: the run's values have no batch_sequences"):
+    run(meter, packed_feeds(with_counts=False))
+  with pytest.raises(ValueError, match="seq_length must be an integer >= 1"):
+    meter_lib.TrainingMeter(16, max_sequences_per_pack=3)
+  with pytest.raises(ValueError, match="num_workers must be an integer >= 1"):
+    meter_lib.TrainingMeter(16, num_workers=0)

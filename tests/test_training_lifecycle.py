@@ -101,3 +101,17 @@ def test_compute_device_on_this_machine():
   name = gpu_environment.local_gpu_name(0)
   assert lifecycle.compute_device(False, None, 0) == (
       lifecycle.CPU_DEVICE if name is None else "GPU (%s)" % name)
+
+
+def test_start_line_of_packed_input_counts_rows():
+  # 2 rows per worker x 3 accumulation x 2 workers = 12 rows per update, up to 3 sequences each.
+  line = lifecycle.start_line("run_pretraining.py", helpers.job_config(SIZES), 2, "CPU", [],
+                              num_train_steps=6, num_warmup_steps=1, max_sequences_per_pack=3)
+  assert line == ("run_pretraining.py: precision fp32 (default); device CPU; 2 workers; global "
+                  "batch 12 rows per update = 2 x 3 accumulation x 2 workers (packed: up to 3 "
+                  "sequences per row); learning rate 0.0001 = 5e-05 per worker x 2 workers; "
+                  "6 updates, 1 of warmup")
+  # Unpacked (0, the default): the line is today's.
+  assert lifecycle.start_line("run_pretraining.py", helpers.job_config(SIZES), 2, "CPU", [],
+                              6, 1, max_sequences_per_pack=0) == (
+      "run_pretraining.py: precision fp32 (default); " + TAIL)

@@ -15,8 +15,9 @@ collectives never stall); logging goes through a `dllogger_setup.RunLogger`, whi
   runs only, so the session builds one executor for training instead of three.
 * `TrainingLogHook`: per optimizer update, throughput (global batch / time of the update), losses,
   the average loss over the update's micro-steps, the learning rate and (fp16) the loss scale, every
-  `display_loss_steps` updates; at the end a summary with the throughput average. What to log is
-  computed by the TensorFlow-free `utils/runlog/meter.py`; the hook fetches and writes.
+  `display_loss_steps` updates; at the end a summary with the throughput average; for packed
+  input, sequences (not rows) per second, rows/s and the padding share. What to log is computed by
+  the TensorFlow-free `utils/runlog/meter.py`; the hook fetches and writes.
 * `EvalTimingHook`: per-batch evaluation times and the evaluation throughput.
 * `WeightSyncHook`: averages the trainable variables over all workers every
   `num_accumulation_steps` iterations, before the train op (docs/DESIGN.md section 7).
@@ -58,7 +59,13 @@ SUMMARY_TAGS = collections.OrderedDict([
     ("learning_rate", "learning_rate"), ("total_loss", "total_loss"), ("mlm_loss", "mlm_loss"),
     ("nsp_loss", "nsp_loss"), ("throughput_train", "throughput_train"),
     ("global_norm", "global_norm"), ("loss_scaler", "loss_scale"),
-    ("skipped_updates", "skipped_updates")])
+    ("skipped_updates", "skipped_updates"),
+    # Packed input only: throughput_train counts sequences, these the rows and the empty slots.
+    ("rows_per_sec", "rows_per_sec"), ("padding", "padding")])
+# Graph tensors of each micro-batch's real sequences and tokens: every pretraining graph has them,
+# fine-tuning graphs do not; the log hook fetches them itself when the graph has them, and a
+# packed log needs them.
+BATCH_COUNT_TENSORS = (graph_names.BATCH_SEQUENCES, graph_names.BATCH_TOKENS)
 # Update steps left out of the throughput average at the start of a run (utils/runlog/meter.py).
 DEFAULT_WARMUP_STEPS = meter_lib.DEFAULT_WARMUP_STEPS
 # Evaluation batches left out of the evaluation throughput.
@@ -187,35 +194,41 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
   """Training log per optimizer update (NVIDIA's `_LogSessionRunHook`).
 
   The hook passes the `RunFacts` of each session run (one micro-step), which the job's
-  `UpdateSource` fetched, to a `meter.TrainingMeter` (utils/runlog/meter.py), which times the runs and says what to log
-  for each optimizer update: throughput_train (global batch / summed time of the update's
-  micro-steps), avg_loss_step (mean total_loss over them), the last micro-step's losses and
-  learning rate, global_norm, and with loss scaling loss_scaler and skipped_updates. The hook
-  writes them: a dllogger line with `step` = the global step after the update, for the first
-  applied update of the run and whenever that step is a multiple of `display_loss_steps`, the same
-  values as TensorBoard scalars (tags in SUMMARY_TAGS) to `summary_dir` from the values already
-  fetched (no summary op enters the graph), and the progress line (update k of N, elapsed, ETA). An
-  update the optimizer skipped (non-finite gradients: the global step did not advance, the fp16
-  loss scale was lowered) gets no step line, which would repeat the step of the last applied
-  update: it is logged as a skipped update with the loss scale now in effect (absl log, rank 0) and
-  counted in the summary's `skipped_updates` (skips of this run). At `end()` it logs a summary
-  line (step []) whose `throughput_train` is the throughput average: global batch x updates / time
-  over the updates after the first `warmup_steps` (and without the updates that wrote a
-  checkpoint, when `save_checkpoints_steps` is given). It is None (JSON null) when no update
-  qualifies, e.g. a run shorter than the warm-up.
+  `UpdateSource` fetched, to a `meter.TrainingMeter` (utils/runlog/meter.py), which times the runs
+  and says what to log for each optimizer update: throughput_train (global batch / summed time of
+  the update's micro-steps), avg_loss_step (mean total_loss over them), the last micro-step's losses
+  and learning rate, global_norm, and with loss scaling loss_scaler and skipped_updates. The hook
+  writes them: a dllogger line with `step` = the global step after the update, for the first applied
+  update of the run and whenever that step is a multiple of `display_loss_steps`, the same values as
+  TensorBoard scalars (tags in SUMMARY_TAGS) to `summary_dir` from the values already fetched (no
+  summary op enters the graph), and the progress line (update k of N, elapsed, ETA). An update the
+  optimizer skipped (non-finite gradients: the global step did not advance, the fp16 loss scale was
+  lowered) gets no step line, which would repeat the step of the last applied update: it is logged
+  as a skipped update with the loss scale now in effect (absl log, rank 0) and counted in the
+  summary's `skipped_updates` (skips of this run). At `end()` it logs a summary line (step []) whose
+  `throughput_train` is the throughput average: global batch x updates / time over the updates after
+  the first `warmup_steps` (and without the updates that wrote a checkpoint, when
+  `save_checkpoints_steps` is given). It is None (JSON null) when no update qualifies, e.g. a run
+  shorter than the warm-up.
+
+  Packed input (`max_sequences_per_pack` > 0): the hook also fetches `batch_sequences` and
+  `batch_tokens` (BATCH_COUNT_TENSORS) on every run, and the meter counts sequences:
+  throughput_train is sequences/s (this worker's count x `num_workers`), and each line (and
+  TensorBoard) gains sequences_per_update, rows_per_sec and padding; see utils/runlog/meter.py.
   """
 
   def __init__(self, logger, updates, global_batch_size, display_loss_steps=1, log_loss_scale=None,
- warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
+               warmup_steps=DEFAULT_WARMUP_STEPS, save_checkpoints_steps=None,
                num_train_steps=None, summary_dir=None, loss_names=PRETRAINING_LOSSES,
-               clock=time.perf_counter):
+               clock=time.perf_counter, max_sequences_per_pack=0, num_workers=1,
+               seq_length=None):
     """Configures the hook.
 
     Args:
       logger: `dllogger_setup.RunLogger` (writes on rank 0 only).
       updates: the job's `UpdateSource` (earlier in the hook list).
-      global_batch_size: sequences per update over all workers: per-worker batch x
-        accumulation steps x workers.
+      global_batch_size: rows per update over all workers (a row is a sequence unless packed):
+        per-worker batch x accumulation steps x workers.
       display_loss_steps: log every this many global steps.
       log_loss_scale: log the loss scale (`loss_scale` tensor) as `loss_scaler` and the
         `skipped_updates` count: True expects the tensors (a warning when the graph lacks one),
@@ -230,6 +243,10 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       loss_names: graph tensors logged (and required) beside total_loss: the pretraining
         losses by default, () for a job whose only loss is total_loss (fine-tuning).
       clock: function returning seconds (injected by tests); `time.perf_counter` by default.
+      max_sequences_per_pack: 0 for unpacked input (the log as it always was); K > 0 for rows
+        packed with up to K sequences (the input records' own count).
+      num_workers: the job's workers (packed: this worker's counts scaled by it).
+      seq_length: tokens per row, the records' max_seq_length (required when packed).
 
     Raises:
       ValueError: for a bad argument, naming it.
@@ -240,12 +257,14 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
         global_batch_size, display_loss_steps=display_loss_steps, warmup_steps=warmup_steps,
         save_checkpoints_steps=save_checkpoints_steps, num_train_steps=num_train_steps,
         loss_names=loss_names, loss_scale_multiplier=optimization.LOSS_SCALE_MULTIPLIER,
-        clock=clock)
+        clock=clock, max_sequences_per_pack=max_sequences_per_pack, num_workers=num_workers,
+        seq_length=seq_length)
     self._logger = logger
     self._log_loss_scale = log_loss_scale
     self._summary_dir = summary_dir
     self._summary_writer = None
     self._names = None
+    self._batch_fetches = None
 
   @property
   def update_times(self):
@@ -276,12 +295,28 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
       elif self._log_loss_scale is None and name in available:
         names.add(name)
     self._names = frozenset(names)
+    self._batch_fetches = self._batch_count_fetches()
     self._meter.start(None)
     self._close_summary_writer()
     if self._summary_dir and self._logger.enabled:
       self._summary_writer = _tf1.summary.FileWriter(self._summary_dir)
       logging.info("training scalars for TensorBoard every %d updates in %s",
                    self._meter.display_loss_steps, self._summary_dir)
+
+  def _batch_count_fetches(self):
+    """{name: tensor} of BATCH_COUNT_TENSORS in the graph (None without them).
+
+    Raises:
+      ValueError: for packed input, naming the count tensors the graph does not have.
+    """
+    graph = _tf1.get_default_graph()
+    fetches = {name: _graph_tensor(graph, name) for name in BATCH_COUNT_TENSORS}
+    missing = [name for name, tensor in fetches.items() if tensor is None]
+    if missing and self._meter.packed:
+      raise ValueError("training log hook: packed input, but the graph has no tensor named %s "
+                       "(the pretraining graph names: %s)"
+                       % (", ".join(missing), ", ".join(BATCH_COUNT_TENSORS)))
+    return None if missing else fetches
 
   def _add_optional(self, names, name, consequence):
     """Adds `name` to `names` when the graph has the tensor; warns (rank 0) when it does not."""
@@ -297,12 +332,17 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
 
   def before_run(self, run_context):
     self._meter.run_started()
+    if self._batch_fetches is None:
+      return None
+    return tf.estimator.SessionRunArgs(self._batch_fetches)
 
   def after_run(self, run_context, run_values):
     facts = self.updates.facts
     # The meter logs what this hook chose to (`log_loss_scale`), not everything fetched.
-    update = self._meter.run_ended(facts._replace(
-        values={name: value for name, value in facts.values.items() if name in self._names}))
+    values = {name: value for name, value in facts.values.items() if name in self._names}
+    if self._batch_fetches is not None:
+      values.update(run_values.results)
+    update = self._meter.run_ended(facts._replace(values=values))
     if update is None:
       return
     if update.data is not None:

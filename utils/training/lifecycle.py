@@ -288,7 +288,8 @@ class Job(object):
 
 
 def prepare_job(config, program, workers, head_fn, bert_config, num_train_steps,
-                num_warmup_steps, batch_sizes, dropout_seed_value=None, check_model_fn=None):
+                num_warmup_steps, batch_sizes, dropout_seed_value=None, check_model_fn=None,
+                max_sequences_per_pack=0):
   """Everything between the script's data and training, in one order for every script: the
   --init_checkpoint's check, this worker's output directory (--output_dir's lock) and run log, the
   start line (`log_start_line`), the training settings, the model function and the Estimator.
@@ -307,13 +308,16 @@ def prepare_job(config, program, workers, head_fn, bert_config, num_train_steps,
     check_model_fn: optional check_model_fn(job, model_fn), the script's checks of its output
       directory against the model, run before the Estimator is built (raises
       `errors.UsageError`).
+    max_sequences_per_pack: K for packed input (rows of up to K sequences; the start line says
+      so), 0 otherwise.
 
   Returns:
     the `Job`, its model_fn and estimator set.
   """
   init_checkpoint = checked_init_checkpoint(config, bert_config)
   job = open_job(config, program, workers)
-  log_start_line(program, config, workers, num_train_steps, num_warmup_steps)
+  log_start_line(program, config, workers, num_train_steps, num_warmup_steps,
+                 max_sequences_per_pack)
   if init_checkpoint and workers.rank == 0:
     logging.info("%s: initialising from checkpoint %s%s", program, init_checkpoint,
                  "" if init_checkpoint == config.init_checkpoint else
@@ -513,12 +517,14 @@ def _count(number, noun):
 
 
 def start_line(program, config, num_workers, device, cpu_bf16_units, num_train_steps,
-               num_warmup_steps):
+               num_warmup_steps, max_sequences_per_pack=0):
   """The line every Estimator script starts with: what it computes in, where, and its sizes.
 
   One format for the three scripts, e.g. "run_squad.py: precision bf16 (--bf16; CPU has
   avx512_bf16); device CPU; 1 worker; global batch 8 = 8 x 1 accumulation x 1 worker; learning
-  rate 3e-05 = 3e-05 per worker x 1 worker; 6 updates, 0 of warmup".
+  rate 3e-05 = 3e-05 per worker x 1 worker; 6 updates, 0 of warmup". Packed input counts the
+  batch in rows: "...; global batch 8 rows per update = 8 x 1 accumulation x 1 worker (packed:
+  up to 3 sequences per row); learning rate ...".
 
   Args:
     program: the script's name, e.g. "run_squad.py".
@@ -528,21 +534,29 @@ def start_line(program, config, num_workers, device, cpu_bf16_units, num_train_s
     cpu_bf16_units: from `cpu.bf16_units` (see `precision_text`).
     num_train_steps: optimizer updates (0 when the run does not train).
     num_warmup_steps: warmup updates.
+    max_sequences_per_pack: 0 for unpacked input (the line above); K > 0 for input records
+      packed with up to K sequences per row.
 
   Returns:
     str, one line.
   """
   workers = _count(num_workers, "worker")
-  return ("%s: precision %s; device %s; %s; global batch %d = %d x %d accumulation x %s; "
+  # A packed row holds several sequences: the batch sizes count rows, and the line says so.
+  rows, packing = "", ""
+  if max_sequences_per_pack:
+    rows = " rows per update"
+    packing = " (packed: up to %d sequences per row)" % max_sequences_per_pack
+  return ("%s: precision %s; device %s; %s; global batch %d%s = %d x %d accumulation x %s%s; "
           "learning rate %g = %g per worker x %s; %s, %d of warmup" % (
               program, precision_text(precision_of(config).name, device, cpu_bf16_units),
-              device, workers, config.global_batch_size(num_workers), config.train_batch_size,
-              config.num_accumulation_steps, workers, config.job_learning_rate(num_workers),
-              config.learning_rate, workers, _count(num_train_steps, "update"),
-              num_warmup_steps))
+              device, workers, config.global_batch_size(num_workers), rows,
+              config.train_batch_size, config.num_accumulation_steps, workers, packing,
+              config.job_learning_rate(num_workers), config.learning_rate, workers,
+              _count(num_train_steps, "update"), num_warmup_steps))
 
 
-def log_start_line(program, config, workers, num_train_steps, num_warmup_steps):
+def log_start_line(program, config, workers, num_train_steps, num_warmup_steps,
+                   max_sequences_per_pack=0):
   """Logs `start_line` for this machine, on rank 0 only (the job's settings are the same on every
   worker; ranks > 0 log warnings only anyway, but the line must not depend on that).
 
@@ -557,7 +571,7 @@ def log_start_line(program, config, workers, num_train_steps, num_warmup_steps):
     return
   device = compute_device(config.use_tpu, config.tpu_name, workers.local_rank)
   logging.info("%s", start_line(program, config, workers.size, device, cpu.bf16_units(),
-                                num_train_steps, num_warmup_steps))
+                                num_train_steps, num_warmup_steps, max_sequences_per_pack))
 
 
 def dropout_seed(config, bert_config, head_dropout_prob=0.0, counts_micro_steps=False):
@@ -730,7 +744,7 @@ def _log_stop(job, error, before_logging, **data):
 
 
 def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input_error=None,
-          input_check=None):
+          input_check=None, max_sequences_per_pack=0):
   """Trains to `num_train_steps` updates with the job's hooks (checkpoints, the log line every
   --display_loss_steps updates and its TensorBoard scalars, weight sync, Horovod broadcast, the
   stop on SIGTERM, SIGINT or SIGUSR1).
@@ -753,6 +767,8 @@ def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input
       `utils.data.records.BackgroundRecordCheck`: has `problem` and `close()`). Once it names a
       bad record, every worker stops at the same update as for a signal, saves it, and the job
       ends with exit status 2 and the record named (`input_stop_error`); closed at the end.
+    max_sequences_per_pack: K for packed input: the log counts sequences beside rows (each worker's
+      count of its batch scaled by the workers) and the padding share; 0 otherwise.
 
   Raises:
     errors.StoppedBySignal: a signal stopped the run (after its checkpoint).
@@ -763,7 +779,8 @@ def train(config, job, input_fn, num_train_steps, loss_names=None, explain_input
     add_exit_cleanups(watcher, job)
     end_before_updates(watcher, job)
     _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_input_error,
-                   watcher, stop_signals.StopRequests(watcher, input_check, job.workers.rank))
+                   watcher, stop_signals.StopRequests(watcher, input_check, job.workers.rank),
+                   max_sequences_per_pack)
   finally:
     watcher.close()
     if input_check is not None:
@@ -869,7 +886,7 @@ def remove_save_in_flight(checkpoint_dir, passes=3):
 
 
 def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_input_error,
-                   watcher, stop_requests):
+                   watcher, stop_requests, max_sequences_per_pack=0):
   """`train` with the signal watcher installed; `stop_requests` wraps it and the input check."""
   updates = hooks_lib.UpdateSource(config.num_accumulation_steps)
   log_hook = None
@@ -883,7 +900,9 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
                                 else None),
         num_train_steps=num_train_steps,
         # TensorBoard run "train", beside the Estimator's "eval".
-        summary_dir=os.path.join(job.output_dir, "train"), **kwargs)
+        summary_dir=os.path.join(job.output_dir, "train"),
+        max_sequences_per_pack=max_sequences_per_pack, num_workers=job.workers.size,
+        seq_length=config.max_seq_length, **kwargs)
   checkpoint_dir = job.output_dir if job.saves_checkpoints else None
   health_hook = health.CheckpointHealthHook(updates, checkpoint_dir,
                                             keep_checkpoint_max=config.keep_checkpoint_max)
