@@ -30,6 +30,7 @@ from utils.data.input_pipeline import pretraining_feature_spec  # noqa: F401
 from utils.data.input_pipeline import resolve_input_files
 from utils.data.input_pipeline import shard_input_files  # noqa: F401
 from utils.data.input_pipeline import worker_files
+from utils.data import record_layout
 from utils.data import records
 from utils.data.records import check_example  # noqa: F401
 from utils.data.records import check_input_files
@@ -68,6 +69,10 @@ flags.DEFINE_string("eval_files_dir", None,
                     "default: the training input.")
 flags.DEFINE_integer("max_predictions_per_seq", 80,
                      "Masked LM predictions per sequence (must match the data).")
+flags.DEFINE_bool("enable_packed_data_mode", None,
+                  "Packed records (pack_pretraining_data.py; Habana's flag): by default the "
+                  "records say whether they are packed; given, it must agree with them. With "
+                  "packed records --train_batch_size counts rows of up to K sequences.")
 flags.DEFINE_integer("num_train_steps", 100000, "Optimizer updates to train for.")
 flags.DEFINE_integer("num_warmup_steps", 10000, "Warmup updates.")
 flags.DEFINE_integer("max_eval_steps", 100,
@@ -147,8 +152,19 @@ def _consumed_records(f):
   return micro_steps * f.train_batch_size
 
 
+def _check_packed_flag(f, layout, files):
+  """--enable_packed_data_mode, when given, must agree with the records (`layout`)."""
+  if f.enable_packed_data_mode is None or layout is None:
+    return
+  errors.require(f.enable_packed_data_mode == layout.packed,
+                 "--%senable_packed_data_mode disagrees with the input: %s holds %s",
+                 "" if f.enable_packed_data_mode else "no", files[0],
+                 record_layout.describe(layout))
+
+
 def _resolve_inputs(f, vocab_size):
-  """(train_files, eval_files) from the flags, their first records checked against the model.
+  """(train_files, eval_files, layout) from the flags, their first records checked against the
+  model; layout is the files' `record_layout.Layout` (packed or not).
 
   Raises:
     errors.UsageError: naming the flags when nothing matches, or the file whose record does not
@@ -164,13 +180,22 @@ def _resolve_inputs(f, vocab_size):
     raise errors.UsageError(str(e))
   train_files = train_files if f.do_train else []
   eval_files = eval_files if f.do_eval else []
+  files = sorted(set(train_files) | set(eval_files))
   try:
-    check_input_files(sorted(set(train_files) | set(eval_files)), f.max_seq_length,
-                      f.max_predictions_per_seq, vocab_size)
+    layout = check_input_files(files, f.max_seq_length, f.max_predictions_per_seq, vocab_size)
   except ValueError as e:
     raise errors.UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
                             "vocabulary of --bert_config_file)" % e)
-  return train_files, eval_files
+  _check_packed_flag(f, layout, files)
+  return train_files, eval_files, layout
+
+
+def _feature_widths(f, layout):
+  """(max_predictions_per_seq, max_sequences_per_pack) of the input pipeline: packed rows bring
+  their own prediction capacity; (--max_predictions_per_seq, 0) for the release's records."""
+  if layout is not None and layout.packed:
+    return layout.predictions, layout.sequences_per_row
+  return f.max_predictions_per_seq, 0
 
 
 def run(f, config):
@@ -189,7 +214,8 @@ def run(f, config):
   check_flags(f, config)
   workers = lifecycle.start_workers(config)
   bert_config = lifecycle.load_bert_config(config, f.max_predictions_per_seq)
-  train_files, eval_files = _resolve_inputs(f, bert_config.vocab_size)
+  train_files, eval_files, layout = _resolve_inputs(f, bert_config.vocab_size)
+  predictions, sequences_per_row = _feature_widths(f, layout)
   skip_records = []
 
   def check_output_dir(job, model_fn):
@@ -209,31 +235,34 @@ def run(f, config):
       f.num_warmup_steps,
       dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size),
       dropout_seed_value=lifecycle.dropout_seed(config, bert_config, counts_micro_steps=True),
-      check_model_fn=check_output_dir)
+      check_model_fn=check_output_dir, max_sequences_per_pack=sequences_per_row)
 
   def explain(files):
-    return lambda error: name_bad_input(error, files, f.max_seq_length,
-                                        f.max_predictions_per_seq, bert_config.vocab_size)
+    return lambda error: name_bad_input(error, files, f.max_seq_length, predictions,
+                                        bert_config.vocab_size, sequences_per_row)
 
   if f.do_train:
     train_input_fn = input_fn_builder(
-        train_files, f.train_batch_size, f.max_seq_length, f.max_predictions_per_seq,
+        train_files, f.train_batch_size, f.max_seq_length, predictions,
         is_training=True, num_workers=workers.size, worker_index=workers.rank,
         deterministic=f.deterministic_run, seed=config.random_seed,
-        skip_records=skip_records[0], vocab_size=bert_config.vocab_size)
+        skip_records=skip_records[0], vocab_size=bert_config.vocab_size,
+        max_sequences_per_pack=sequences_per_row)
     # Every record of this worker's files is checked beside training: a bad one stops the job at
     # an update boundary with a checkpoint, long before the input pipeline would reach it.
     input_check = (records.BackgroundRecordCheck(
         worker_files(train_files, workers.size, workers.rank))
                    if f.check_input_records else None)
     lifecycle.train(config, job, train_input_fn, f.num_train_steps,
-                    explain_input_error=explain(train_files), input_check=input_check)
+                    explain_input_error=explain(train_files), input_check=input_check,
+                    max_sequences_per_pack=sequences_per_row)
 
   if f.do_eval and job.is_chief:
     eval_input_fn = input_fn_builder(
-        eval_files, f.eval_batch_size, f.max_seq_length, f.max_predictions_per_seq,
+        eval_files, f.eval_batch_size, f.max_seq_length, predictions,
         is_training=False, deterministic=f.deterministic_run,
-        seed=config.random_seed, vocab_size=bert_config.vocab_size)
+        seed=config.random_seed, vocab_size=bert_config.vocab_size,
+        max_sequences_per_pack=sequences_per_row)
     logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
                  len(eval_files), f.eval_batch_size, f.max_eval_steps)
     job_lib.evaluate(job.estimator, eval_input_fn, f.max_eval_steps, job.run_logger,

@@ -10,6 +10,7 @@ import tensorflow as tf
 from tests import helpers
 from tests import numpy_bert
 from tests import test_data_record_framing
+from tests import test_data_record_layout
 from utils.model import evaluation
 from utils.model import pretraining
 
@@ -89,6 +90,18 @@ def test_a_length_past_the_end_with_its_crc_is_named_before_tensorflow_reads_it(
     evaluation.read_pretraining_records([str(path)], SEQ, PREDICTIONS)
   assert str(raised.value) == "%s: record %d at byte offset %d: %s" % (
       path, len(test_data_record_framing.SIZES), offset, test_data_record_framing.HUGE_PROBLEM)
+
+
+def test_packed_records_are_refused_by_name(tmp_path):
+  path = tmp_path / "packed.tfrecord"
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    writer.write(test_data_record_layout.example(test_data_record_layout.GOOD)
+                 .SerializeToString())
+  with pytest.raises(ValueError) as error:
+    evaluation.read_pretraining_records([str(path)], 12, 6)
+  assert str(error.value).startswith(
+      "%s holds packed records (up to 3 sequences per row of 12 tokens, 6 predictions); the "
+      "held-out evaluation reads unpacked records" % path)
 
 
 def test_unigram_accuracy_by_hand_counts_only_real_predictions():

@@ -44,6 +44,7 @@ from tensorflow.python.lib.io import _pywrap_record_io  # pylint: disable=g-dire
 
 from utils.core import errors
 from utils.data import record_framing
+from utils.data import record_layout
 from utils.data.input_pipeline import BAD_RECORD_PREFIX
 from utils.data.input_pipeline import pretraining_feature_spec
 
@@ -233,19 +234,22 @@ def _feature_values(feature):
 
 
 def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size=None,
-                  where="first record"):
+                  where="first record", max_sequences_per_pack=0):
   """Raises ValueError naming `path` when a parsed example does not fit the model.
 
   Args:
     example: `tf.train.Example`.
     path: file it came from (for the message).
-    max_seq_length, max_predictions_per_seq: the expected feature lengths.
+    max_seq_length, max_predictions_per_seq: the expected feature lengths (for packed rows, the
+      masked_lm_* width is their prediction capacity).
     vocab_size: when given, every input_ids / masked_lm_ids value must be in [0, vocab_size).
     where: which record it is (for the message).
+    max_sequences_per_pack: 0 for unpacked records; K for packed rows of up to K sequences, whose
+      fields must also agree with each other (`record_layout.packed_row_problem`).
   """
   expected = {name: ("float" if spec.dtype == tf.float32 else "int64", spec.shape[0])
               for name, spec in pretraining_feature_spec(
-                  max_seq_length, max_predictions_per_seq).items()}
+                  max_seq_length, max_predictions_per_seq, max_sequences_per_pack).items()}
   values = {}
   for name in sorted(expected):
     kind, length = expected[name]
@@ -259,7 +263,11 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
                        % (path, name, where, got_kind, kind))
     if len(got) != length:
       if name.startswith("masked_lm_"):
-        source = " (max_predictions_per_seq=%d)" % length
+        source = (" (the packed rows' prediction capacity, %d)" % length if max_sequences_per_pack
+                  else " (max_predictions_per_seq=%d)" % length)
+      elif name.startswith("next_sentence_"):
+        source = (" (the packed rows' sequences per row, %d)" % length if max_sequences_per_pack
+                  else "")
       elif name != "next_sentence_labels":
         source = " (max_seq_length=%d)" % length
       else:
@@ -272,6 +280,10 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
   if outside.size:
     raise ValueError("%s: masked_lm_positions of the %s has %d, outside [0, max_seq_length=%d)"
                      % (path, where, outside[0], max_seq_length))
+  if max_sequences_per_pack:
+    problem = record_layout.packed_row_problem(values)
+    if problem:
+      raise ValueError("%s: the %s, a packed row: %s" % (path, where, problem))
   if vocab_size is not None:
     for name in ("input_ids", "masked_lm_ids"):
       ids = np.asarray(values[name])
@@ -282,47 +294,83 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
                          % (path, outside[0], name, where, vocab_size))
 
 
-def _record_problem(record, path, where, max_seq_length, max_predictions_per_seq, vocab_size):
-  """What is wrong with one serialised record, or None (see `check_example`)."""
+def _parsed(record, path, where):
+  """A serialised record as a `tf.train.Example`, or a problem string."""
   try:
-    example = tf.train.Example.FromString(record)
+    return tf.train.Example.FromString(record)
   except Exception as e:  # protobuf's DecodeError
     return "%s: the %s is not a tf.train.Example: %s" % (path, where, e)
+
+
+def _record_problem(record, path, where, max_seq_length, max_predictions_per_seq, vocab_size,
+                    max_sequences_per_pack=0):
+  """What is wrong with one serialised record, or None (see `check_example`)."""
+  example = _parsed(record, path, where)
+  if isinstance(example, str):
+    return example
   try:
-    check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size, where=where)
+    check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size, where=where,
+                  max_sequences_per_pack=max_sequences_per_pack)
   except ValueError as e:
     return str(e)
   return None
 
 
+def _first_example(path):
+  """The first record of `path`, parsed; ValueError naming the file when there is none."""
+  try:
+    first = list(read_records(path, max_records=1))
+  except tf.errors.OpError as e:
+    raise ValueError("%s: cannot read the first record: %s" % (path, _error_text(e)))
+  if not first:
+    raise ValueError("%s: the file has no records" % path)
+  example = _parsed(first[0], path, "first record")
+  if isinstance(example, str):
+    raise ValueError(example)
+  return example
+
+
 def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size=None):
-  """Pre-flight check: the first record of every input file fits the model.
+  """Pre-flight check: the first record of every input file fits the model, one layout for all.
+
+  The first file's first record says whether the job reads packed rows (`record_layout`); a
+  packed row's masked_lm_* width (its prediction capacity) and sequences per row are taken from
+  it, its length must be `max_seq_length`.
 
   Args:
     input_files: list of TFRecord files.
     max_seq_length, max_predictions_per_seq: the lengths the model is built for.
     vocab_size: when given, token ids must be below it (the original trains to NaN otherwise).
 
+  Returns:
+    the files' `record_layout.Layout` (None for an empty list).
+
   Raises:
     ValueError: naming the file, when it cannot be read, has no record, its first record is not a
       tf.train.Example, lacks a feature, has a feature of the wrong type or length, a masked
-      position outside the sequence, or a token id outside the vocabulary.
+      position outside the sequence, a token id outside the vocabulary or packed fields that
+      disagree; naming two files when one holds packed rows and the other does not.
   """
+  layout = first_path = None
   for path in input_files:
-    try:
-      first = list(read_records(path, max_records=1))
-    except tf.errors.OpError as e:
-      raise ValueError("%s: cannot read the first record: %s" % (path, _error_text(e)))
-    if not first:
-      raise ValueError("%s: the file has no records" % path)
-    problem = _record_problem(first[0], path, "first record", max_seq_length,
-                              max_predictions_per_seq, vocab_size)
-    if problem is not None:
-      raise ValueError(problem)
+    example = _first_example(path)
+    found = record_layout.layout_of(example)
+    if layout is None:
+      layout, first_path = found, path
+    elif found.packed != layout.packed:
+      raise ValueError("%s holds %s but %s holds %s: one run reads one kind (pack every input "
+                       "with pack_pretraining_data.py, or none)"
+                       % (first_path, record_layout.describe(layout), path,
+                          record_layout.describe(found)))
+    predictions = layout.predictions if layout.packed else max_predictions_per_seq
+    sequences = layout.sequences_per_row if layout.packed else 0
+    check_example(example, path, max_seq_length, predictions, vocab_size,
+                  max_sequences_per_pack=sequences)
+  return layout
 
 
 def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=None,
-                    vocab_size=None):
+                    vocab_size=None, max_sequences_per_pack=0):
   """Scans TFRecord files for the first record that cannot be read or parsed.
 
   TF reports a corrupt record as "corrupted record at <byte offset>", without the file; call this
@@ -332,7 +380,8 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
 
   Args:
     input_files: list of TFRecord files, scanned in order.
-    max_seq_length, max_predictions_per_seq, vocab_size: see `check_example`.
+    max_seq_length, max_predictions_per_seq, vocab_size, max_sequences_per_pack: see
+      `check_example`.
 
   Returns:
     None when every record is good, else a message "<file>: record <k> (0-based): <problem>", or
@@ -345,7 +394,8 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
     try:
       for record in read_records(path):
         problem = check and _record_problem(record, path, "record %d" % index, max_seq_length,
-                                            max_predictions_per_seq, vocab_size)
+                                            max_predictions_per_seq, vocab_size,
+                                            max_sequences_per_pack)
         if problem:
           return "%s: record %d: %s" % (path, index, problem)
         index += 1
@@ -367,7 +417,7 @@ def pipeline_problem(error):
 
 
 def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_seq=None,
-                   vocab_size=None):
+                   vocab_size=None, max_sequences_per_pack=0):
   """The error to stop a job with after reading its input failed, with the bad file named.
 
   A problem the in-pipeline check named (an out-of-vocabulary token id) is taken from the error;
@@ -377,7 +427,8 @@ def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_
   Args:
     error: the exception the input pipeline raised (typically `tf.errors.DataLossError`).
     input_files: the files the pipeline read.
-    max_seq_length, max_predictions_per_seq, vocab_size: see `find_bad_record`.
+    max_seq_length, max_predictions_per_seq, vocab_size, max_sequences_per_pack: see
+      `find_bad_record`.
 
   Returns:
     an `errors.UsageError` "bad input record: <file>: record <k> (0-based): <problem>", caused by
@@ -386,7 +437,8 @@ def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_
   """
   problem = pipeline_problem(error)
   if problem is None:
-    problem = find_bad_record(input_files, max_seq_length, max_predictions_per_seq, vocab_size)
+    problem = find_bad_record(input_files, max_seq_length, max_predictions_per_seq, vocab_size,
+                              max_sequences_per_pack)
   if problem is None:
     return error
   named = errors.UsageError(BAD_RECORD_PREFIX + problem)

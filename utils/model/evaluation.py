@@ -17,6 +17,8 @@ import tensorflow as tf
 import modeling
 from utils.data import input_pipeline
 from utils.data import record_framing
+from utils.data import record_layout
+from utils.data import records
 from utils.model import pretraining
 
 _tf1 = tf.compat.v1
@@ -31,12 +33,19 @@ def read_pretraining_records(files, max_seq_length, max_predictions_per_seq):
 
   Raises:
     ValueError: naming the files when they hold no record, or the file, record and byte offset
-      of a record whose framing is bad (checked before TensorFlow's reader opens the file).
+      of a record whose framing is bad (checked before TensorFlow's reader opens the file), or
+      the file of packed records (this evaluation scores one sequence per record).
   """
   for path in files:
     bad = record_framing.walked_problem(path)
     if bad is not None:
       raise ValueError("%s: record %d at byte offset %d: %s" % ((path,) + bad))
+    for record in records.read_records(path, max_records=1):
+      layout = record_layout.layout_of(tf.train.Example.FromString(record))
+      if layout.packed:
+        raise ValueError("%s holds %s; the held-out evaluation reads unpacked records (the "
+                         "packer's input), or evaluate packed records with run_pretraining.py "
+                         "--do_eval" % (path, record_layout.describe(layout)))
   spec = input_pipeline.pretraining_feature_spec(max_seq_length, max_predictions_per_seq)
   columns = {name: [] for name in spec}
   with tf.Graph().as_default():
