@@ -266,7 +266,8 @@ def run(f, config):
     logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
                  len(eval_files), f.eval_batch_size, f.max_eval_steps)
     job_lib.evaluate(job.estimator, eval_input_fn, f.max_eval_steps, job.run_logger,
-                     f.eval_batch_size, job.output_dir, explain_input_error=explain(eval_files))
+                     f.eval_batch_size, job.output_dir, explain_input_error=explain(eval_files),
+                     packed=bool(sequences_per_row))
 
   job.close()
   return 0

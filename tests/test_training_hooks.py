@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tests import helpers
 from tests.helpers import ScriptedClock
+from utils.core import graph_names
 from utils.runlog import dllogger_setup
 from utils.training import hooks
 
@@ -466,6 +467,22 @@ def test_eval_hook_throughput_skips_warmup_batches(graph, tmp_path):
   assert data["latency_avg_ms"] == pytest.approx(timed.mean() * 1000)
   assert data["latency_p90_ms"] == pytest.approx(np.percentile(timed, 90) * 1000)
   assert hook.batch_times == pytest.approx(durations)
+
+
+def test_eval_hook_of_packed_input_counts_each_batchs_sequences(graph, tmp_path):
+  durations = [2.0, 0.5, 0.25, 0.25]
+  log_path = str(tmp_path / "eval.json")
+  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
+  hook = hooks.EvalTimingHook(logger, eval_batch_size=4, warmup_batches=1,
+                              clock=clock_for(durations), packed=True)
+  sequences = _tf1.placeholder(tf.float32, [], name="sequences_value")
+  counted = tf.identity(sequences, name=graph_names.BATCH_SEQUENCES)
+  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
+    for count in (9, 7, 5, 6):
+      session.run(counted, feed_dict={sequences: count})
+  data = read_records(log_path)[0]["data"]
+  # Rows of 4 holding 7, 5 and 6 sequences in the measured 0.5 + 0.25 + 0.25 s.
+  assert data["throughput_val"] == pytest.approx(18.0)
 
 
 def test_eval_hook_without_measured_batches(graph, tmp_path):

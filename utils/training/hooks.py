@@ -391,14 +391,16 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
   """
 
   def __init__(self, logger, eval_batch_size, warmup_batches=DEFAULT_EVAL_WARMUP_BATCHES,
-               clock=time.perf_counter):
+               clock=time.perf_counter, packed=False):
     """Configures the hook.
 
     Args:
       logger: `dllogger_setup.RunLogger`.
-      eval_batch_size: sequences per evaluation batch.
+      eval_batch_size: sequences per evaluation batch (rows, for packed input).
       warmup_batches: batches left out of the throughput.
       clock: function returning seconds; `time.perf_counter` by default.
+      packed: packed input: each batch's sequences are counted (the graph tensor
+        `batch_sequences`), not taken as `eval_batch_size`.
 
     Raises:
       ValueError: for a bad argument, naming it.
@@ -410,6 +412,7 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     self._eval_batch_size = eval_batch_size
     self._warmup_batches = warmup_batches
     self._clock = clock
+    self._packed = packed
     self._reset()
 
   def _reset(self):
@@ -418,6 +421,7 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     # Seconds of every batch, in order (warm-up included).
     self.batch_times = []
     self._timed_times = []
+    self._timed_sequences = 0.0
 
   def begin(self):
     """Clears the measurements of an earlier evaluation."""
@@ -425,6 +429,9 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
 
   def before_run(self, run_context):
     self._run_start = self._clock()
+    if self._packed:
+      return _tf1.train.SessionRunArgs(graph_names.tensor_name(graph_names.BATCH_SEQUENCES))
+    return None
 
   def after_run(self, run_context, run_values):
     elapsed = self._clock() - self._run_start
@@ -432,6 +439,8 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     if len(self.batch_times) <= self._warmup_batches:
       return
     self._timed_times.append(elapsed)
+    self._timed_sequences += (float(run_values.results) if self._packed
+                              else self._eval_batch_size)
 
   def summary(self):
     """Evaluation timing so far.
@@ -443,8 +452,7 @@ class EvalTimingHook(tf.estimator.SessionRunHook):
     """
     timed = np.asarray(self._timed_times, dtype=np.float64)
     eval_time = float(timed.sum())
-    throughput = (self._eval_batch_size * timed.size / eval_time if timed.size and eval_time > 0
-                  else None)
+    throughput = (self._timed_sequences / eval_time if timed.size and eval_time > 0 else None)
     summary = collections.OrderedDict([
         ("throughput_val", throughput),
         ("eval_batches", len(self.batch_times)),

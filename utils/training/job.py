@@ -251,7 +251,7 @@ def read_eval_results(path):
 
 
 def evaluate(estimator, input_fn, steps, run_logger, batch_size, output_dir,
-             explain_input_error=None):
+             explain_input_error=None, packed=False):
   """Evaluates, logs the timing and the results, and writes `<output_dir>/eval_results.txt`.
 
   Args:
@@ -262,13 +262,15 @@ def evaluate(estimator, input_fn, steps, run_logger, batch_size, output_dir,
     batch_size: sequences per batch.
     output_dir: where eval_results.txt goes.
     explain_input_error: see `train`.
+    packed: packed input: the timing counts each batch's sequences (`hooks.EvalTimingHook`).
 
   Returns:
     dict of the evaluation results.
   """
   try:
-    result = estimator.evaluate(input_fn=input_fn, steps=steps,
-                                hooks=[hooks_lib.EvalTimingHook(run_logger, batch_size)])
+    result = estimator.evaluate(
+        input_fn=input_fn, steps=steps,
+        hooks=[hooks_lib.EvalTimingHook(run_logger, batch_size, packed=packed)])
   except INPUT_ERRORS as e:
     raise _explained(e, explain_input_error)
   eval_path = os.path.join(output_dir, "eval_results.txt")
