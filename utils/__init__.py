@@ -51,4 +51,5 @@ LAYERS = (
 # Entry points: scripts run from the command line, benchmarks and tests. No library module
 # imports one.
 ENTRY_POINTS = ("run_pretraining", "run_squad", "run_classifier", "create_pretraining_data",
+                "pack_pretraining_data",
                 "scripts", "bench", "tests", "fuzz")
