@@ -3,6 +3,7 @@
 (Speed itself is measured by bench/, never asserted in tests.)
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -10,11 +11,16 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import modeling
 from bench import flops
+from bench import packing
 from bench import precision
 from bench import quality
+from bench import quality_finetune
+from bench import quality_packed
+from bench import quality_report
 from bench import scaling
 from bench import suite_cpu
 from bench import throughput
@@ -178,7 +184,7 @@ def test_quality_budget_updates_and_fine_tuned_checkpoints_by_hand():
   assert quality.updates_in_budget(600, 20, 2.0, checkpoints=4) == 1102
   job = {"updates": 1000, "keep_dir": "/k", "checkpoints": {50: 1.0, 240: 2.0, 490: 3.0,
                                                             760: 4.0, 1000: 5.0}}
-  starts, chosen = quality.finetune_starts(job, (0.25, 0.5, 1.0))
+  starts, chosen = quality_finetune.finetune_starts(job, (0.25, 0.5, 1.0))
   assert chosen == {0.25: 240, 0.5: 490, 1.0: 1000}
   assert starts == {"random": None, "25%": "/k/model.ckpt-240", "50%": "/k/model.ckpt-490",
                     "100%": "/k/model.ckpt-1000"}
@@ -238,6 +244,189 @@ def test_quality_jobs_differ_only_in_what_the_variant_names():
     with pytest.raises(SystemExit) as exit_info:
       quality.parse_args(["--output_dir=/o"] + bad)
     assert exit_info.value.code == 2
+
+
+def _packed(sequences=17891, rows=14460, train_dir="/out/packed_train"):
+  return quality_packed.PackedData(train_dir, [], sequences, rows)
+
+
+def test_quality_packed_rows_per_batch_keep_the_batch_in_sequences_by_hand():
+  # The demo's records: 17891 sequences in 14460 rows, 1.2373 a row; 64 / 1.2373 = 51.73 -> 52.
+  demo = _packed()
+  assert quality_packed.sequences_per_row(demo) == pytest.approx(1.237275, abs=1e-6)
+  assert quality_packed.rows_per_batch(64, demo) == 52
+  assert quality_packed.sequences_per_update(64, demo) == pytest.approx(52 * 17891 / 14460)
+  assert quality_packed.sequences_per_update(64) == 64.0
+  # 1.28 a row: exactly 50 rows; 1.5 a row: 42.67 -> 43; 2 a row at batch 5: 2.5, halves up -> 3.
+  assert quality_packed.rows_per_batch(64, _packed(128, 100)) == 50
+  assert quality_packed.rows_per_batch(64, _packed(3, 2)) == 43
+  assert quality_packed.rows_per_batch(5, _packed(2, 1)) == 3
+  assert quality_packed.rows_per_batch(1, _packed(3, 1)) == 1  # never an empty batch
+
+
+def test_quality_packed_variants_resolve_and_parse():
+  bf16, no_bf16 = ["amx_bf16"], []
+  assert quality.resolve_variants(["best", "best_packed"], bf16) == [
+      "lamb_bf16", "lamb_bf16_packed"]
+  assert quality.resolve_variants(["best", "best_packed"], no_bf16) == [
+      "lamb_fp32", "lamb_fp32_packed"]
+  assert quality.resolve_variants(["best_packed", "lamb_fp32_packed", "adam_fp32"], no_bf16) == [
+      "lamb_fp32_packed", "adam_fp32"]
+  args = quality.parse_args(["--output_dir=/o", "--variants=best, best_packed,lamb_bf16_packed"])
+  assert args.variants == ["best", "best_packed", "lamb_bf16_packed"]
+  for bad in ("adam_fp32_packed", "original_packed", "packed"):
+    with pytest.raises(SystemExit) as exit_info:
+      quality.parse_args(["--output_dir=/o", "--variants=best," + bad])
+    assert exit_info.value.code == 2
+  assert [quality_packed.twin(v) for v in ("lamb_bf16_packed", "lamb_fp32", "original")] == [
+      "lamb_bf16", "lamb_fp32", "original"]
+
+
+def test_quality_packed_job_is_its_twins_on_the_packed_rows():
+  packed = _packed(train_dir="/out/packed_train")
+  for twin in ("lamb_fp32", "lamb_bf16"):
+    unpacked = quality.job_command(twin, "c.json", "/d", "/out/job", 400, checkpoints=4)
+    argv = quality.job_command(twin + "_packed", "c.json", "/d", "/out/job", 400, checkpoints=4,
+                               packed=packed)
+    assert sorted(a for a in argv if a not in unpacked) == [
+        "--enable_packed_data_mode", "--input_files_dir=/out/packed_train",
+        "--train_batch_size=52"]
+    assert sorted(a for a in unpacked if a not in argv) == [
+        "--input_files_dir=/d/seq128/train", "--train_batch_size=64"]
+    # The same schedule: 400 updates, 10% warmup, LAMB's learning rate, a checkpoint every 100.
+    for flag in ("--num_train_steps=400", "--num_warmup_steps=40", "--learning_rate=0.008",
+                 "--save_checkpoints_steps=100", "--optimizer_type=lamb"):
+      assert flag in argv
+  assert "--bf16" in quality.job_command("lamb_bf16_packed", "c", "/d", "/o", 400, packed=packed)
+  with pytest.raises(ValueError, match="lamb_fp32_packed"):
+    quality.job_command("lamb_fp32_packed", "c.json", "/d", "/out/job", 400)
+
+
+def test_quality_packed_calibration_counts_updates_not_rows(monkeypatch, tmp_path):
+  packed = _packed(train_dir=str(tmp_path / "packed_train"))
+  # Unpacked: 128 sequences/s at 64 an update is 2 updates/s. Packed: 52 rows of 1.2373
+  # sequences each, 64.34 sequences an update: 128 sequences/s is 1.9895 updates/s.
+  assert quality.update_rate(128.0, "lamb_fp32") == 2.0
+  assert quality.update_rate(128.0, "lamb_fp32_packed", packed) == pytest.approx(
+      128.0 / (52 * 17891 / 14460))
+  assert quality.update_rate(128.0, "lamb_fp32_packed", packed) == pytest.approx(1.98948, abs=1e-5)
+  assert quality.update_rate(128.0, "lamb_fp32", packed) == 2.0  # the twin counts its 64
+  seen = {}
+
+  def run_job(argv, env):
+    seen["argv"] = argv
+    return 1000.0, [], 0.5
+
+  def job_figures(kind, figures, start, lines, out_dir):
+    seen["figures"] = (kind, figures.batch, figures.warmup)
+    return 100.0, 7.5
+
+  monkeypatch.setattr(quality.precision, "run_job", run_job)
+  monkeypatch.setattr(quality.precision, "job_figures", job_figures)
+  startup, rate = quality.calibrate("lamb_fp32_packed", "c.json", "/d", str(tmp_path), 9, 3,
+                                    packed)
+  assert startup == 7.5 and rate == pytest.approx(100.0 * 14460 / (52 * 17891))
+  assert "--input_files_dir=%s" % packed.train_dir in seen["argv"]
+  assert "--train_batch_size=52" in seen["argv"] and seen["figures"] == ("ours", 64, 3)
+  assert quality.calibrate("lamb_fp32", "c.json", "/d", str(tmp_path), 9, 3, packed)[1] == (
+      100.0 / 64)
+
+
+def test_quality_packed_comparison_fine_tunes_every_final_checkpoint():
+  first = {"variant": "lamb_fp32", "updates": 100, "keep_dir": "/a",
+           "checkpoints": {25: 1.0, 50: 2.0, 100: 3.0}}
+  # Stopped at the limit before its last update: its newest kept checkpoint is its final one.
+  packed = {"variant": "lamb_fp32_packed", "updates": 90, "keep_dir": "/b",
+            "checkpoints": {30: 1.0, 60: 2.0}}
+  starts, chosen, finals = quality_finetune.finetune_plan([first, packed], (0.25, 0.5, 1.0), True)
+  assert chosen == {0.25: 25, 0.5: 50, 1.0: 100}
+  assert starts == {"random": None, "25%": "/a/model.ckpt-25", "50%": "/a/model.ckpt-50",
+                    "100%": "/a/model.ckpt-100", "final_lamb_fp32_packed": "/b/model.ckpt-60"}
+  assert finals == {"lamb_fp32": "100%", "lamb_fp32_packed": "final_lamb_fp32_packed"}
+  starts, _, finals = quality_finetune.finetune_plan([first, packed], (0.25, 0.5, 1.0), False)
+  assert finals == {} and sorted(starts) == ["100%", "25%", "50%", "random"]
+
+
+def _write_records(path, count):
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for i in range(count):
+      writer.write(b"record %d" % i)
+
+
+def test_quality_packed_data_is_packed_once_and_remade_when_stale(monkeypatch, tmp_path):
+  inputs = tmp_path / "train"
+  inputs.mkdir()
+  files = [str(inputs / "a.tfrecord"), str(inputs / "b.tfrecord")]
+  _write_records(files[0], 5)
+  _write_records(files[1], 4)
+  calls = []
+
+  def run_packer(input_files, train_dir):  # 2 rows a file, as the packer names its outputs
+    calls.append(train_dir)
+    os.makedirs(train_dir)
+    outputs = [os.path.join(train_dir, os.path.basename(p)) for p in input_files]
+    for path in outputs:
+      _write_records(path, 2)
+    return outputs
+
+  monkeypatch.setattr(quality_packed, "run_packer", run_packer)
+  out = tmp_path / "out"
+  first = quality_packed.prepare(files, str(out))
+  assert (first.train_dir, first.sequences, first.rows) == (str(out / "packed_train"), 9, 4)
+  assert quality_packed.prepare(files, str(out)) == first and len(calls) == 1  # reused
+  (out / "packed_train" / "b.tfrecord.partial").write_bytes(b"")  # an interrupted packing
+  assert quality_packed.prepare(files, str(out)) == first and len(calls) == 2
+  assert not (out / "packed_train" / "b.tfrecord.partial").exists()
+  _write_records(files[1], 6)  # the inputs changed: packed again and counted again
+  assert quality_packed.prepare(files, str(out)).sequences == 11 and len(calls) == 3
+  os.remove(str(out / "packed_train" / "a.tfrecord"))  # an output gone
+  assert quality_packed.prepare(files, str(out)).rows == 4 and len(calls) == 4
+  assert sorted(os.listdir(str(out))) == ["packed_train", "packed_train.json"]
+
+
+def test_quality_packed_comparison_prints_the_final_checkpoints_table(capsys):
+  jobs = [{"variant": v, "rows_per_update": rows, "sequences_per_update": seqs, "updates": 10,
+           "updates_per_s": 1.0, "final_update": 10, "final_mlm_loss": loss}
+          for v, rows, seqs, loss in (("lamb_fp32", 64, 64.0, 5.25),
+                                      ("lamb_fp32_packed", 52, 64.34, 5.5))]
+  spread = {"mean": 0.5, "min": 0.4, "max": 0.6}
+  quality_report.print_final_table({"seeds": 3, "jobs": jobs, "final_dev_accuracy": {
+      "lamb_fp32": spread, "lamb_fp32_packed": dict(spread, mean=0.55)}})
+  lines = capsys.readouterr().out.splitlines()
+  assert "| lamb_fp32 | 10 | 5.250 | 0.500 (0.400-0.600) |" in lines
+  assert "| lamb_fp32_packed | 10 | 5.500 | 0.550 (0.400-0.600) |" in lines
+
+
+def test_packing_figures_are_medians_after_the_warmup(monkeypatch):
+  lines = [{"step": step, "data": {"throughput_train": rate, "rows_per_sec": rate / 2}}
+           for step, rate in ((1, 1.0), (2, 100.0), (3, 30.0), (4, 10.0), (5, 20.0))]
+  monkeypatch.setattr(throughput, "run_training", lambda *args: (lines, 0.0, 0))
+  args = packing.parse_args(["--seq=128", "--warmup=2"])
+  # Updates 3, 4, 5: medians 20 sequences/s and 10 rows/s.
+  assert packing.run_figures(args, "config", "data", "work") == (20.0, 10.0)
+
+
+def test_packing_rounds_alternate_and_the_ratio_is_of_the_medians(monkeypatch, tmp_path, capsys):
+  monkeypatch.setattr(packing, "unpacked_records", lambda seq: "unpacked-dir")
+  monkeypatch.setattr(packing, "packed_records", lambda seq, unpacked: ("packed-dir", "line"))
+  monkeypatch.setattr(throughput, "config_file", lambda name: name)
+  order = []
+  figures = {"unpacked-dir": iter([(10.0, 10.0), (14.0, 14.0), (12.0, 12.0)]),
+             "packed-dir": iter([(20.0, 11.0), (18.0, 10.0), (30.0, 12.0)])}
+
+  def fake_figures(args, config_path, data_dir, work_dir):
+    order.append(data_dir)
+    return next(figures[data_dir])
+
+  monkeypatch.setattr(packing, "run_figures", fake_figures)
+  assert packing.main(["--rounds=3", "--work_dir=%s" % tmp_path]) == 0
+  assert order == ["unpacked-dir", "packed-dir", "packed-dir", "unpacked-dir", "unpacked-dir",
+                   "packed-dir"]
+  result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert result["unpacked_sequences_per_sec"] == 12.0
+  assert result["packed_sequences_per_sec"] == 20.0
+  assert result["speedup_sequences_per_sec"] == pytest.approx(20.0 / 12.0)
+  assert result["packed_rows_per_sec"] == 11.0
 
 
 def test_suite_cpu_summary_adds_up_by_program_module_and_test():
