@@ -73,12 +73,15 @@ def run_python(args, check=True, timeout=300, python=None, launcher=(), env=None
   return proc
 
 
-def random_batch(rng, batch_size, seq_length, vocab_size, num_predictions, type_vocab_size=2):
+def random_batch(rng, batch_size, seq_length, vocab_size, num_predictions, type_vocab_size=2,
+                 max_length=None):
   """A batch of pretraining features as numpy arrays (docs/DESIGN.md section 3 dtypes after
   parsing).
 
   Every sequence has some padding at the end; masked positions are distinct, ascending and inside
-  the real tokens; the last prediction slot of each sequence is padding (weight 0).
+  the real tokens; the last prediction slot of each sequence is padding (weight 0). Lengths are
+  drawn from [max(num_predictions + 1, seq_length // 2), seq_length], or with `max_length` from
+  [num_predictions + 1, max_length] (short sequences, several of which fit in one packed row).
   """
   input_ids = rng.randint(1, vocab_size, size=(batch_size, seq_length)).astype(np.int32)
   input_mask = np.ones((batch_size, seq_length), np.int32)
@@ -87,7 +90,10 @@ def random_batch(rng, batch_size, seq_length, vocab_size, num_predictions, type_
   ids = np.zeros((batch_size, num_predictions), np.int32)
   weights = np.zeros((batch_size, num_predictions), np.float32)
   for b in range(batch_size):
-    length = rng.randint(max(num_predictions + 1, seq_length // 2), seq_length + 1)
+    if max_length is None:
+      length = rng.randint(max(num_predictions + 1, seq_length // 2), seq_length + 1)
+    else:
+      length = rng.randint(num_predictions + 1, max_length + 1)
     input_ids[b, length:] = 0
     input_mask[b, length:] = 0
     segment_ids[b, length // 2:length] = rng.randint(0, type_vocab_size)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import pack_pretraining_data
 from tests import helpers
 from tests import test_run_pretraining as job
 from utils import regression
@@ -59,7 +60,18 @@ def data(tmp_path_factory):
   for index in range(2):
     helpers.write_batch_records(train_dir / ("part-%d.tfrecord" % index),
                                 helpers.random_batch(rng, 24, SEQ, CONFIG["vocab_size"], PRED))
-  return {"root": root, "configs": configs, "train_dir": str(train_dir)}
+  # Short sequences packed two or three to a row (pack_pretraining_data.py), two files.
+  short_dir, packed_dir = root / "short", root / "packed"
+  short_dir.mkdir()
+  for index in range(2):
+    helpers.write_batch_records(short_dir / ("part-%d.tfrecord" % index),
+                                helpers.random_batch(rng, 24, SEQ, CONFIG["vocab_size"], PRED,
+                                                     max_length=7))
+  pack_pretraining_data.pack_files(
+      sorted(str(p) for p in short_dir.glob("*.tfrecord")),
+      [str(packed_dir / ("part-%d.tfrecord" % index)) for index in range(2)], num_workers=1)
+  return {"root": root, "configs": configs, "train_dir": str(train_dir),
+          "packed_dir": str(packed_dir)}
 
 
 def command(data, out, launcher=(), config="dropout", **overrides):
@@ -276,19 +288,26 @@ def test_killed_run_resumes_exactly(fp16_runs):
 # Every precision, and both places of the allreduce (every micro-step, or once per update after
 # the accumulation). The same command under each launcher: horovodrun --gloo and mpirun sum the
 # two workers' gradients alike, so their runs are bit-identical too, and two runs that agree to
-# the last bit show that each run repeats itself.
-@pytest.mark.parametrize("precision,allreduce_post_accumulation", [
-    ("fp32", False), ("fp16", True), ("bf16", True), ("bf16", False)])
+# the last bit show that each run repeats itself. The last trains on packed records.
+@pytest.mark.parametrize("precision,allreduce_post_accumulation,packed", [
+    ("fp32", False, False), ("fp16", True, False), ("bf16", True, False), ("bf16", False, True)])
 def test_two_workers_bit_identical_under_either_launcher(data, tmp_path, precision,
-                                                         allreduce_post_accumulation):
+                                                         allreduce_post_accumulation, packed):
   overrides = dict(PRECISIONS[precision], horovod=True,
                    allreduce_post_accumulation=allreduce_post_accumulation)
+  if packed:
+    overrides["input_files_dir"] = data["packed_dir"]
   gloo, mpi = tmp_path / "gloo", tmp_path / "mpirun"
   run_together({tmp_path / "gloo.out": command(data, gloo, LAUNCHERS["gloo"](), **overrides),
                 tmp_path / "mpirun.out": command(data, mpi, LAUNCHERS["mpirun"](), **overrides)})
   entries = assert_same_losses(gloo / "bert_dllog.json", mpi / "bert_dllog.json",
                                command(data, "OUT", LAUNCHERS["gloo"](), **overrides), tmp_path)
   assert_counters(entries, gloo, fp16=precision == "fp16")
+  logged = [r["data"] for r in job.read_dllog(gloo / "bert_dllog.json")
+            if isinstance(r["step"], int)]
+  # Packed: 2 rows x 2 micro-steps x 2 workers per update hold 8 to 24 sequences.
+  assert all(("sequences_per_update" in d) == packed for d in logged)
+  assert all(8 <= d["sequences_per_update"] <= 24 for d in logged if packed)
   final_gloo, final_mpi = job.checkpoint_values(gloo), job.checkpoint_values(mpi)
   assert set(final_gloo) == set(final_mpi)
   for name, value in final_gloo.items():
