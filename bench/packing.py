@@ -51,12 +51,12 @@ def parse_args(argv=None):
 
 
 def _run(cmd):
-  """Runs a data command; SystemExit with its output when it fails."""
+  """Runs a data command; returns its stdout (SystemExit with its output when it fails)."""
   proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
   if proc.returncode != 0:
     raise SystemExit("failed (%d): %s\n%s" % (proc.returncode, " ".join(cmd),
                                               (proc.stdout + proc.stderr)[-4000:]))
-  return proc.stdout + proc.stderr
+  return proc.stdout
 
 
 def unpacked_records(seq):
