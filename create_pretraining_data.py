@@ -32,9 +32,7 @@ pieces are masked together.
 
 import collections
 import functools
-import glob
 import os
-import shutil
 import time
 
 from absl import flags
@@ -45,7 +43,7 @@ from utils.core import errors
 from utils.core import paths
 from utils.data import instances
 from utils.data import record_encoder
-from utils.runtime import output_lock
+from utils.runtime import output_set
 from utils.runtime import worker_pool
 
 # The record encoder and the worker pool, importable from here as before they had modules of
@@ -171,18 +169,18 @@ def create_pretraining_data(input_files, output_files, vocab_file, options, do_l
   parts = collections.OrderedDict((output, []) for output in output_files)  # in input order
   for index, path in enumerate(input_files):
     output = output_files[index % len(output_files)]
-    target = _partial(output if direct else "%s.part-%05d" % (output, index))
+    target = output_set.partial_name(output if direct else "%s.part-%05d" % (output, index))
     tasks.append((index, path, target, vocab_file, do_lower_case, options))
     parts[output].append(target)
-  new_directories = _missing_directories(output_files)
+  new_directories = output_set.missing_directories(output_files)
   try:
-    _start_clean(output_files)
+    output_set.start_clean(output_files)
     with worker_pool.clean_up_if_killed(
         functools.partial(_clean_up_killed_run, tasks, output_files, new_directories)):
       counts = _write_outputs(tasks, parts, num_workers)
   except BaseException:
     # No empty directory of the run's own making is left behind (one that existed is kept).
-    _remove_empty_directories(new_directories)
+    output_set.remove_empty_directories(new_directories)
     raise
   totals = collections.OrderedDict((output, 0) for output in output_files)
   for index, count in enumerate(counts):
@@ -221,10 +219,11 @@ def _write_outputs(tasks, parts, num_workers):
           "control characters); give text with one sentence per line and a blank line between "
           "documents" % ", ".join(task[1] for task in tasks))
     for output, output_parts in parts.items():
-      if output_parts != [_partial(output)]:  # an output shared by several input files
-        _concatenate(output_parts, _partial(output))
+      # An output shared by several input files is written in parts.
+      if output_parts != [output_set.partial_name(output)]:
+        output_set.concatenate(output_parts, output_set.partial_name(output))
     for output in parts:  # the whole set is written: publish it
-      paths.rename(_partial(output), output)
+      paths.rename(output_set.partial_name(output), output)
   except BaseException:
     # Leave nothing that could pass for a finished output.
     _remove_partial_files(tasks, list(parts))
@@ -234,9 +233,6 @@ def _write_outputs(tasks, parts, num_workers):
   return counts
 
 
-def _partial(path):
-  """The name `path` is written under until the whole output set is complete."""
-  return path + ".partial"
 
 
 def _remove_partial_files(tasks, output_files):
@@ -244,60 +240,20 @@ def _remove_partial_files(tasks, output_files):
   for task in tasks:
     paths.remove_if_exists(task[2])
   for output in output_files:
-    paths.remove_if_exists(_partial(output))
+    paths.remove_if_exists(output_set.partial_name(output))
 
 
 def _clean_up_killed_run(tasks, output_files, new_directories):
   """What a run killed outright leaves, removed: its ".partial" files, then the directories it
   created if they stayed empty. Published outputs are kept (the run may have ended its work)."""
   _remove_partial_files(tasks, output_files)
-  _remove_empty_directories(new_directories)
+  output_set.remove_empty_directories(new_directories)
 
 
-def _missing_directories(output_files):
-  """The local directories that creating the outputs' directories would create, deepest first."""
-  missing = set()
-  for output in output_files:
-    if paths.is_remote(output):
-      continue  # object stores have no empty directories to leave behind
-    directory = os.path.dirname(os.path.abspath(output))
-    while not os.path.lexists(directory):
-      missing.add(directory)
-      directory = os.path.dirname(directory)
-  return sorted(missing, key=len, reverse=True)  # a directory before its parent
 
 
-def _remove_empty_directories(directories):
-  """Removes each of `directories` (deepest first) that is empty; the others are kept."""
-  for directory in directories:
-    try:
-      os.rmdir(directory)
-    except OSError:  # not empty (what another run or the user put there) or already gone
-      pass
 
 
-def _start_clean(output_files):
-  """Creates the outputs' directories and removes what an earlier run left under their names.
-
-  Raises:
-    ValueError: naming --output_file when a directory cannot be created.
-  """
-  leftovers = []
-  for output in output_files:
-    directory = os.path.dirname(output)
-    if directory:
-      output_lock.make_directory(directory, flag="--output_file")
-    if paths.is_remote(output):
-      candidates = [output, _partial(output)]
-    else:
-      candidates = [output] + sorted(glob.glob(glob.escape(output) + ".partial")
-                                     + glob.glob(glob.escape(output) + ".part-*"))
-    for path in candidates:
-      if path != output and (paths.is_remote(path) or os.path.exists(path)):
-        leftovers.append(path)
-      paths.remove_if_exists(path)
-  if leftovers:
-    logging.warning("removed the leftovers of an interrupted run: %s", ", ".join(leftovers))
 
 
 def _run_tasks(tasks, num_workers):
@@ -322,14 +278,6 @@ def _run_tasks(tasks, num_workers):
     yield result
 
 
-def _concatenate(parts, output):
-  """Concatenates the TFRecord files `parts` into `output` and removes them."""
-  with paths.open_file(output, "wb") as writer:
-    for part in parts:
-      with paths.open_file(part, "rb") as reader:
-        shutil.copyfileobj(reader, writer, 1 << 20)
-  for part in parts:
-    paths.remove_if_exists(part)
 
 
 def define_flags():

@@ -33,12 +33,13 @@ from absl import logging
 import numpy as np
 
 # The generator's file lists and the publishing of its outputs, shared with this script.
-import create_pretraining_data as cpd
 from utils.core import errors
 from utils.core import paths
 from utils.data import packed_records
 from utils.data import packing
+from utils.data import record_encoder
 from utils.data import records
+from utils.runtime import output_set
 from utils.runtime import worker_pool
 
 DEFAULT_MAX_SEQUENCES_PER_PACK = 3
@@ -168,7 +169,7 @@ def pack_chunk(chunk, widths, limits, random_seed):
 @functools.lru_cache(maxsize=None)
 def _crc32c():
   """The `Crc32c` of this process (its tables grow once, forked workers inherit them)."""
-  return cpd.Crc32c()
+  return record_encoder.Crc32c()
 
 
 def pack_files(input_files, output_files, max_seq_length=None, max_sequences_per_pack=3,
@@ -204,10 +205,10 @@ def pack_files(input_files, output_files, max_seq_length=None, max_sequences_per
   chunks, parts = plan_chunks(input_files, counts, output_files,
                               chunk_sequences or default_chunk_sequences(widths))
   num_workers = max(1, min(num_workers or worker_pool.default_num_workers(), len(chunks)))
-  new_directories = cpd._missing_directories(output_files)  # pylint: disable=protected-access
+  new_directories = output_set.missing_directories(output_files)
   _crc32c().grow(16 * limits.max_seq_length + 16 * limits.max_predictions + 1024)
   try:
-    cpd._start_clean(output_files)  # pylint: disable=protected-access
+    output_set.start_clean(output_files)
     with worker_pool.clean_up_if_killed(
         functools.partial(_remove_partial_files, chunks, output_files, new_directories)):
       stats = _run_and_publish(chunks, parts, widths, limits, random_seed, num_workers)
@@ -215,7 +216,7 @@ def pack_files(input_files, output_files, max_seq_length=None, max_sequences_per
     _remove_partial_files(chunks, output_files, ())
     for output in output_files:
       paths.remove_if_exists(output)
-    cpd._remove_empty_directories(new_directories)  # pylint: disable=protected-access
+    output_set.remove_empty_directories(new_directories)
     raise
   return dict(sequences=sum(s.sequences for s in stats), packs=sum(s.packs for s in stats),
               tokens=sum(s.tokens for s in stats), input_length=widths["input_ids"],
@@ -252,9 +253,9 @@ def _run_and_publish(chunks, parts, widths, limits, random_seed, num_workers):
                  len(chunks), sum(s.sequences for s in done),
                  sum(s.sequences for s in done) / max(time.time() - start, 1e-9))
   for output, output_parts in parts.items():
-    cpd._concatenate(output_parts, cpd._partial(output))  # pylint: disable=protected-access
+    output_set.concatenate(output_parts, output_set.partial_name(output))
   for output in parts:  # the whole set is written: publish it
-    paths.rename(cpd._partial(output), output)  # pylint: disable=protected-access
+    paths.rename(output_set.partial_name(output), output)
   return stats
 
 
@@ -271,8 +272,8 @@ def _remove_partial_files(chunks, output_files, new_directories):
     for target in chunk.targets:
       paths.remove_if_exists(target)
   for output in output_files:
-    paths.remove_if_exists(cpd._partial(output))  # pylint: disable=protected-access
-  cpd._remove_empty_directories(new_directories)  # pylint: disable=protected-access
+    paths.remove_if_exists(output_set.partial_name(output))
+  output_set.remove_empty_directories(new_directories)
 
 
 def unpack_files(input_files, output_files, max_seq_length=None, max_predictions_per_seq=None):
@@ -292,10 +293,10 @@ def unpack_files(input_files, output_files, max_seq_length=None, max_predictions
   if len(input_files) != len(output_files):
     raise ValueError("--unpack writes one output per input file: %d inputs, %d outputs"
                      % (len(input_files), len(output_files)))
-  new_directories = cpd._missing_directories(output_files)  # pylint: disable=protected-access
+  new_directories = output_set.missing_directories(output_files)
   packs = sequences = 0
   try:
-    cpd._start_clean(output_files)  # pylint: disable=protected-access
+    output_set.start_clean(output_files)
     for path, output in zip(input_files, output_files):
       packed = packed_records.read_packed(path)
       seq = packed["input_ids"].shape[1] if max_seq_length is None else max_seq_length
@@ -303,12 +304,12 @@ def unpack_files(input_files, output_files, max_seq_length=None, max_predictions
       if width is None:
         width = packed["masked_lm_ids"].shape[1] - packed["next_sentence_weights"].shape[1]
       features = packed_records.unpack_features(packed, seq, width, path)
-      partial = cpd._partial(output)  # pylint: disable=protected-access
+      partial = output_set.partial_name(output)
       with paths.open_file(partial, "wb") as writer:
         writer.write(packed_records.encode(features, _crc32c()).tobytes())
       packs, sequences = packs + len(packed["input_ids"]), sequences + len(features["input_ids"])
     for output in output_files:
-      paths.rename(cpd._partial(output), output)  # pylint: disable=protected-access
+      paths.rename(output_set.partial_name(output), output)
   except BaseException:
     _remove_partial_files((), output_files, new_directories)
     for output in output_files:
@@ -360,10 +361,12 @@ def _resolve_input_files(input_file):
   Raises:
     packed_records.PackingInputError: naming the patterns.
   """
-  try:
-    return cpd.resolve_input_files(input_file)
-  except ValueError as e:
-    raise packed_records.PackingInputError(str(e))
+  patterns = paths.split_list(input_file)
+  files = paths.resolve_files(patterns)
+  if not files:
+    raise packed_records.PackingInputError(
+        "--input_file: no file matches %s" % (", ".join(patterns) or "(empty)"))
+  return files
 
 
 def define_flags():

@@ -5,13 +5,12 @@ The algorithm is shortest-pack-first histogram packing (SPFHP, Krell et al., arX
 best-fit decreasing run on the histogram of the sequences, not on the sequences one by one; and
 a slot-aware variant of it, whose first phase fills the room of each sequence longer than half a
 pack with one or two sequences of at most a third (`_fill_long_packs`); the one with fewer packs
-is kept. The
-histogram's types are (length, predictions) pairs, longest first; each type goes, as many of its
-sequences at once as there are open packs of one kind, into the open packs with the least room
-left that still take it (tokens and predictions), else into new packs, each holding as many of
-the type as fit (what placing them one by one into the best fit gives). A pack is described by its
-"strategy", the tuple of the types it holds, so the work grows with the number of distinct types
-and strategies, not with the number of sequences. The sequences are then dealt to the strategies
+is kept. The histogram's types are (length, predictions) pairs, longest first; each type goes, as
+many of its sequences at once as there are open packs of one kind, into the open packs with the
+least room left that still take it (tokens and predictions), else into new packs, each holding as
+many of the type as fit (what placing them one by one into the best fit gives). A pack is
+described by its "strategy", the tuple of the types it holds, so the work grows with the number
+of distinct types and strategies, not with the number of sequences. The sequences are then dealt to the strategies
 in input order (`assign_sequences`): the result depends only on the lengths and predictions.
 
 Constraints of a pack (docs/DATA.md): at most `max_tokens` tokens, at most `max_sequences`
