@@ -73,6 +73,9 @@ flags.DEFINE_bool("enable_packed_data_mode", None,
                   "Packed records (pack_pretraining_data.py; Habana's flag): by default the "
                   "records say whether they are packed; given, it must agree with them. With "
                   "packed records --train_batch_size counts rows of up to K sequences.")
+flags.DEFINE_float("avg_seq_per_pack", None,
+                   "Habana's flag, accepted so its command lines run: the log counts each "
+                   "update's sequences itself, so the value is not used (a note says so).")
 flags.DEFINE_integer("num_train_steps", 100000, "Optimizer updates to train for.")
 flags.DEFINE_integer("num_warmup_steps", 10000, "Warmup updates.")
 flags.DEFINE_integer("max_eval_steps", 100,
@@ -134,6 +137,8 @@ def check_flags(f, config):
             "--do_eval needs data: give --eval_files_dir (or --input_files_dir / --input_file)")
   for name in ("max_predictions_per_seq", "max_eval_steps"):
     require(getattr(f, name) >= 1, "--%s must be >= 1, got %d", name, getattr(f, name))
+  require(f.avg_seq_per_pack is None or f.avg_seq_per_pack >= 1,
+          "--avg_seq_per_pack must be >= 1 (sequences per packed row), got %s", f.avg_seq_per_pack)
   require(f.max_predictions_per_seq <= f.max_seq_length,
           "--max_predictions_per_seq (%d) cannot exceed --max_seq_length (%d)",
           f.max_predictions_per_seq, f.max_seq_length)
@@ -187,6 +192,9 @@ def _resolve_inputs(f, vocab_size):
     raise errors.UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
                             "vocabulary of --bert_config_file)" % e)
   _check_packed_flag(f, layout, files)
+  if f.avg_seq_per_pack is not None:
+    logging.info("--avg_seq_per_pack=%g is not used: the log counts each update's sequences "
+                 "(docs/TRAINING.md, packed sequences)", f.avg_seq_per_pack)
   return train_files, eval_files, layout
 
 

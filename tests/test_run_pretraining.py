@@ -8,6 +8,7 @@ runs and corrupt records are drilled in tests/test_fault_drills.py.
 import atexit
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ import tensorflow as tf
 
 import modeling
 import optimization
+import pack_pretraining_data
 import run_pretraining
 from tests import helpers
 from utils.runtime import cpu
@@ -590,10 +592,15 @@ def test_launcher_defaults_to_the_environment_and_says_so():
 
 
 def test_launcher_runs_both_phases_and_phase2_starts_from_phase1(data, tmp_path):
+  # Phase 2 on the same records packed, as a user packs phase 2's.
+  packed = tmp_path / "packed"
+  inputs = sorted(str(p) for p in pathlib.Path(data["train_dir"]).glob("*.tfrecord"))
+  pack_pretraining_data.pack_files(inputs, [str(packed / os.path.basename(p)) for p in inputs],
+                                   num_workers=1)
   out = tmp_path / "results"
   common = ["--python", sys.executable, "--config", data["config"], "--launcher", "none",
             "--output_dir", str(out), "--phase1_data", data["train_dir"],
-            "--phase2_data", data["train_dir"], "--save_checkpoints_steps", "2"]
+            "--phase2_data", str(packed), "--save_checkpoints_steps", "2"]
   phases = []
   for n, lr in ((1, "1e-3"), (2, "1e-9")):
     phases += ["--phase%d_seq" % n, str(SEQ), "--phase%d_pred" % n, str(PRED),
@@ -607,6 +614,9 @@ def test_launcher_runs_both_phases_and_phase2_starts_from_phase1(data, tmp_path)
   # Phase 2 (learning rate ~0) starts from phase 1's weights, not from a fresh initialisation.
   np.testing.assert_allclose(phase2["bert/pooler/dense/kernel"],
                              phase1["bert/pooler/dense/kernel"], atol=1e-6)
+  logged = [r["data"] for r in read_dllog(out / "phase_2" / "bert_dllog.json")
+            if isinstance(r["step"], int)]
+  assert logged and all("sequences_per_update" in d for d in logged)
 
 
 def test_threads_per_worker_shares_the_node():

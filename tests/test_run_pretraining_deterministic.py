@@ -226,32 +226,66 @@ def newest_readable_checkpoint(directory):
   raise AssertionError("no readable checkpoint in %s" % directory)
 
 
-@pytest.fixture(scope="module")
-def fp16_runs(data, tmp_path_factory):
-  """The fp16 one-process command run three times at once: "a" and "b" to the end; "killed" is
+def three_runs_one_killed(data, root, **overrides):
+  """The one-process command run three times at once: "a" and "b" to the end; "killed" is
   killed once update KILL_AFTER is logged and resumed (the same command again) while a and b
   still train.
 
   Returns:
-    dict: the output dirs "a", "b", "killed"; "restart_step", the global step of the checkpoint
-    the resumed run started from; "resumed_output", the resumed run's stdout and stderr.
+    dict: the output dirs "a", "b", "killed"; "newest_saved", the global step of the newest
+    readable checkpoint at the kill; "resumed_output" and "a_output", the resumed run's and a's
+    stdout and stderr.
   """
-  root = tmp_path_factory.mktemp("fp16")
   dirs = {name: root / name for name in ("a", "b", "killed")}
-  started = {name: start(command(data, out, **FP16), root / ("%s.out" % name))
+  started = {name: start(command(data, out, **overrides), root / ("%s.out" % name))
              for name, out in dirs.items()}
   try:
     killed = started["killed"][2]
     _wait_for_step(dirs["killed"] / "bert_dllog.json", killed, KILL_AFTER)
     helpers.kill_session(killed)
     newest_saved = newest_readable_checkpoint(dirs["killed"])
-    resumed = start(command(data, dirs["killed"], **FP16), root / "resumed.out")
+    resumed = start(command(data, dirs["killed"], **overrides), root / "resumed.out")
     finish([started["a"], started["b"], resumed])
   finally:
     for _, _, proc in started.values():
       helpers.kill_session(proc)
   return dict(dirs, newest_saved=newest_saved,
-              resumed_output=(root / "resumed.out").read_text())
+              resumed_output=(root / "resumed.out").read_text(),
+              a_output=(root / "a.out").read_text())
+
+
+def assert_resumed_exactly(runs):
+  """The killed and resumed run of `three_runs_one_killed` is the full run "a": it restarted from
+  the newest checkpoint saved before the kill, its log reads as one history with a's values, and
+  its final checkpoint holds a's values bit for bit.
+
+  Returns:
+    the step it restarted from.
+  """
+  full, killed = runs["a"], runs["killed"]
+  # The resumed run says where it started: the newest checkpoint saved before the kill, on either
+  # side of the index update (tests/test_checkpoints_recovery.py forces both).
+  restarts = [record["data"]["resumed_from_step"]
+              for record in job.read_dllog(killed / "bert_dllog.json")
+              if record["step"] == dllogger_setup.RESTART_STEP]
+  assert restarts == [runs["newest_saved"]]
+  full_entries = golden.log_entries(str(full / "bert_dllog.json"))
+  # The killed run's log holds both runs (appended at the restart), and reads as one history: the
+  # lines the first run logged after its checkpoint give way to the resumed run's.
+  resumed_entries = golden.log_entries(str(killed / "bert_dllog.json"))
+  assert [e["step"] for e in resumed_entries] == [e["step"] for e in full_entries]
+  assert golden.differences(full_entries, resumed_entries, tolerance=0) == []
+  final_full, final_resumed = job.checkpoint_values(full), job.checkpoint_values(killed)
+  assert set(final_full) == set(final_resumed)
+  for name, value in final_full.items():
+    np.testing.assert_array_equal(final_resumed[name], value, err_msg=name)
+  return restarts[0]
+
+
+@pytest.fixture(scope="module")
+def fp16_runs(data, tmp_path_factory):
+  """`three_runs_one_killed` of the fp16 command."""
+  return three_runs_one_killed(data, tmp_path_factory.mktemp("fp16"), **FP16)
 
 
 def test_fp16_one_process_bit_identical(data, fp16_runs, tmp_path):
@@ -264,25 +298,9 @@ def test_fp16_one_process_bit_identical(data, fp16_runs, tmp_path):
 def test_killed_run_resumes_exactly(fp16_runs):
   # fp16 with accumulation: weights, LAMB slots, accumulators, loss scale, the micro-step (dropout
   # keys) and the input position must all come back for the losses to continue unchanged.
-  full, killed = fp16_runs["a"], fp16_runs["killed"]
-  # The resumed run says where it started: the newest checkpoint saved before the kill, on either
-  # side of the index update (tests/test_checkpoints_recovery.py forces both).
-  restarts = [record["data"]["resumed_from_step"]
-              for record in job.read_dllog(killed / "bert_dllog.json")
-              if record["step"] == dllogger_setup.RESTART_STEP]
-  assert restarts == [fp16_runs["newest_saved"]]
-  assert 10 <= restarts[0] < UPDATES and restarts[0] % 5 == 0
+  restart = assert_resumed_exactly(fp16_runs)
+  assert 10 <= restart < UPDATES and restart % 5 == 0
   assert "the input continues after" in fp16_runs["resumed_output"]
-  full_entries = golden.log_entries(str(full / "bert_dllog.json"))
-  # The killed run's log holds both runs (appended at the restart), and reads as one history: the
-  # lines the first run logged after its checkpoint give way to the resumed run's.
-  resumed_entries = golden.log_entries(str(killed / "bert_dllog.json"))
-  assert [e["step"] for e in resumed_entries] == [e["step"] for e in full_entries]
-  assert golden.differences(full_entries, resumed_entries, tolerance=0) == []
-  final_full, final_resumed = job.checkpoint_values(full), job.checkpoint_values(killed)
-  assert set(final_full) == set(final_resumed)
-  for name, value in final_full.items():
-    np.testing.assert_array_equal(final_resumed[name], value, err_msg=name)
 
 
 # Every precision, and both places of the allreduce (every micro-step, or once per update after

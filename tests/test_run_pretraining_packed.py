@@ -21,8 +21,6 @@ from tests import helpers
 from tests import test_run_pretraining as job
 from tests import test_run_pretraining_deterministic as det
 from utils.data import records as records_lib
-from utils.runlog import dllogger_setup
-from utils.runlog import golden
 
 pytestmark = pytest.mark.e2e
 
@@ -79,23 +77,9 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runs(data, tmp_path_factory):
-  """The packed deterministic command three times at once: "a" and "b" to the end, "killed"
-  killed after update KILL_AFTER and resumed (`det.fp16_runs`, in fp32 on packed records)."""
-  root = tmp_path_factory.mktemp("packed_runs")
-  dirs = {name: root / name for name in ("a", "b", "killed")}
-  started = {name: det.start(det.command(data, out), root / ("%s.out" % name))
-             for name, out in dirs.items()}
-  try:
-    killed = started["killed"][2]
-    det._wait_for_step(dirs["killed"] / "bert_dllog.json", killed, det.KILL_AFTER)
-    helpers.kill_session(killed)
-    newest_saved = det.newest_readable_checkpoint(dirs["killed"])
-    resumed = det.start(det.command(data, dirs["killed"]), root / "resumed.out")
-    det.finish([started["a"], started["b"], resumed])
-  finally:
-    for _, _, proc in started.values():
-      helpers.kill_session(proc)
-  return dict(dirs, newest_saved=newest_saved, a_output=(root / "a.out").read_text())
+  """The packed deterministic command (fp32) three times at once, one of them killed and resumed
+  (`det.three_runs_one_killed`)."""
+  return det.three_runs_one_killed(data, tmp_path_factory.mktemp("packed_runs"))
 
 
 def test_the_packer_packs_the_short_sequences_two_or_more_per_row(data):
@@ -130,19 +114,9 @@ def test_packed_runs_repeat_bit_for_bit_and_log_sequences(data, runs, tmp_path):
 
 
 def test_packed_killed_run_resumes_exactly(runs):
-  full, killed = runs["a"], runs["killed"]
-  restarts = [record["data"]["resumed_from_step"]
-              for record in job.read_dllog(killed / "bert_dllog.json")
-              if record["step"] == dllogger_setup.RESTART_STEP]
-  assert restarts == [runs["newest_saved"]]
-  full_entries = golden.log_entries(str(full / "bert_dllog.json"))
-  resumed_entries = golden.log_entries(str(killed / "bert_dllog.json"))
-  assert [e["step"] for e in resumed_entries] == [e["step"] for e in full_entries]
-  assert golden.differences(full_entries, resumed_entries, tolerance=0) == []
-  final_full, final_resumed = job.checkpoint_values(full), job.checkpoint_values(killed)
-  assert set(final_full) == set(final_resumed)
-  for name, value in final_full.items():
-    np.testing.assert_array_equal(final_resumed[name], value, err_msg=name)
+  # The input position of a resumed run counts rows: the packed rows continue where they stopped.
+  det.assert_resumed_exactly(runs)
+  assert "the input continues after" in runs["resumed_output"]
 
 
 def test_packed_evaluation_gives_the_metrics_of_the_same_records_unpacked(data, runs, tmp_path):
@@ -214,6 +188,8 @@ def test_bad_packed_input_is_one_line_and_exit_2(data, tmp_path):
       ({"input_files_dir": data["unpacked_dir"], "enable_packed_data_mode": True},
        "--enable_packed_data_mode disagrees with the input"),
       ({"input_files_dir": str(bad_dir)}, bad_message),
+      ({"input_files_dir": data["train_dir"], "avg_seq_per_pack": 0.5},
+       "--avg_seq_per_pack must be >= 1 (sequences per packed row), got 0.5"),
   ]
   commands = []
   for index, (inputs, _) in enumerate(cases):
@@ -226,3 +202,18 @@ def test_bad_packed_input_is_one_line_and_exit_2(data, tmp_path):
     assert code == 2, err[-3000:]
     assert len(lines) == 1 and expected in lines[0], (expected, err[-3000:])
     assert "Traceback" not in err
+
+
+def test_packed_training_under_manual_fp16_with_habanas_flags(data, tmp_path):
+  out = tmp_path / "out"
+  proc = job.run_job(job.common_flags(
+      {"config": data["configs"]["dropout"], "train_dir": data["train_dir"]}, out,
+      max_seq_length=SEQ, max_predictions_per_seq=PRED, do_train=True, manual_fp16=True,
+      num_train_steps=3, enable_packed_data_mode=True, avg_seq_per_pack=2))
+  assert "--avg_seq_per_pack=2 is not used: the log counts each update's sequences" in proc.stderr
+  lines = [r["data"] for r in job.read_dllog(out / "bert_dllog.json")
+           if isinstance(r["step"], int)]
+  # 4 rows of 1 to 3 sequences each per update, the fp16 loss scale logged.
+  assert len(lines) == 3
+  assert all(4 <= d["sequences_per_update"] <= 12 and "loss_scaler" in d for d in lines)
+  assert all(np.isfinite(d["total_loss"]) for d in lines)

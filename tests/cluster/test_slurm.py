@@ -25,6 +25,7 @@ import time
 import numpy as np
 import pytest
 
+import pack_pretraining_data
 from tests import helpers
 from tests import test_run_pretraining as job
 from tests.cluster import cluster as cluster_lib
@@ -59,17 +60,23 @@ def slurm(cluster):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-  """Phase 1 and phase 2 records, two files each (one per worker), and the tiny config."""
+  """Phase 1 and phase 2 records, two files each (one per worker), and the tiny config. Phase 2's
+  are packed (pack_pretraining_data.py), as a user packs phase 2's."""
   root = tmp_path_factory.mktemp("slurm")
   rng = np.random.RandomState(21)
   dirs = {}
   for phase, seq, pred in ((1, SEQ1, PRED1), (2, SEQ2, PRED2)):
-    dirs[phase] = root / ("phase%d" % phase)
+    dirs[phase] = root / ("phase%d" % phase if phase == 1 else "unpacked%d" % phase)
     dirs[phase].mkdir()
     for index in range(2):
       helpers.write_batch_records(dirs[phase] / ("part-%d.tfrecord" % index),
                                   helpers.random_batch(rng, 32, seq, helpers.TINY_CONFIG[
-                                      "vocab_size"], pred))
+                                      "vocab_size"], pred, max_length=seq // 3 if phase == 2
+                                                       else None))
+  inputs = sorted(str(path) for path in dirs[2].glob("*.tfrecord"))
+  dirs[2] = root / "phase2"
+  pack_pretraining_data.pack_files(
+      inputs, [str(dirs[2] / os.path.basename(path)) for path in inputs], num_workers=1)
   config = helpers.write_bert_config(root / "bert_config.json", max_position_embeddings=SEQ2)
   return {"root": root, "config": config, "phase1": str(dirs[1]), "phase2": str(dirs[2])}
 
@@ -181,6 +188,11 @@ def test_job_runs_both_phases_to_the_end_as_without_slurm(uninterrupted, data, t
   for phase, steps in ((1, PHASE1_STEPS), (2, PHASE2_STEPS)):
     assert os.path.exists(os.path.join(str(run_dir), "phase_%d" % phase,
                                        "model.ckpt-%d.index" % steps))
+  # Phase 2 trained on the packed rows: its log counts their sequences.
+  phase2_lines = [r["data"] for r in job.read_dllog(os.path.join(str(run_dir), "phase_2",
+                                                                 "bert_dllog.json"))
+                  if isinstance(r["step"], int)]
+  assert phase2_lines and all("sequences_per_update" in d for d in phase2_lines)
   # The same two phases under mpirun on this machine, no Slurm: the same launcher script with the
   # per-worker sizes the batch script computed.
   reference = tmp_path / "mpirun"
