@@ -326,15 +326,7 @@ class BertModel(object):
       self.sequence_output = self.all_encoder_layers[-1]
 
       with _tf1.variable_scope("pooler"):
-        # The hidden state of [CLS] (the first token) summarises the pair for classification.
-        if cls_positions is None:
-          first_token_tensor = tf.squeeze(self.sequence_output[:, 0:1, :], axis=1)
-        else:
-          first_token_tensor = tf.gather(self.sequence_output, cls_positions, batch_dims=1)
-          first_token_tensor = tf.reshape(first_token_tensor, [-1, config.hidden_size])
-        self.pooled_output = dense_layer(
-            first_token_tensor, config.hidden_size, activation=tf.tanh, name="dense",
-            initializer_range=config.initializer_range, matmul_dtype=matmul_type)
+        self.pooled_output = pooler(self.sequence_output, config, cls_positions, matmul_type)
 
   def get_pooled_output(self):
     """Pooled [CLS] representation, [batch_size, hidden_size] ([batch_size * num_sequences,
@@ -357,6 +349,29 @@ class BertModel(object):
   def get_embedding_table(self):
     """The fp32 word embedding table, [vocab_size, hidden_size]."""
     return self.embedding_table
+
+
+def pooler(sequence_output, config, cls_positions=None, matmul_dtype=None):
+  """The pooled output: a tanh dense layer (variables `dense/{kernel,bias}` of the current scope)
+  on the hidden state of each [CLS], which summarises its pair for classification.
+
+  Args:
+    sequence_output: float Tensor [batch_size, seq_length, hidden_size].
+    config: `BertConfig`.
+    cls_positions: optional int32 Tensor [batch_size, num_sequences], each packed sequence's
+      [CLS]; None: the first token of each row.
+    matmul_dtype: see `dense_layer`.
+
+  Returns:
+    Tensor [batch_size, hidden_size], or [batch_size * num_sequences, hidden_size].
+  """
+  if cls_positions is None:
+    first_tokens = tf.squeeze(sequence_output[:, 0:1, :], axis=1)
+  else:
+    first_tokens = tf.gather(sequence_output, cls_positions, batch_dims=1)
+    first_tokens = tf.reshape(first_tokens, [-1, config.hidden_size])
+  return dense_layer(first_tokens, config.hidden_size, activation=tf.tanh, name="dense",
+                     initializer_range=config.initializer_range, matmul_dtype=matmul_dtype)
 
 
 def activation_and_matmul_types(compute_type):
