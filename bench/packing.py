@@ -15,12 +15,17 @@ figure of a run is the median over its updates after --warmup of the log's `thro
 (sequences/s: the unpacked sequences a packed update trained, over its time) and of
 `rows_per_sec`. The result is the median over the rounds of each, and the ratio of the medians;
 the last line is one JSON object.
+
+A run's few timed updates hold a sample of the packed rows, whose sequences per row vary, so the
+measured ratio is also given over the whole data: packed rows/s x the data's sequences per row
+(the packer's count) against unpacked sequences/s (`speedup_over_the_data`).
 """
 
 import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -89,6 +94,15 @@ def packed_records(seq, unpacked_dir):
     return out_dir, reader.read().strip()
 
 
+def sequences_per_row(packer_line):
+  """The data's sequences per packed row, from the packer's last line ("packed N sequences into
+  M packs ...")."""
+  match = re.match(r"packed (\d+) sequences into (\d+) packs", packer_line)
+  if not match:
+    raise SystemExit("not the packer's last line: %r" % packer_line)
+  return int(match.group(1)) / int(match.group(2))
+
+
 def run_figures(args, config_path, data_dir, work_dir):
   """(sequences/s, rows/s) of one run: medians over its updates after the warmup."""
   options = throughput.parse_args([
@@ -134,12 +148,17 @@ def main(argv=None):
       "unpacked_rows_per_sec": medians["unpacked"][1],
       "packed_rows_per_sec": medians["packed"][1],
       "speedup_sequences_per_sec": medians["packed"][0] / medians["unpacked"][0],
+      "data_sequences_per_row": sequences_per_row(packer_line),
+      "speedup_over_the_data": (medians["packed"][1] * sequences_per_row(packer_line)
+                                / medians["unpacked"][0]),
       "every_round": figures,
   }
-  print("%s, %s seq %d, %d rows per batch: packed %.3f sequences/s, unpacked %.3f: %.2fx"
+  print("%s, %s seq %d, %d rows per batch: packed %.3f sequences/s, unpacked %.3f: %.2fx; "
+        "over the data (%.3f sequences per row): %.2fx"
         % (result["cpu"], result["precision"], args.seq, args.batch,
            result["packed_sequences_per_sec"], result["unpacked_sequences_per_sec"],
-           result["speedup_sequences_per_sec"]))
+           result["speedup_sequences_per_sec"], result["data_sequences_per_row"],
+           result["speedup_over_the_data"]))
   print(json.dumps(result))
   return 0
 

@@ -408,7 +408,8 @@ def test_packing_figures_are_medians_after_the_warmup(monkeypatch):
 
 def test_packing_rounds_alternate_and_the_ratio_is_of_the_medians(monkeypatch, tmp_path, capsys):
   monkeypatch.setattr(packing, "unpacked_records", lambda seq: "unpacked-dir")
-  monkeypatch.setattr(packing, "packed_records", lambda seq, unpacked: ("packed-dir", "line"))
+  monkeypatch.setattr(packing, "packed_records", lambda seq, unpacked: (
+      "packed-dir", "packed 30 sequences into 20 packs of 128 tokens: padding 20.0% -> 1.0%"))
   monkeypatch.setattr(throughput, "config_file", lambda name: name)
   order = []
   figures = {"unpacked-dir": iter([(10.0, 10.0), (14.0, 14.0), (12.0, 12.0)]),
@@ -427,6 +428,8 @@ def test_packing_rounds_alternate_and_the_ratio_is_of_the_medians(monkeypatch, t
   assert result["packed_sequences_per_sec"] == 20.0
   assert result["speedup_sequences_per_sec"] == pytest.approx(20.0 / 12.0)
   assert result["packed_rows_per_sec"] == 11.0
+  # Over the data: 11 rows/s x 1.5 sequences per row against 12 sequences/s.
+  assert result["speedup_over_the_data"] == pytest.approx(11.0 * 1.5 / 12.0)
 
 
 def test_suite_cpu_summary_adds_up_by_program_module_and_test():
