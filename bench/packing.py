@@ -107,7 +107,8 @@ def run_figures(args, config_path, data_dir, work_dir):
   """(sequences/s, rows/s) of one run: medians over its updates after the warmup."""
   options = throughput.parse_args([
       "--seq=%d" % args.seq, "--predictions=%d" % PREDICTIONS[args.seq],
-      "--batch=%d" % args.batch, "--steps=%d" % args.steps] + (["--bf16"] if args.bf16 else []))
+      "--batch=%d" % args.batch, "--steps=%d" % args.steps, "--warmup=%d" % args.warmup]
+      + (["--bf16"] if args.bf16 else []))
   lines = throughput.run_training(options, config_path, data_dir, work_dir)[0]
   steady = [line for line in lines if line["step"] > args.warmup]
   if not steady:
