@@ -17,6 +17,7 @@ from tensorflow.python.framework import config as tf_config  # pylint: disable=g
 import modeling
 import optimization
 from tests import helpers
+from tests import test_data_record_layout
 from tests import numpy_bert
 from utils.checkpoints import contents
 from utils.checkpoints import release
@@ -57,7 +58,8 @@ def _settings(precision=optimization.Precision(), accumulation=optimization.Accu
                                        precision, accumulation, distribution)
 
 
-def _build(mode, settings=None, init_checkpoint=None, config=CONFIG, head_fn=None, **kwargs):
+def _build(mode, settings=None, init_checkpoint=None, config=CONFIG, head_fn=None, features=None,
+           **kwargs):
   """Calls the model_fn in the default graph as the Estimator does (global step first).
 
   Returns:
@@ -73,7 +75,8 @@ def _build(mode, settings=None, init_checkpoint=None, config=CONFIG, head_fn=Non
   model_fn = model_fn_lib.model_fn_builder(recording_head, config, init_checkpoint,
                                            settings or _settings(), **kwargs)
   _tf1.train.get_or_create_global_step()
-  spec = model_fn(helpers.constant_features(BATCH), None, mode, {})
+  spec = model_fn(helpers.constant_features(BATCH if features is None else features), None, mode,
+                  {})
   return spec, seen["model"]
 
 
@@ -295,6 +298,28 @@ def test_encoder_variable_shapes_are_read_with_op_determinism_on():
   finally:
     tf_config.disable_op_determinism()  # the public API has no way back: the rest of the suite
   assert shapes["bert/pooler/dense/kernel"] == [CONFIG.hidden_size, CONFIG.hidden_size]
+
+
+def test_packed_rows_on_the_tpu_path_get_the_packed_metrics_and_one_hot_embeddings():
+  row = {name: np.asarray(values, np.float32 if name.endswith("weights") else np.int32)
+         for name, values in test_data_record_layout.GOOD.items()}
+  packed = {name: np.stack([value, value]) for name, value in row.items()}
+  with tf.Graph().as_default():
+    spec, model = _build(EVAL, _settings(distribution=optimization.Distribution(use_tpu=True)),
+                         features=packed)
+    metric_fn, metric_args = spec.eval_metrics
+    # TPUEstimatorSpec checks the count against the function's arguments.
+    assert metric_fn is pretraining.packed_metric_fn and len(metric_args) == 8
+    # One pooled output per next-sentence slot: 2 rows x 3.
+    assert model.get_pooled_output().shape.as_list() == [6, CONFIG.hidden_size]
+    metrics = metric_fn(*metric_args)
+    with _tf1.Session() as sess:
+      sess.run([_tf1.global_variables_initializer(), _tf1.local_variables_initializer()])
+      sess.run([update for _, update in metrics.values()])
+      sequences, tokens = sess.run([_tensor(graph_names.BATCH_SEQUENCES),
+                                    _tensor(graph_names.BATCH_TOKENS)])
+    # The row holds 2 sequences of 5 and 4 tokens.
+    assert (sequences, tokens) == (4.0, 18.0)
 
 
 def test_first_shape_mismatch_names_the_first_variable_that_differs(checkpoint, tmp_path):
