@@ -523,23 +523,19 @@ def _command_line(pid):
     return None
 
 
-@pytest.mark.e2e
-@pytest.mark.timeout(180)
-def test_a_generator_killed_outright_leaves_no_partial_file_and_no_process(tmp_path):
-  inputs = make_corpus(tmp_path, num_files=8, documents_per_file=150)
-  vocab_file = str(tmp_path / "vocab.txt")
-  vocabulary.build_vocab(inputs, 300, vocab_file, min_frequency=2)
-  out = tmp_path / "out"
-  out.mkdir()
-  outputs = [str(out / ("%d.tfrecord" % i)) for i in range(len(inputs))]
-  stderr_path = tmp_path / "stderr.txt"
+def kill_mid_run_and_expect_nothing_left(command, out, stderr_path, check_processes=None):
+  """Starts a data tool, kills it with SIGKILL once a ".partial" file appears in `out`, and
+  checks that within 10 s no file is left in `out` and none of its processes lives.
+
+  Args:
+    command: the tool's argv, run from the repository root in its own session.
+    out: the (empty) directory its outputs go to.
+    stderr_path: where its stderr goes (shown when it ends before writing).
+    check_processes: optional check_processes(parent_pid, pids) on the run's processes, before
+      the kill.
+  """
   with open(stderr_path, "w") as stderr:
-    parent = subprocess.Popen(
-        [sys.executable, "create_pretraining_data.py", "--input_file=%s" % ",".join(inputs),
-         "--output_file=%s" % ",".join(outputs), "--vocab_file=%s" % vocab_file,
-         "--max_seq_length=%d" % MAX_SEQ_LENGTH, "--max_predictions_per_seq=%d" % MAX_PREDICTIONS,
-         "--dupe_factor=10", "--num_workers=2"],
-        cwd=REPO_ROOT, stderr=stderr, start_new_session=True)
+    parent = subprocess.Popen(command, cwd=REPO_ROOT, stderr=stderr, start_new_session=True)
   try:
     deadline = time.time() + 90
     while not any(name.endswith(".partial") for name in os.listdir(out)):
@@ -547,8 +543,8 @@ def test_a_generator_killed_outright_leaves_no_partial_file_and_no_process(tmp_p
       assert time.time() < deadline, "no .partial file after 90 s"
       time.sleep(0.005)
     run = _children(parent.pid)
-    forks = [pid for pid in run if _command_line(pid) == _command_line(parent.pid)]
-    assert len(forks) >= 2, "expected its worker processes: %s" % run
+    if check_processes is not None:
+      check_processes(parent.pid, run)
     parent.send_signal(signal.SIGKILL)
     assert parent.wait(timeout=30) == -signal.SIGKILL  # killed mid-run, not ended by itself
     deadline = time.time() + 10
@@ -562,3 +558,25 @@ def test_a_generator_killed_outright_leaves_no_partial_file_and_no_process(tmp_p
     except ProcessLookupError:
       pass
     parent.wait()
+
+
+def _has_its_workers(parent_pid, run):
+  forks = [pid for pid in run if _command_line(pid) == _command_line(parent_pid)]
+  assert len(forks) >= 2, "expected its worker processes: %s" % run
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+def test_a_generator_killed_outright_leaves_no_partial_file_and_no_process(tmp_path):
+  inputs = make_corpus(tmp_path, num_files=8, documents_per_file=150)
+  vocab_file = str(tmp_path / "vocab.txt")
+  vocabulary.build_vocab(inputs, 300, vocab_file, min_frequency=2)
+  out = tmp_path / "out"
+  out.mkdir()
+  outputs = [str(out / ("%d.tfrecord" % i)) for i in range(len(inputs))]
+  kill_mid_run_and_expect_nothing_left(
+      [sys.executable, "create_pretraining_data.py", "--input_file=%s" % ",".join(inputs),
+       "--output_file=%s" % ",".join(outputs), "--vocab_file=%s" % vocab_file,
+       "--max_seq_length=%d" % MAX_SEQ_LENGTH, "--max_predictions_per_seq=%d" % MAX_PREDICTIONS,
+       "--dupe_factor=10", "--num_workers=2"],
+      out, tmp_path / "stderr.txt", check_processes=_has_its_workers)

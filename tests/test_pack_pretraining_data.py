@@ -7,10 +7,7 @@ of --num_workers, memory bounded by a chunk, and bad input refused in one line w
 import collections
 import os
 import re
-import signal
-import subprocess
 import sys
-import time
 import tracemalloc
 
 import numpy as np
@@ -323,33 +320,9 @@ def test_a_packer_killed_outright_leaves_no_partial_file_and_no_process(demo, tm
   seq128, _ = demo
   out = tmp_path / "out"
   out.mkdir()
-  stderr_path = tmp_path / "stderr.txt"
-  with open(stderr_path, "w") as stderr:
-    parent = subprocess.Popen(
-        [sys.executable, SCRIPT, "--input_file=%s" % ",".join(seq128), "--output_dir=%s" % out,
-         "--chunk_sequences=1000", "--num_workers=2"],
-        cwd=helpers.REPO_ROOT, stderr=stderr, start_new_session=True)
-  try:
-    deadline = time.time() + 90
-    while not any(name.endswith(".partial") for name in os.listdir(out)):
-      assert parent.poll() is None, "ended before writing:\n" + stderr_path.read_text()[-3000:]
-      assert time.time() < deadline, "no .partial file after 90 s"
-      time.sleep(0.005)
-    run = data_tests._children(parent.pid)  # pylint: disable=protected-access
-    parent.send_signal(signal.SIGKILL)
-    assert parent.wait(timeout=30) == -signal.SIGKILL  # killed mid-run, not ended by itself
-    alive = data_tests._alive  # pylint: disable=protected-access
-    deadline = time.time() + 10
-    while os.listdir(out) or any(alive(pid) for pid in run):
-      assert time.time() < deadline, "10 s after kill -9: files %s, processes %s" % (
-          os.listdir(out), [pid for pid in run if alive(pid)])
-      time.sleep(0.05)
-  finally:
-    try:
-      os.killpg(parent.pid, signal.SIGKILL)  # what is left of the run, should the test fail
-    except ProcessLookupError:
-      pass
-    parent.wait()
+  data_tests.kill_mid_run_and_expect_nothing_left(
+      [sys.executable, SCRIPT, "--input_file=%s" % ",".join(seq128), "--output_dir=%s" % out,
+       "--chunk_sequences=1000", "--num_workers=2"], out, tmp_path / "stderr.txt")
 
 
 @pytest.mark.e2e
