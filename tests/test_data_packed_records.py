@@ -87,6 +87,20 @@ def test_unpacking_gives_back_the_original_records():
   assert unpacked[0]["masked_lm_weights"].dtype == np.float32
 
 
+def test_unpacking_refuses_a_row_whose_fields_disagree():
+  features = _parsed()
+  lengths, predictions = packed_records.sequence_sizes(features, "in.tfrecord", 0, LIMITS)
+  packed = packed_records.build_packs(features, lengths, predictions, [[0, 1, -1], [2, -1, -1]],
+                                      LIMITS)
+  assert len(packed_records.unpack_features(packed, S_IN, W)["input_ids"]) == 3
+  # Row 0's prediction 90 (at row position 9) said to be sequence 1's: outside its tokens 0..5.
+  packed["masked_lm_weights"][0, 2] = 1.0
+  with pytest.raises(packed_records.PackingInputError) as error:
+    packed_records.unpack_features(packed, S_IN, W, path="p.tfrecord")
+  assert str(error.value) == ("p.tfrecord: record 0: a packed row: masked_lm_positions[2] is 9, "
+                              "outside its sequence 1 (tokens 0..5)")
+
+
 def test_random_sequences_survive_packing_and_unpacking():
   rng = np.random.default_rng(5)
   limits = packed_records.PackLimits(32, 3, 7)

@@ -22,20 +22,25 @@ import numpy as np
 import tensorflow as tf
 
 from utils.core import errors
+from utils.data import input_pipeline
 from utils.data import record_encoder
+from utils.data import record_layout
 from utils.data import records
 
+
+def _kinds(max_sequences_per_pack):
+  """name -> "int64" or "float" of the features `input_pipeline.pretraining_feature_spec` gives
+  (the one definition of both records), in its order."""
+  spec = input_pipeline.pretraining_feature_spec(1, 1, max_sequences_per_pack)
+  return collections.OrderedDict((name, "float" if feature.dtype == tf.float32 else "int64")
+                                 for name, feature in spec.items())
+
+
 # The unpacked record's features (docs/DESIGN.md section 3) and their kinds.
-UNPACKED_KINDS = collections.OrderedDict([
-    ("input_ids", "int64"), ("input_mask", "int64"), ("segment_ids", "int64"),
-    ("masked_lm_positions", "int64"), ("masked_lm_ids", "int64"), ("masked_lm_weights", "float"),
-    ("next_sentence_labels", "int64")])
-# The packed record's features and their kinds; their lengths are S, S, S, S, P, P, P, K, K, K.
-PACKED_KINDS = collections.OrderedDict([
-    ("input_ids", "int64"), ("input_mask", "int64"), ("segment_ids", "int64"),
-    ("positions", "int64"), ("masked_lm_positions", "int64"), ("masked_lm_ids", "int64"),
-    ("masked_lm_weights", "float"), ("next_sentence_positions", "int64"),
-    ("next_sentence_labels", "int64"), ("next_sentence_weights", "float")])
+UNPACKED_KINDS = _kinds(0)
+# The packed record's features and their kinds (lengths S for the token features and positions,
+# P for masked_lm_*, K for next_sentence_*).
+PACKED_KINDS = _kinds(1)
 # Features that make a record packed.
 PACKED_MARKERS = ("positions", "next_sentence_positions")
 _TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -383,12 +388,16 @@ def unpack_features(packed, max_seq_length, max_predictions_per_seq, path="packe
     dict name -> array [sequences, width] of UNPACKED_KINDS' features.
 
   Raises:
-    PackingInputError: naming the record, when a sequence has more tokens or predictions than
-      the widths.
+    PackingInputError: naming the record, when its fields disagree
+      (`record_layout.packed_row_problem`, the rules training checks) or a sequence has more
+      tokens or predictions than the widths.
   """
   out = collections.defaultdict(list)
   for index in range(len(packed["input_ids"])):
     row = {name: values[index] for name, values in packed.items()}
+    problem = record_layout.packed_row_problem(row)
+    if problem:
+      raise PackingInputError("%s: a packed row: %s" % (_where(path, index), problem))
     numbers = row["input_mask"][row["input_mask"] > 0]
     chosen = row["masked_lm_weights"][row["masked_lm_weights"] > 0]
     longest = max([np.count_nonzero(numbers == n) for n in np.unique(numbers)] + [0])
