@@ -609,6 +609,9 @@ def test_training_hook_unpacked_line_unchanged_with_the_count_tensors(graph, tmp
                   summary_dir=summary_dir, clock=clock_for(PACKED_DURATIONS),
                   num_workers=2, seq_length=128)
   train_op, placeholders = build_graph_with_counts(2)
+  asked = []
+  before_run = hook.before_run
+  hook.before_run = lambda context: asked.append(before_run(context)) or asked[-1]
   run_micro_steps(hook, train_op, placeholders, feeds)
   records = read_records(log_path)
   expected = expected_lines(feeds, PACKED_DURATIONS, 2, 16, display=1, fp16=True)
@@ -619,6 +622,8 @@ def test_training_hook_unpacked_line_unchanged_with_the_count_tensors(graph, tmp
   assert list(records[-1]["data"]) == ["throughput_train", "total_time", "update_steps",
                                        "steady_update_steps", "steady_time", "skipped_updates"]
   assert set(helpers.read_scalars(summary_dir)) == set(helpers.SCALAR_LOG_KEYS)
+  # Nor does it fetch (or compute) the counts: the hook's runs ask for nothing of their own.
+  assert len(asked) == 4 and asked == [None] * 4
 
 
 def test_training_hook_packed_needs_the_count_tensors(graph, tmp_path):

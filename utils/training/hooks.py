@@ -63,8 +63,8 @@ SUMMARY_TAGS = collections.OrderedDict([
     # Packed input only: throughput_train counts sequences, these the rows and the empty slots.
     ("rows_per_sec", "rows_per_sec"), ("padding", "padding")])
 # Graph tensors of each micro-batch's real sequences and tokens: every pretraining graph has them,
-# fine-tuning graphs do not; the log hook fetches them itself when the graph has them, and a
-# packed log needs them.
+# fine-tuning graphs do not; the log hook fetches them for packed input only (an unpacked row is
+# one sequence: its log needs no count).
 BATCH_COUNT_TENSORS = (graph_names.BATCH_SEQUENCES, graph_names.BATCH_TOKENS)
 # Update steps left out of the throughput average at the start of a run (utils/runlog/meter.py).
 DEFAULT_WARMUP_STEPS = meter_lib.DEFAULT_WARMUP_STEPS
@@ -304,19 +304,21 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
                    self._meter.display_loss_steps, self._summary_dir)
 
   def _batch_count_fetches(self):
-    """{name: tensor} of BATCH_COUNT_TENSORS in the graph (None without them).
+    """{name: tensor} of BATCH_COUNT_TENSORS for packed input; None for unpacked input.
 
     Raises:
       ValueError: for packed input, naming the count tensors the graph does not have.
     """
+    if not self._meter.packed:
+      return None
     graph = _tf1.get_default_graph()
     fetches = {name: _graph_tensor(graph, name) for name in BATCH_COUNT_TENSORS}
     missing = [name for name, tensor in fetches.items() if tensor is None]
-    if missing and self._meter.packed:
+    if missing:
       raise ValueError("training log hook: packed input, but the graph has no tensor named %s "
                        "(the pretraining graph names: %s)"
                        % (", ".join(missing), ", ".join(BATCH_COUNT_TENSORS)))
-    return None if missing else fetches
+    return fetches
 
   def _add_optional(self, names, name, consequence):
     """Adds `name` to `names` when the graph has the tensor; warns (rank 0) when it does not."""
