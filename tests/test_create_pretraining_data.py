@@ -61,6 +61,25 @@ def make_corpus(directory, num_files=3, documents_per_file=24, seed=0):
   return paths
 
 
+def original_release_records(directory, max_seq_length, max_predictions_per_seq):
+  """The original release's create_pretraining_data (tests/reference) on a one-file corpus of
+  `make_corpus` with its own 300-token vocabulary, --dupe_factor=2.
+
+  Returns:
+    (the TFRecord file, the vocabulary file).
+  """
+  corpus = make_corpus(directory, num_files=1, documents_per_file=30, seed=5)
+  vocab_file = str(directory / "vocab.txt")
+  vocabulary.build_vocab(corpus, 300, vocab_file)
+  output = str(directory / "original.tfrecord")
+  helpers.run_python(
+      ["-m", "tests.reference.original_bert", "create_pretraining_data", "--",
+       "--input_file=%s" % corpus[0], "--output_file=%s" % output, "--vocab_file=%s" % vocab_file,
+       "--max_seq_length=%d" % max_seq_length,
+       "--max_predictions_per_seq=%d" % max_predictions_per_seq, "--dupe_factor=2"], timeout=300)
+  return output, vocab_file
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
   """(input files, vocabulary file) of a small generated corpus."""

@@ -8,8 +8,6 @@ carries r's global number in input_ids[0], so where every record went can be che
 import logging as std_logging
 import os
 import struct
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -27,7 +25,6 @@ from utils.data import records
 from utils.data import vocabulary
 
 _tf1 = tf.compat.v1
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ = 8
 PRED = 3
 
@@ -416,17 +413,8 @@ def _read_with_protobuf(path):
 
 @pytest.mark.e2e
 def test_records_of_the_original_generator_read_identically(tmp_path):
-  inputs = data_tests.make_corpus(tmp_path, num_files=1, documents_per_file=30, seed=5)
-  vocab_file = str(tmp_path / "vocab.txt")
-  vocabulary.build_vocab(inputs, 300, vocab_file)
-  output = str(tmp_path / "original.tfrecord")
-  proc = subprocess.run(
-      [sys.executable, "-m", "tests.reference.original_bert", "create_pretraining_data", "--",
-       "--input_file=%s" % inputs[0], "--output_file=%s" % output, "--vocab_file=%s" % vocab_file,
-       "--max_seq_length=%d" % data_tests.MAX_SEQ_LENGTH,
-       "--max_predictions_per_seq=%d" % data_tests.MAX_PREDICTIONS, "--dupe_factor=2"],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  output, _ = data_tests.original_release_records(tmp_path, data_tests.MAX_SEQ_LENGTH,
+                                                  data_tests.MAX_PREDICTIONS)
   expected = _read_with_protobuf(output)
   assert len(expected["input_ids"]) > 50
   records.check_input_files([output], data_tests.MAX_SEQ_LENGTH,

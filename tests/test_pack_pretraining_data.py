@@ -215,15 +215,7 @@ def test_a_bad_record_in_a_later_file_leaves_nothing(ours, tmp_path):
 
 @pytest.mark.e2e
 def test_round_trip_of_the_original_release_records(tmp_path):
-  corpus = data_tests.make_corpus(tmp_path, num_files=1, documents_per_file=30, seed=5)
-  vocab_file = str(tmp_path / "vocab.txt")
-  vocabulary.build_vocab(corpus, 300, vocab_file)
-  original = str(tmp_path / "original.tfrecord")
-  helpers.run_python(
-      ["-m", "tests.reference.original_bert", "create_pretraining_data", "--",
-       "--input_file=%s" % corpus[0], "--output_file=%s" % original,
-       "--vocab_file=%s" % vocab_file, "--max_seq_length=64", "--max_predictions_per_seq=10",
-       "--dupe_factor=2"], timeout=300)
+  original, _ = data_tests.original_release_records(tmp_path, 64, 10)
   proc = helpers.run_python([SCRIPT, "--input_file=%s" % original,
                              "--output_file=%s" % (tmp_path / "packed")], timeout=300)
   rows, sequences, tokens = check_round_trip([original], [str(tmp_path / "packed")], 64, K, 10)
