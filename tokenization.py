@@ -11,7 +11,7 @@ the work runs in the `tokenizers` library (Rust, parallel over a batch):
        -> WordPiece model.
 
 The character classes are built from this Python's `unicodedata`, the tables the original uses, so
-both agree character for character. `python tokenization.py build_vocab ...` trains a vocabulary
+both agree character for character. `python -m utils.data.vocabulary ...` trains a vocabulary
 (utils/data/vocabulary.py).
 """
 
@@ -54,12 +54,11 @@ _PRESERVE_UNUSED_TOKENS_FLAG = "preserve_unused_tokens"
 # The original release defines this flag in its tokenization module and its tokenizers read it;
 # scripts and tests written for the release set it (e.g. `--preserve_unused_tokens` on the command
 # line). It is consulted only when a tokenizer is built without an explicit
-# `preserve_unused_tokens` argument. (Defined once per process, whichever module comes first.)
-if _PRESERVE_UNUSED_TOKENS_FLAG not in flags.FLAGS:
-  flags.DEFINE_bool(
-      _PRESERVE_UNUSED_TOKENS_FLAG, False,
-      "Keep vocabulary tokens such as [unused0] whole: neither lower-cased, split on "
-      "punctuation nor split into WordPieces.")
+# `preserve_unused_tokens` argument.
+flags.DEFINE_bool(
+    _PRESERVE_UNUSED_TOKENS_FLAG, False,
+    "Keep vocabulary tokens such as [unused0] whole: neither lower-cased, split on "
+    "punctuation nor split into WordPieces.")
 
 
 def convert_to_unicode(text):
@@ -557,18 +556,3 @@ class FullTokenizer(object):
     """Ids -> tokens (KeyError for an id outside the vocabulary)."""
     return convert_by_vocab(self.inv_vocab, ids)
 
-
-if __name__ == "__main__":
-  # `python tokenization.py build_vocab ...`: the command of the vocabulary trainer,
-  # utils/data/vocabulary.py (a later layer than this module, so imported by the script only; cli
-  # defines --verbose).
-  from utils.data import vocabulary  # pylint: disable=g-import-not-at-top
-  from utils.runtime import cli  # pylint: disable=g-import-not-at-top
-  vocabulary.define_command_flags()
-
-  def main(argv):
-    f = flags.FLAGS
-    vocabulary.command_main(argv, f.input_file, f.output_file, f.vocab_size, f.do_lower_case,
-                            f.min_frequency, f.limit_alphabet)
-
-  cli.run_main(main)

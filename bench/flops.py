@@ -11,7 +11,8 @@ pooler excluded). The terms are, forward + backward (x3 of the forward's 2 FLOPs
 multiply-add): the encoder's dense layers, the attention scores and context (QK^T and PV), the MLM
 output projection onto the vocabulary, and the MLM transform plus the pooler. Embedding lookups,
 element-wise work and the optimizer are not counted: MFU measures how much of the matmul peak the
-model's own matmuls turn into progress.
+model's own matmuls turn into progress. `config_file` finds the configuration a benchmark's
+--config names.
 
   python bench/flops.py --config base --seq 128 --predictions 20    # FLOPs per sequence
 """
@@ -20,6 +21,17 @@ import argparse
 import json
 import os
 import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def config_file(name):
+  """bert_configs/<name>.json for a config name, or `name` itself when it ends in .json."""
+  path = name if name.endswith(".json") else os.path.join(REPO_ROOT, "bert_configs",
+                                                         name + ".json")
+  if not os.path.isfile(path):
+    raise SystemExit("no BERT config %s" % path)
+  return path
 
 
 def encoder_params(hidden_size, num_hidden_layers, intermediate_size):
@@ -114,9 +126,7 @@ def main(argv=None):
   parser.add_argument("--seq", type=int, default=128, help="sequence length T")
   parser.add_argument("--predictions", type=int, default=20, help="max_predictions_per_seq P")
   args = parser.parse_args(argv)
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  from bench import throughput  # pylint: disable=g-import-not-at-top (its config lookup)
-  with open(throughput.config_file(args.config)) as f:
+  with open(config_file(args.config)) as f:
     config = argparse.Namespace(**json.load(f))
   total = config_flops_per_sequence(config, args.seq, args.predictions)
   print("%s: %.3f GFLOP per sequence (T=%d, P=%d, V=%d, encoder parameters %d)"

@@ -45,10 +45,10 @@ def bench_update(tf, np, args):
   import modeling  # pylint: disable=g-import-not-at-top
   import optimization  # pylint: disable=g-import-not-at-top
   import run_pretraining  # pylint: disable=g-import-not-at-top
-  from bench import throughput  # pylint: disable=g-import-not-at-top
+  from bench import flops  # pylint: disable=g-import-not-at-top
   from utils.runtime import session_config  # pylint: disable=g-import-not-at-top
   tf1 = tf.compat.v1
-  config = modeling.BertConfig.from_json_file(throughput.config_file(args.config))
+  config = modeling.BertConfig.from_json_file(flops.config_file(args.config))
   with tf.Graph().as_default():
     features = {k: tf1.placeholder(tf.int32, [2, 8]) for k in
                 ("input_ids", "input_mask", "segment_ids")}

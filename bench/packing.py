@@ -35,6 +35,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from bench import flops  # noqa: E402
 from bench import throughput  # noqa: E402
 
 DATA_ROOT = os.path.join(REPO_ROOT, "bench", "results", "data", "packing")
@@ -121,7 +122,7 @@ def run_figures(args, config_path, data_dir, work_dir):
 
 def main(argv=None):
   args = parse_args(argv)
-  config_path = throughput.config_file(args.config)
+  config_path = flops.config_file(args.config)
   unpacked_dir = unpacked_records(args.seq)
   packed_dir, packer_line = packed_records(args.seq, unpacked_dir)
   print("packer: %s" % packer_line, flush=True)

@@ -150,7 +150,7 @@ def main(argv=None):
   args = parse_args(argv)
   from utils.runtime import cpu  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
-  config_path = throughput.config_file(args.config)
+  config_path = flops.config_file(args.config)
   config = modeling.BertConfig.from_json_file(config_path)
   data_dir = throughput.cached_records(config.vocab_size, args.seq, args.predictions)
   peaks = {dtype: flops.measure_matmul_peak(args.peak_runs, dtype=dtype)

@@ -24,6 +24,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from bench import flops  # noqa: E402
 from bench import throughput  # noqa: E402
 
 
@@ -126,7 +127,7 @@ def _throughput_args(args, accumulation):
 def main(argv=None):
   args = parse_args(argv)
   import modeling  # pylint: disable=g-import-not-at-top
-  config_path = throughput.config_file(args.config)
+  config_path = flops.config_file(args.config)
   config = modeling.BertConfig.from_json_file(config_path)
   data_dir = throughput.cached_records(config.vocab_size, args.seq, args.predictions)
   horovodrun = horovodrun_command(args.hosts, args.network_interface)

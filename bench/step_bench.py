@@ -218,7 +218,7 @@ def main(argv=None):
   tf1.disable_eager_execution()
   import_done = process_age_seconds()
 
-  bert_config = modeling.BertConfig.from_json_file(throughput.config_file(args.config))
+  bert_config = modeling.BertConfig.from_json_file(flops.config_file(args.config))
   rng = np.random.RandomState(args.seed)
   data = synthetic_batches(np, rng, 4, args.batch, args.seq, args.predictions,
                            bert_config.vocab_size)

@@ -40,6 +40,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from bench import flops  # noqa: E402
 from bench import throughput  # noqa: E402
 from utils.runlog import dllogger_setup  # noqa: E402
 
@@ -224,7 +225,7 @@ def _succeeded(args, run):
 
 def main(argv=None):
   args = parse_args(argv)
-  config_path = throughput.config_file(args.config)
+  config_path = flops.config_file(args.config)
   with open(config_path) as reader:
     vocab_size = json.load(reader)["vocab_size"]
   data_dir = throughput.cached_records(vocab_size, args.seq, args.predictions)

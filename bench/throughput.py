@@ -98,15 +98,6 @@ def bf16_hardware_note(units):
           "TensorFlow emulates bf16, so these figures are correctness runs, not bf16's speed")
 
 
-def config_file(name):
-  """bert_configs/<name>.json for a config name, or `name` itself when it ends in .json."""
-  path = name if name.endswith(".json") else os.path.join(REPO_ROOT, "bert_configs",
-                                                         name + ".json")
-  if not os.path.isfile(path):
-    raise SystemExit("no BERT config %s" % path)
-  return path
-
-
 def cached_records(vocab_size, seq, predictions):
   """Directory of random pretraining TFRecords of this shape, written on first use."""
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -213,7 +204,7 @@ def main(argv=None):
   args = parse_args(argv)
   from utils.runtime import cpu  # pylint: disable=g-import-not-at-top
   import modeling  # pylint: disable=g-import-not-at-top
-  config_path = config_file(args.config)
+  config_path = flops.config_file(args.config)
   config = modeling.BertConfig.from_json_file(config_path)
   data_dir = cached_records(config.vocab_size, args.seq, args.predictions)
   peak_dtype = "bfloat16" if uses_bf16(args) else "float32"

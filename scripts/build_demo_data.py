@@ -181,14 +181,14 @@ def up_to_date(output_dir, key):
              for name, size in stats.get("files", {}).items())
 
 
-def build(output_dir, settings):
-  """Builds everything; returns the stats dict (also written to stats.json)."""
-  start = time.time()
-  stats_path = os.path.join(output_dir, "stats.json")
-  if os.path.exists(stats_path):
-    os.remove(stats_path)  # an interrupted build must not look finished
+def make_directories(output_dir, max_seq_length):
+  """Creates the corpus and record directories, the records of an earlier build removed.
+
+  Returns:
+    (corpus directory, training records directory, evaluation records directory).
+  """
   corpus_dir = os.path.join(output_dir, "corpus")
-  records_dir = os.path.join(output_dir, "seq%d" % settings["max_seq_length"])
+  records_dir = os.path.join(output_dir, "seq%d" % max_seq_length)
   # Training and evaluation records in separate directories: a directory given as
   # --input_files_dir is read whole, so evaluation records next to the training ones would be
   # trained on. Records of an earlier build (or layout) go first.
@@ -197,26 +197,33 @@ def build(output_dir, settings):
   eval_dir = os.path.join(records_dir, "eval")
   for directory in (corpus_dir, train_dir, eval_dir):
     os.makedirs(directory, exist_ok=True)
+  return corpus_dir, train_dir, eval_dir
 
-  documents = stdlib_documents()
+
+def write_corpora(documents, corpus_dir):
+  """Writes the training documents into _NUM_TRAIN_SHARDS files and every _HELD_OUT_EVERY-th
+  document into the evaluation file.
+
+  Returns:
+    (training documents, held-out documents, training text files, evaluation text files).
+  """
   train = [d for i, d in enumerate(documents) if i % _HELD_OUT_EVERY != _HELD_OUT_EVERY - 1]
   held_out = [d for i, d in enumerate(documents) if i % _HELD_OUT_EVERY == _HELD_OUT_EVERY - 1]
   train_text = [os.path.join(corpus_dir, "train-%02d.txt" % i) for i in range(_NUM_TRAIN_SHARDS)]
   eval_text = [os.path.join(corpus_dir, "eval-00.txt")]
   write_corpus(train, train_text)
   write_corpus(held_out, eval_text)
-  corpus_seconds = time.time() - start
-  logging.info("corpus: %d modules (%d held out), %d sentences, %.2f MB in %.1f s",
-               len(documents), len(held_out), sum(len(s) for _, s in documents),
-               sum(os.path.getsize(p) for p in train_text + eval_text) / 1e6, corpus_seconds)
+  return train, held_out, train_text, eval_text
 
-  vocab_file = os.path.join(output_dir, "vocab.txt")
-  vocabulary.build_vocab(train_text, settings["vocab_size"], vocab_file, do_lower_case=True)
-  vocab_seconds = time.time() - start - corpus_seconds
-  config_file = os.path.join(output_dir, "bert_config.json")
-  with open(vocab_file) as reader:
-    write_tiny_config(sum(1 for _ in reader), config_file)
 
+def write_records(settings, train_text, eval_text, vocab_file, train_dir, eval_dir):
+  """Writes the training records (`settings["dupe_factor"]` passes) and the evaluation records
+  (one pass) with the generator of create_pretraining_data.py.
+
+  Returns:
+    (training record files, evaluation record files, training counts, evaluation counts): the
+    counts as create_pretraining_data.create_pretraining_data returns them.
+  """
   options = create_pretraining_data.GeneratorOptions(
       max_seq_length=settings["max_seq_length"],
       max_predictions_per_seq=settings["max_predictions_per_seq"], masked_lm_prob=0.15,
@@ -229,6 +236,33 @@ def build(output_dir, settings):
       train_text, train_records, vocab_file, options)
   eval_counts = create_pretraining_data.create_pretraining_data(
       eval_text, eval_records, vocab_file, options._replace(dupe_factor=1))
+  return train_records, eval_records, train_counts, eval_counts
+
+
+def build(output_dir, settings):
+  """Builds everything; returns the stats dict (also written to stats.json)."""
+  start = time.time()
+  stats_path = os.path.join(output_dir, "stats.json")
+  if os.path.exists(stats_path):
+    os.remove(stats_path)  # an interrupted build must not look finished
+  corpus_dir, train_dir, eval_dir = make_directories(output_dir, settings["max_seq_length"])
+
+  documents = stdlib_documents()
+  train, held_out, train_text, eval_text = write_corpora(documents, corpus_dir)
+  corpus_seconds = time.time() - start
+  logging.info("corpus: %d modules (%d held out), %d sentences, %.2f MB in %.1f s",
+               len(documents), len(held_out), sum(len(s) for _, s in documents),
+               sum(os.path.getsize(p) for p in train_text + eval_text) / 1e6, corpus_seconds)
+
+  vocab_file = os.path.join(output_dir, "vocab.txt")
+  vocabulary.build_vocab(train_text, settings["vocab_size"], vocab_file, do_lower_case=True)
+  vocab_seconds = time.time() - start - corpus_seconds
+  config_file = os.path.join(output_dir, "bert_config.json")
+  with open(vocab_file) as reader:
+    write_tiny_config(sum(1 for _ in reader), config_file)
+
+  train_records, eval_records, train_counts, eval_counts = write_records(
+      settings, train_text, eval_text, vocab_file, train_dir, eval_dir)
   records_seconds = time.time() - start - corpus_seconds - vocab_seconds
 
   files = {os.path.relpath(p, output_dir): os.path.getsize(p)

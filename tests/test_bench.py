@@ -1,8 +1,11 @@
-"""The benchmark helpers: the MFU FLOP formula, the allreduce traffic count, the suite's CPU account.
+"""The benchmark helpers: the MFU FLOP formula, the allreduce traffic count, the suite's CPU account,
+the benchmarks' imports (without a cycle).
 
 (Speed itself is measured by bench/, never asserted in tests.)
 """
 
+import ast
+import glob
 import json
 import os
 import subprocess
@@ -49,6 +52,39 @@ def test_flops_command_line(capsys):
   assert flops.main(["--config", "base", "--seq", "128", "--predictions", "20"]) == 0
   # 70.021 GFLOP: the by-hand figure of test_flops_formula_by_hand_for_bert_base.
   assert capsys.readouterr().out.startswith("base: 70.021 GFLOP per sequence")
+
+
+def bench_imports():
+  """{bench module: the bench modules it imports}, function-level imports included (read with
+  `ast`; every benchmark writes `from bench import X`)."""
+  graph = {}
+  for path in glob.glob(os.path.join(helpers.REPO_ROOT, "bench", "*.py")):
+    with open(path) as f:
+      tree = ast.parse(f.read(), path)
+    graph[os.path.basename(path)[:-3]] = {
+        alias.name for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "bench" for alias in node.names}
+  return graph
+
+
+def test_bench_modules_import_each_other_without_a_cycle():
+  graph = bench_imports()
+  assert "flops" in graph["throughput"] and "flops" in graph["step_bench"]
+  # Depth-first: a module met again while its own imports are being walked closes a cycle.
+  done, walking = set(), []
+
+  def walk(module):
+    assert module not in walking, "import cycle: %s" % " -> ".join(walking + [module])
+    if module in done:
+      return
+    walking.append(module)
+    for imported in sorted(graph.get(module, ())):
+      walk(imported)
+    walking.pop()
+    done.add(module)
+
+  for module in sorted(graph):
+    walk(module)
 
 
 def test_allreduce_traffic_counts_every_gradient_per_update():
@@ -410,7 +446,7 @@ def test_packing_rounds_alternate_and_the_ratio_is_of_the_medians(monkeypatch, t
   monkeypatch.setattr(packing, "unpacked_records", lambda seq: "unpacked-dir")
   monkeypatch.setattr(packing, "packed_records", lambda seq, unpacked: (
       "packed-dir", "packed 30 sequences into 20 packs of 128 tokens: padding 20.0% -> 1.0%"))
-  monkeypatch.setattr(throughput, "config_file", lambda name: name)
+  monkeypatch.setattr(flops, "config_file", lambda name: name)
   order = []
   figures = {"unpacked-dir": iter([(10.0, 10.0), (14.0, 14.0), (12.0, 12.0)]),
              "packed-dir": iter([(20.0, 11.0), (18.0, 10.0), (30.0, 12.0)])}

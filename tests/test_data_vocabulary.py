@@ -1,5 +1,5 @@
-"""utils/data/vocabulary.py: the vocabulary trainer and its command, `python tokenization.py
-build_vocab`.
+"""utils/data/vocabulary.py: the vocabulary trainer and its command, `python -m
+utils.data.vocabulary`.
 
 The vocabulary is checked through what it is for: `tokenization.FullTokenizer` built on it, and
 the tokenizer tests (tests/test_tokenization.py) run on a vocabulary it trained.
@@ -52,7 +52,7 @@ def test_build_vocab_command_line(tmp_path):
   corpus = tmp_path / "c.txt"
   corpus.write_text("hello world\n\nhello there world\n", encoding="utf-8")
   out = tmp_path / "vocab.txt"
-  proc = subprocess.run([sys.executable, "tokenization.py", "build_vocab",
+  proc = subprocess.run([sys.executable, "-m", "utils.data.vocabulary",
                          "--input_file=%s" % (tmp_path / "*.txt"), "--output_file=%s" % out,
                          "--vocab_size=40", "--min_frequency=1"],
                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
@@ -60,7 +60,7 @@ def test_build_vocab_command_line(tmp_path):
   lines = out.read_text(encoding="utf-8").split("\n")[:-1]
   assert lines[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(lines) == 40
   assert "hello" in lines
-  missing = subprocess.run([sys.executable, "tokenization.py", "build_vocab",
+  missing = subprocess.run([sys.executable, "-m", "utils.data.vocabulary",
                             "--input_file=%s" % (tmp_path / "nothing*.txt"),
                             "--output_file=%s" % out], cwd=REPO_ROOT, capture_output=True,
                            text=True, timeout=120)
@@ -74,15 +74,14 @@ def test_command_refuses_what_it_cannot_use_naming_it(tmp_path):
 
   corpus = tmp_path / "c.txt"
   corpus.write_text("hello world\n", encoding="utf-8")
-  with pytest.raises(errors.UsageError, match="usage: python tokenization.py build_vocab"):
-    command(["tokenization.py"], str(corpus))
-  with pytest.raises(errors.UsageError, match="usage: "):
-    command(["tokenization.py", "build_vocabulary"], str(corpus))
+  with pytest.raises(errors.UsageError, match="argument.* build_vocab; usage: python -m "
+                                               "utils.data.vocabulary --input_file"):
+    command([vocabulary.PROGRAM, "build_vocab"], str(corpus))
   with pytest.raises(errors.UsageError, match=r"no file matches --input_file=.*/none\*\.txt"):
-    command(["tokenization.py", "build_vocab"], str(tmp_path / "none*.txt"))
+    command([vocabulary.PROGRAM], str(tmp_path / "none*.txt"))
   with pytest.raises(errors.UsageError, match="build_vocab: vocab_size=8 is too small"):
-    command(["tokenization.py", "build_vocab"], str(corpus), vocab_size=8)
+    command([vocabulary.PROGRAM], str(corpus), vocab_size=8)
   assert not (tmp_path / "vocab.txt").exists()
-  command(["tokenization.py", "build_vocab"], str(corpus))
+  command([vocabulary.PROGRAM], str(corpus))
   assert (tmp_path / "vocab.txt").read_text(encoding="utf-8").split("\n")[:5] == [
       "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -56,7 +56,7 @@ def _imported_modules(path, module_name):
   as well as X, so that `from utils import regression` names the tool module)."""
   tree = ast.parse(open(path).read(), path)
   # A module's `if __name__ == "__main__":` block runs only when the file is itself the entry
-  # script (tokenization.py's build_vocab command): its imports are the script's, not the library's.
+  # script (`python -m utils.data.vocabulary`): its imports are the command's, not the library's.
   tree.body = [node for node in tree.body if not _is_main_block(node)]
   names = []
   for node in ast.walk(tree):

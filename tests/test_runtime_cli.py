@@ -62,9 +62,9 @@ def run_script(args, timeout=120):
     (["create_pretraining_data.py", "--input_file=a.txt"], "--output_file"),
     (["create_pretraining_data.py", "--input_file=a.txt", "--output_file=b",
       "--vocab_file=/no/vocab.txt"], "/no/vocab.txt"),
-    (["tokenization.py", "build_vocab", "--input_file=x", "--output_file=y", "--vocab_size=big"],
+    (["-m", "utils.data.vocabulary", "--input_file=x", "--output_file=y", "--vocab_size=big"],
      "--vocab_size=big"),
-    (["tokenization.py", "build_vocab", "--input_file=/no/such/*.txt", "--output_file=y"],
+    (["-m", "utils.data.vocabulary", "--input_file=/no/such/*.txt", "--output_file=y"],
      "/no/such/*.txt"),
     (["scripts/build_demo_data.py", "--no_such_flag"], "no_such_flag"),
 ])
@@ -72,7 +72,9 @@ def test_usage_errors_exit_2_naming_the_flag(args, named):
   proc = run_script(args)
   assert proc.returncode == errors.USAGE_EXIT_CODE, proc.stderr
   first = proc.stderr.splitlines()[0]
-  assert first.startswith(os.path.basename(args[0]) + ": error: "), proc.stderr
+  # A script is named by its file, a command run with -m as it is typed.
+  program = "python -m " + args[1] if args[0] == "-m" else os.path.basename(args[0])
+  assert first.startswith(program + ": error: "), proc.stderr
   assert named in first, proc.stderr
   assert "Traceback" not in proc.stderr
 

@@ -10,7 +10,8 @@
   runlog/       the run's log: dllogger lines, the training meter, plots, golden losses
   data/         pretraining records: the input pipeline, record checks, the data generator's
                 instances (sampling, masking, serialising) and record encoder, the vocabulary
-                trainer
+                trainer and its command `python -m utils.data.vocabulary` (the module's
+                `__main__` block)
   model/        what is built on `modeling.BertModel`: the pretraining heads, checkpoints scored on
                 held-out records
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
@@ -30,8 +31,10 @@ entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `t
 into a typed, frozen `training/job_config.JobConfig` for the lifecycle's steps, and passes the
 parsed flags to the script for its own (and fine-tuning's `task.py`); everything below them takes
 plain values (`training/flags.py` and `finetuning/flags.py` define the shared flags, and read
-none). Horovod is
-imported by `runtime/hvd_utils.py` only, and is optional everywhere. docs/DESIGN.md section 2 describes the layout.
+none). A module's `if __name__ == "__main__":` block is a command's, not the library's: it imports
+and reads what the command needs (`data/vocabulary.py`'s imports `runtime/cli.py` and reads the
+command's flags). Horovod is imported by `runtime/hvd_utils.py` only, and is optional everywhere.
+docs/DESIGN.md section 2 describes the layout.
 """
 
 # The layers, lowest first: each a tuple of (package, its modules or packages); packages of one

@@ -1,11 +1,15 @@
 """The vocabulary trainer: a deterministic WordPiece vocabulary from text files, for
-`tokenization.FullTokenizer`, and its command `python tokenization.py build_vocab`.
+`tokenization.FullTokenizer`, and its command:
+
+  python -m utils.data.vocabulary --input_file='corpus/*.txt' --output_file=vocab.txt
+      [--vocab_size=8192] [--nodo_lower_case] [--min_frequency=2] [--limit_alphabet=1000]
 
 It trains on the tokenizer's own text pipeline (`tokenization.prepare_text`,
 `tokenization.basic_pipeline`), so every word is split as the tokenizer will split it.
 """
 
 import collections
+import sys
 
 from absl import flags
 from absl import logging
@@ -21,6 +25,8 @@ from utils.core import paths
 # Marks the start of a word while training: a control character, so the tokenizer's normalizer
 # has removed every occurrence from the text.
 WORD_START = "\x01"
+# The command, as its usage and error lines name it.
+PROGRAM = "python -m utils.data.vocabulary"
 
 
 def _iter_prepared_lines(input_files, do_lower_case):
@@ -128,7 +134,7 @@ def build_vocab(input_files, vocab_size, output_file, do_lower_case=True, min_fr
 
 
 def define_command_flags():
-  """Defines the flags of `python tokenization.py build_vocab` (by that script only)."""
+  """Defines the flags of `python -m utils.data.vocabulary` (by the command only)."""
   flags.DEFINE_string("input_file", None, "Text files: comma-separated globs.")
   flags.DEFINE_string("output_file", None, "Vocabulary file to write.")
   flags.DEFINE_integer("vocab_size", 8192, "Tokens in the vocabulary, special tokens included.")
@@ -140,20 +146,21 @@ def define_command_flags():
 
 def command_main(argv, input_file, output_file, vocab_size, do_lower_case, min_frequency,
                  limit_alphabet):
-  """`python tokenization.py build_vocab`: trains a vocabulary on the files of --input_file and
+  """`python -m utils.data.vocabulary`: trains a vocabulary on the files of --input_file and
   writes --output_file.
 
   Args:
-    argv: the positional arguments absl left: [program, "build_vocab"].
+    argv: the positional arguments absl left: [program].
     input_file, output_file, vocab_size, do_lower_case, min_frequency, limit_alphabet: the values
       of the flags `define_command_flags` defines.
 
   Raises:
     errors.UsageError: naming the argument, flag or file at fault.
   """
-  if len(argv) != 2 or argv[1] != "build_vocab":
-    raise errors.UsageError("usage: python tokenization.py build_vocab --input_file=GLOBS "
-                            "--output_file=vocab.txt [--vocab_size=8192] [--nodo_lower_case]")
+  if len(argv) != 1:
+    raise errors.UsageError("unexpected argument(s) %s; usage: %s --input_file=GLOBS "
+                            "--output_file=vocab.txt [--vocab_size=8192] [--nodo_lower_case]"
+                            % (" ".join(argv[1:]), PROGRAM))
   # Sorted as a whole: the vocabulary does not depend on the order of the patterns.
   files = sorted(paths.resolve_files(paths.split_list(input_file)))
   if not files:
@@ -162,5 +169,19 @@ def command_main(argv, input_file, output_file, vocab_size, do_lower_case, min_f
     tokens = build_vocab(files, vocab_size, output_file, do_lower_case=do_lower_case,
                          min_frequency=min_frequency, limit_alphabet=limit_alphabet)
   except ValueError as e:
-    raise errors.UsageError("build_vocab: %s" % e)
+    raise errors.UsageError(str(e))  # already names build_vocab
   logging.info("build_vocab: wrote %d tokens to %s", len(tokens), output_file)
+
+
+if __name__ == "__main__":
+  # The command's own imports: cli (the scripts' entry, which defines --verbose) is in runtime, a
+  # sibling package the library part of this module does not import.
+  from utils.runtime import cli  # pylint: disable=g-import-not-at-top
+  define_command_flags()
+
+  def main(argv):
+    f = flags.FLAGS
+    command_main(argv, f.input_file, f.output_file, f.vocab_size, f.do_lower_case,
+                 f.min_frequency, f.limit_alphabet)
+
+  cli.run_main(main, argv=[PROGRAM] + sys.argv[1:])
