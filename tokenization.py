@@ -556,3 +556,12 @@ class FullTokenizer(object):
     """Ids -> tokens (KeyError for an id outside the vocabulary)."""
     return convert_by_vocab(self.inv_vocab, ids)
 
+
+
+if __name__ == "__main__":
+  # The vocabulary trainer's command was `python tokenization.py build_vocab` before it moved to
+  # its own module: a user's old script is told where it went instead of ending silently.
+  import sys  # pylint: disable=g-import-not-at-top
+  sys.stderr.write("tokenization.py: error: this module has no command; the vocabulary trainer is "
+                   "`python -m utils.data.vocabulary` (docs/DATA.md)\n")
+  sys.exit(2)

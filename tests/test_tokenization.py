@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import tokenization
+from tests import helpers
 from utils.data import vocabulary
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -387,3 +388,16 @@ def test_text_helpers():
   assert tokenization.whitespace_tokenize("   ") == []
   with pytest.raises(ValueError):
     tokenization.convert_to_unicode(3)
+
+
+@pytest.mark.e2e
+def test_the_old_vocabulary_command_is_pointed_to_its_new_place():
+  """`python tokenization.py build_vocab ...` (the command's spelling before it moved) ends with
+  a usage error naming the new command, not silently with nothing written."""
+  proc = helpers.run_python(["tokenization.py", "build_vocab", "--input_file=x",
+                             "--output_file=y"], check=False, timeout=120)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "tokenization.py: error: this module has no command; the vocabulary trainer is "
+      "`python -m utils.data.vocabulary` (docs/DATA.md)")
+  assert not os.path.exists(os.path.join(helpers.REPO_ROOT, "y"))
