@@ -12,7 +12,9 @@ script loads in the other. Importing this module defines the flags (the shared o
 utils/training/flags.py and utils/finetuning/flags.py) and nothing else.
 """
 
+import dataclasses
 import os
+import typing
 
 from absl import flags
 from absl import logging
@@ -22,6 +24,7 @@ import tensorflow as tf
 import modeling
 from utils.core import errors
 from utils.finetuning import classifier_data
+from utils.finetuning import config as finetuning_config
 from utils.finetuning import flags as finetuning_flags
 from utils.finetuning import task as finetuning
 # The release's names for the data classes and functions, for code that imports them from here.
@@ -52,6 +55,28 @@ ACTIONS = ("do_train", "do_eval", "do_predict", "export_dir")
 flags.DEFINE_string("data_dir", None, "Directory of the task's .tsv files.")
 flags.DEFINE_string("task_name", None,
                     "The task: %s." % ", ".join(classifier_data.PROCESSORS))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierConfig:
+  """The values of this script's own flags (meanings: their definitions above)."""
+  data_dir: typing.Optional[str]
+  task_name: typing.Optional[str]
+
+  @classmethod
+  def from_flags(cls, flag_values):
+    """The configuration of parsed flags (`finetuning_config.read_flags`)."""
+    return finetuning_config.read_flags(cls, flag_values)
+
+  def check(self):
+    """The classifier's rule without file access (--task_name is checked when its processor is
+    made, `load_processor`).
+
+    Raises:
+      errors.UsageError: naming the flag.
+    """
+    errors.require(self.data_dir, "--data_dir is required")
+
 
 # Dropout on the pooled output while training (the release's keep probability 0.9).
 HEAD_DROPOUT = 0.1
@@ -143,41 +168,102 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
           example, label_list, max_seq_length, tokenizer)) for example in examples))
 
 
-def _examples(f, processor, getter, batch_size):
-  """A split's examples, padded to whole batches on TPU; (examples, number of real ones).
+def check_flags(config, tuning, classifier):
+  """The shared checks (`JobConfig.check`), fine-tuning's (`FinetuningConfig.check`, a used
+  --export_dir) and the classifier's (`ClassifierConfig.check`), in that order.
+
+  Raises:
+    errors.UsageError: naming the flag.
+  """
+  config.check(tuning.actions(config, ACTIONS))
+  tuning.check(config)
+  finetuning.check_export_dir(tuning.export_dir)
+  classifier.check()
+
+
+def load_processor(classifier):
+  """The processor of --task_name (reading --data_dir for the labels of a task that keeps them
+  there) and its labels.
+
+  Returns:
+    (processor, label_list).
+
+  Raises:
+    errors.UsageError: naming --task_name.
+  """
+  try:
+    processor = classifier_data.get_processor(classifier.task_name, classifier.data_dir)
+    return processor, processor.get_labels()
+  except ValueError as e:
+    raise errors.UsageError("--task_name: %s" % e)
+
+
+def _examples(classifier, use_tpu, getter, batch_size):
+  """A split's examples, padded to whole batches on TPU (`use_tpu`); (examples, number of real
+  ones).
+
+  Args:
+    classifier: the `ClassifierConfig` (--data_dir, --task_name).
+    use_tpu: pad the examples to whole batches.
+    getter: the processor's method of the split, e.g. `processor.get_dev_examples`.
+    batch_size: the split's batch.
 
   Raises:
     errors.UsageError: naming the file and line of a row the task cannot read (too few columns,
       an unknown label).
   """
   try:
-    examples = getter(f.data_dir)
+    examples = getter(classifier.data_dir)
   except ValueError as e:
-    raise errors.UsageError("--data_dir=%s, task %s: %s" % (f.data_dir, f.task_name, e))
+    raise errors.UsageError("--data_dir=%s, task %s: %s" % (classifier.data_dir,
+                                                            classifier.task_name, e))
   real = len(examples)
-  if f.use_tpu:
+  if use_tpu:
     examples += [PaddingInputExample()] * (-real % batch_size)
   return examples, real
 
 
-def read_splits(f, processor):
+def read_splits(config, tuning, classifier, processor):
   """Every split the run uses, read and checked up front, before any graph is built.
 
   A bad row of dev.tsv or test.tsv is reported before training starts, not after it.
+
+  Args:
+    config: the `job_config.JobConfig` (--do_train, --do_eval and its batch, --use_tpu).
+    tuning: the `finetuning_config.FinetuningConfig` (--do_predict and its batch).
+    classifier: the `ClassifierConfig`.
+    processor: the task's processor (`load_processor`).
 
   Returns:
     dict "train" / "eval" / "predict" -> (examples, number of real ones), the splits the action
     flags ask for.
   """
   splits = {}
-  if f.do_train:
-    splits["train"] = _examples(f, processor, processor.get_train_examples, 1)
-  if f.do_eval:
-    splits["eval"] = _examples(f, processor, processor.get_dev_examples, f.eval_batch_size)
-  if f.do_predict:
-    splits["predict"] = _examples(f, processor, processor.get_test_examples,
-                                  f.predict_batch_size)
+  if config.do_train:
+    splits["train"] = _examples(classifier, config.use_tpu, processor.get_train_examples, 1)
+  if config.do_eval:
+    splits["eval"] = _examples(classifier, config.use_tpu, processor.get_dev_examples,
+                               config.eval_batch_size)
+  if tuning.do_predict:
+    splits["predict"] = _examples(classifier, config.use_tpu, processor.get_test_examples,
+                                  tuning.predict_batch_size)
   return splits
+
+
+def training_updates(config, tuning, splits, num_workers):
+  """(num_train_steps, num_warmup_steps) of the training split (`finetuning.training_steps`);
+  (0, 0) without --do_train.
+
+  Args:
+    config: the `job_config.JobConfig` (--do_train, the batch).
+    tuning: the `finetuning_config.FinetuningConfig` (the epochs and warmup).
+    splits: `read_splits`'s.
+    num_workers: the job's workers.
+  """
+  if not config.do_train:
+    return 0, 0
+  return finetuning.training_steps(tuning, len(splits["train"][0]),
+                                   config.global_batch_size(num_workers))
 
 
 def _write_test_results(path, probabilities):
@@ -191,7 +277,8 @@ def run(f, config):
   """Fine-tunes (every worker), evaluates and predicts (rank 0).
 
   Args:
-    f: parsed flags (the classifier's own and fine-tuning's).
+    f: parsed flags (the classifier's own and fine-tuning's), read once here into their typed
+      configurations.
     config: the `job_config.JobConfig` of the shared ones.
 
   Returns:
@@ -200,68 +287,61 @@ def run(f, config):
   Raises:
     errors.UsageError: for bad flags or data, before any graph is built.
   """
-  config.check({name: getattr(f, name) for name in ACTIONS})
-  finetuning.check_flags(f)
-  finetuning.check_export_dir(f)
-  errors.require(f.data_dir, "--data_dir is required")
-  try:
-    processor = classifier_data.get_processor(f.task_name, f.data_dir)
-    label_list = processor.get_labels()
-  except ValueError as e:
-    raise errors.UsageError("--task_name: %s" % e)
+  tuning = finetuning_config.FinetuningConfig.from_flags(f)
+  classifier = ClassifierConfig.from_flags(f)
+  check_flags(config, tuning, classifier)
+  processor, label_list = load_processor(classifier)
   bert_config = lifecycle.load_bert_config(config)
-  tokenizer = finetuning.load_tokenizer(f, bert_config.vocab_size)
+  tokenizer = finetuning.load_tokenizer(tuning, bert_config.vocab_size)
   workers = lifecycle.start_workers(config)
-  splits = read_splits(f, processor)
-  train_examples, num_train_steps, num_warmup_steps = [], 0, 0
-  if f.do_train:
-    train_examples = splits["train"][0]
-    num_train_steps, num_warmup_steps = finetuning.training_steps(
-        f, len(train_examples), config.global_batch_size(workers.size))
+  splits = read_splits(config, tuning, classifier, processor)
+  num_train_steps, num_warmup_steps = training_updates(config, tuning, splits, workers.size)
   job = lifecycle.prepare_job(
       config, PROGRAM, workers, head_fn_builder(len(label_list)), bert_config, num_train_steps,
       num_warmup_steps,
-      dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
-           predict_batch_size=f.predict_batch_size),
+      dict(train_batch_size=config.train_batch_size, eval_batch_size=config.eval_batch_size,
+           predict_batch_size=tuning.predict_batch_size),
       dropout_seed_value=lifecycle.dropout_seed(config, bert_config,
                                                 head_dropout_prob=HEAD_DROPOUT))
-  spec = finetuning.int_feature_spec(f.max_seq_length, SEQUENCE_FEATURES, SCALAR_FEATURES)
+  spec = finetuning.int_feature_spec(config.max_seq_length, SEQUENCE_FEATURES, SCALAR_FEATURES)
 
-  if f.do_train:
+  if config.do_train:
+    train_examples = splits["train"][0]
     train_file = os.path.join(job.output_dir, "train.tf_record")
-    file_based_convert_examples_to_features(train_examples, label_list, f.max_seq_length,
+    file_based_convert_examples_to_features(train_examples, label_list, config.max_seq_length,
                                             tokenizer, train_file)
     logging.info("***** Training on %d examples, batch %d per worker, %d updates *****",
-                 len(train_examples), f.train_batch_size, num_train_steps)
-    lifecycle.train(config, job, finetuning.train_input_fn(f, train_file, spec, workers),
+                 len(train_examples), config.train_batch_size, num_train_steps)
+    lifecycle.train(config, job, finetuning.train_input_fn(config, train_file, spec, workers),
                     num_train_steps, loss_names=())
 
-  if f.do_eval and job.is_chief:
+  if config.do_eval and job.is_chief:
     eval_examples, real = splits["eval"]
     eval_file = os.path.join(job.output_dir, "eval.tf_record")
-    file_based_convert_examples_to_features(eval_examples, label_list, f.max_seq_length,
+    file_based_convert_examples_to_features(eval_examples, label_list, config.max_seq_length,
                                             tokenizer, eval_file)
     logging.info("***** Evaluating %d examples (%d padding), batch %d *****", len(eval_examples),
-                 len(eval_examples) - real, f.eval_batch_size)
-    job_lib.evaluate(job.estimator, finetuning.predict_input_fn(f, eval_file, spec,
-                                                                f.eval_batch_size),
-                     None, job.run_logger, f.eval_batch_size, job.output_dir)
+                 len(eval_examples) - real, config.eval_batch_size)
+    job_lib.evaluate(job.estimator, finetuning.predict_input_fn(config, eval_file, spec,
+                                                                config.eval_batch_size),
+                     None, job.run_logger, config.eval_batch_size, job.output_dir)
 
-  if f.do_predict and job.is_chief:
+  if tuning.do_predict and job.is_chief:
     test_examples, real = splits["predict"]
     predict_file = os.path.join(job.output_dir, "predict.tf_record")
-    file_based_convert_examples_to_features(test_examples, label_list, f.max_seq_length,
+    file_based_convert_examples_to_features(test_examples, label_list, config.max_seq_length,
                                             tokenizer, predict_file)
     results = job_lib.predict(job.estimator, finetuning.predict_input_fn(
-        f, predict_file, spec, f.predict_batch_size), job.run_logger, f.predict_batch_size)
+        config, predict_file, spec, tuning.predict_batch_size), job.run_logger,
+                              tuning.predict_batch_size)
     probabilities = [result["probabilities"] for result, _ in zip(results, range(real))]
     _write_test_results(os.path.join(job.output_dir, "test_results.tsv"), probabilities)
 
-  if f.export_dir and job.is_chief:
+  if tuning.export_dir and job.is_chief:
     # serving_default: input_ids, input_mask, segment_ids -> probabilities [batch, labels].
-    finetuning.export_saved_model(job.estimator, f.export_dir, f.max_seq_length,
+    finetuning.export_saved_model(job.estimator, tuning.export_dir, config.max_seq_length,
                                   constant_features=SCALAR_FEATURES)
-    logging.info("SavedModel written to %s", f.export_dir)
+    logging.info("SavedModel written to %s", tuning.export_dir)
 
   job.close()
   return 0

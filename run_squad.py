@@ -17,8 +17,10 @@ Importing this module defines the flags (the shared ones once, in utils/training
 utils/finetuning/flags.py) and nothing else.
 """
 
+import dataclasses
 import os
 import random
+import typing
 
 from absl import flags
 from absl import logging
@@ -27,6 +29,7 @@ import tensorflow as tf
 
 import modeling
 from utils.core import errors
+from utils.finetuning import config as finetuning_config
 from utils.finetuning import flags as finetuning_flags
 from utils.finetuning import squad_data
 from utils.finetuning import squad_eval
@@ -66,6 +69,47 @@ flags.DEFINE_bool("version_2_with_negative", False,
 flags.DEFINE_float("null_score_diff_threshold", 0.0,
                    "SQuAD 2.0: answer nothing when the null score minus the best answer's score "
                    "exceeds this.")
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadConfig:
+  """The values of this script's own flags (meanings: their definitions above)."""
+  train_file: typing.Optional[str]
+  predict_file: typing.Optional[str]
+  doc_stride: int
+  max_query_length: int
+  n_best_size: int
+  max_answer_length: int
+  version_2_with_negative: bool
+  null_score_diff_threshold: float
+
+  @classmethod
+  def from_flags(cls, flag_values):
+    """The configuration of parsed flags (`finetuning_config.read_flags`)."""
+    return finetuning_config.read_flags(cls, flag_values)
+
+  def check(self, config, tuning):
+    """SQuAD's rules, without file access.
+
+    Args:
+      config: the `job_config.JobConfig` (--do_train, --max_seq_length).
+      tuning: the `finetuning_config.FinetuningConfig` (--do_predict).
+
+    Raises:
+      errors.UsageError: naming the flag.
+    """
+    require = errors.require
+    if config.do_train:
+      require(self.train_file, "--do_train needs --train_file")
+    if tuning.do_predict:
+      require(self.predict_file, "--do_predict needs --predict_file")
+    # --predict_batch_size >= 1 is fine-tuning's rule (`FinetuningConfig.check`).
+    for name in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
+      require(getattr(self, name) >= 1, "--%s must be >= 1, got %d", name, getattr(self, name))
+    require(config.max_seq_length > self.max_query_length + 3,
+            "--max_seq_length (%d) must be greater than --max_query_length (%d) + 3",
+            config.max_seq_length, self.max_query_length)
+
 
 SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 TRAIN_SCALARS = ("unique_ids", "start_positions", "end_positions")
@@ -129,23 +173,18 @@ def head_fn(model, features, mode):
                           else {})))
 
 
-def check_flags(f, config):
-  """The shared checks (`JobConfig.check`), fine-tuning's and SQuAD's, without file access."""
-  config.check({name: getattr(f, name) for name in ACTIONS})
+def check_flags(config, tuning, squad):
+  """The shared checks (`JobConfig.check`), fine-tuning's (`FinetuningConfig.check`, a used
+  --export_dir) and SQuAD's (`SquadConfig.check`), in that order.
+
+  Raises:
+    errors.UsageError: naming the flag.
+  """
+  config.check(tuning.actions(config, ACTIONS))
   lifecycle.refuse_flags(config, UNUSED_FLAGS, PROGRAM)
-  finetuning.check_flags(f)
-  finetuning.check_export_dir(f)
-  require = errors.require
-  if f.do_train:
-    require(f.train_file, "--do_train needs --train_file")
-  if f.do_predict:
-    require(f.predict_file, "--do_predict needs --predict_file")
-  for name in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length",
-               "predict_batch_size"):
-    require(getattr(f, name) >= 1, "--%s must be >= 1, got %d", name, getattr(f, name))
-  require(f.max_seq_length > f.max_query_length + 3,
-          "--max_seq_length (%d) must be greater than --max_query_length (%d) + 3",
-          f.max_seq_length, f.max_query_length)
+  tuning.check(config)
+  finetuning.check_export_dir(tuning.export_dir)
+  squad.check(config, tuning)
 
 
 def _read_examples(path, flag, is_training, version_2_with_negative):
@@ -163,8 +202,41 @@ def _read_examples(path, flag, is_training, version_2_with_negative):
     raise errors.UsageError("--%s=%s: %s" % (flag, path, message))
 
 
-def _write_features(examples, tokenizer, f, is_training, path, keep=None):
-  """Converts `examples` into records at `path` (and appends the features to `keep`)."""
+def read_squad_files(config, tuning, squad, num_workers):
+  """The examples of --train_file and --predict_file, each read and checked before any graph is
+  built, and the updates the training examples make.
+
+  Args:
+    config: the `job_config.JobConfig` (--do_train, the batch).
+    tuning: the `finetuning_config.FinetuningConfig` (--do_predict, the epochs and warmup).
+    squad: the `SquadConfig` (the files, --version_2_with_negative).
+    num_workers: the job's workers.
+
+  Returns:
+    (train_examples, predict_examples, num_train_steps, num_warmup_steps): no examples and no
+    updates for an action not asked for.
+
+  Raises:
+    errors.UsageError: naming the flag, the file and the question; or no update at all.
+  """
+  train_examples, num_train_steps, num_warmup_steps = [], 0, 0
+  if config.do_train:
+    train_examples = _read_examples(squad.train_file, "train_file", True,
+                                    squad.version_2_with_negative)
+    num_train_steps, num_warmup_steps = finetuning.training_steps(
+        tuning, len(train_examples), config.global_batch_size(num_workers))
+  # The release shuffles once, before writing the records, with a fixed seed.
+  random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
+  # --predict_file is read and checked before training too: a bad question there is reported
+  # now, not after the training run.
+  predict_examples = (_read_examples(squad.predict_file, "predict_file", False,
+                                     squad.version_2_with_negative) if tuning.do_predict else [])
+  return train_examples, predict_examples, num_train_steps, num_warmup_steps
+
+
+def _write_features(examples, tokenizer, max_seq_length, squad, is_training, path, keep=None):
+  """Converts `examples` into records at `path` (and appends the features to `keep`): windows of
+  `max_seq_length` tokens, --doc_stride and --max_query_length of `squad` (the `SquadConfig`)."""
   writer = finetuning.RecordWriter(
       path, lambda feature: squad_data.feature_record(feature, is_training))
 
@@ -173,20 +245,22 @@ def _write_features(examples, tokenizer, f, is_training, path, keep=None):
     if keep is not None:
       keep.append(feature)
 
-  convert_examples_to_features(examples, tokenizer, f.max_seq_length, f.doc_stride,
-                               f.max_query_length, is_training, output_fn)
+  convert_examples_to_features(examples, tokenizer, max_seq_length, squad.doc_stride,
+                               squad.max_query_length, is_training, output_fn)
   writer.close()
   return writer.num_features
 
 
-def write_outputs(f, output_dir, predictions, nbest, null_odds):
+def write_outputs(squad, output_dir, predictions, nbest, null_odds):
   """predictions.json, nbest_predictions.json and (v2.0) null_odds.json in `output_dir`; with
-  answers in --predict_file, the scores in eval_results.txt. Returns the scores or None."""
+  answers in --predict_file, the scores in eval_results.txt. Returns the scores or None.
+
+  `squad` is the `SquadConfig` (--version_2_with_negative, --predict_file)."""
   squad_data.write_json(os.path.join(output_dir, "predictions.json"), predictions)
   squad_data.write_json(os.path.join(output_dir, "nbest_predictions.json"), nbest)
-  if f.version_2_with_negative:
+  if squad.version_2_with_negative:
     squad_data.write_json(os.path.join(output_dir, "null_odds.json"), null_odds)
-  dataset = squad_data.load_squad(f.predict_file)
+  dataset = squad_data.load_squad(squad.predict_file)
   if not squad_eval.has_answers(dataset):
     return None
   scores = squad_eval.evaluate(dataset, predictions)
@@ -200,7 +274,8 @@ def run(f, config):
   """Fine-tunes (every worker) and answers --predict_file (rank 0).
 
   Args:
-    f: parsed flags (SQuAD's own and fine-tuning's).
+    f: parsed flags (SQuAD's own and fine-tuning's), read once here into their typed
+      configurations.
     config: the `job_config.JobConfig` of the shared ones.
 
   Returns:
@@ -209,56 +284,55 @@ def run(f, config):
   Raises:
     errors.UsageError: for bad flags or data, before any graph is built.
   """
-  check_flags(f, config)
+  tuning = finetuning_config.FinetuningConfig.from_flags(f)
+  squad = SquadConfig.from_flags(f)
+  check_flags(config, tuning, squad)
   bert_config = lifecycle.load_bert_config(config)
-  tokenizer = finetuning.load_tokenizer(f, bert_config.vocab_size)
+  tokenizer = finetuning.load_tokenizer(tuning, bert_config.vocab_size)
   workers = lifecycle.start_workers(config)
-  train_examples, num_train_steps, num_warmup_steps = [], 0, 0
-  if f.do_train:
-    train_examples = _read_examples(f.train_file, "train_file", True, f.version_2_with_negative)
-    num_train_steps, num_warmup_steps = finetuning.training_steps(
-        f, len(train_examples), config.global_batch_size(workers.size))
-  # The release shuffles once, before writing the records, with a fixed seed.
-  random.Random(TRAIN_SHUFFLE_SEED).shuffle(train_examples)
-  # --predict_file is read and checked before training too: a bad question there is reported
-  # now, not after the training run.
-  predict_examples = (_read_examples(f.predict_file, "predict_file", False,
-                                     f.version_2_with_negative) if f.do_predict else [])
+  train_examples, predict_examples, num_train_steps, num_warmup_steps = read_squad_files(
+      config, tuning, squad, workers.size)
   job = lifecycle.prepare_job(
       config, PROGRAM, workers, head_fn, bert_config, num_train_steps, num_warmup_steps,
-      dict(train_batch_size=f.train_batch_size, predict_batch_size=f.predict_batch_size),
+      dict(train_batch_size=config.train_batch_size, predict_batch_size=tuning.predict_batch_size),
       dropout_seed_value=lifecycle.dropout_seed(config, bert_config))
 
-  if f.do_train:
+  if config.do_train:
     train_file = os.path.join(job.output_dir, "train.tf_record")
-    num_features = _write_features(train_examples, tokenizer, f, True, train_file)
+    num_features = _write_features(train_examples, tokenizer, config.max_seq_length, squad, True,
+                                   train_file)
     logging.info("***** Training on %d examples (%d windows), batch %d per worker, %d updates "
-                 "*****", len(train_examples), num_features, f.train_batch_size, num_train_steps)
-    lifecycle.train(config, job, finetuning.train_input_fn(f, train_file, finetuning.int_feature_spec(
-        f.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), workers), num_train_steps,
+                 "*****", len(train_examples), num_features, config.train_batch_size,
+                 num_train_steps)
+    lifecycle.train(config, job, finetuning.train_input_fn(
+        config, train_file, finetuning.int_feature_spec(
+            config.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), workers), num_train_steps,
                     loss_names=())
 
-  if f.do_predict and job.is_chief:
+  if tuning.do_predict and job.is_chief:
     examples = predict_examples
     features = []
     eval_file = os.path.join(job.output_dir, "eval.tf_record")
-    _write_features(examples, tokenizer, f, False, eval_file, keep=features)
+    _write_features(examples, tokenizer, config.max_seq_length, squad, False, eval_file,
+                    keep=features)
     logging.info("***** Answering %d questions (%d windows), batch %d *****", len(examples),
-                 len(features), f.predict_batch_size)
-    spec = finetuning.int_feature_spec(f.max_seq_length, SEQUENCE_FEATURES, PREDICT_SCALARS)
+                 len(features), tuning.predict_batch_size)
+    spec = finetuning.int_feature_spec(config.max_seq_length, SEQUENCE_FEATURES, PREDICT_SCALARS)
     outputs = job_lib.predict(job.estimator, finetuning.predict_input_fn(
-        f, eval_file, spec, f.predict_batch_size), job.run_logger, f.predict_batch_size)
+        config, eval_file, spec, tuning.predict_batch_size), job.run_logger,
+                              tuning.predict_batch_size)
     results = [RawResult(int(out["unique_ids"]), [float(x) for x in out["start_logits"].flat],
                          [float(x) for x in out["end_logits"].flat])
                for out, _ in zip(outputs, features)]
-    write_outputs(f, job.output_dir, *squad_data.compute_predictions(
-        examples, features, results, f.n_best_size, f.max_answer_length, f.do_lower_case,
-        f.version_2_with_negative, f.null_score_diff_threshold, f.verbose_logging))
+    write_outputs(squad, job.output_dir, *squad_data.compute_predictions(
+        examples, features, results, squad.n_best_size, squad.max_answer_length,
+        tuning.do_lower_case, squad.version_2_with_negative, squad.null_score_diff_threshold,
+        config.verbose_logging))
 
-  if f.export_dir and job.is_chief:
+  if tuning.export_dir and job.is_chief:
     # serving_default: input_ids, input_mask, segment_ids -> start_logits, end_logits.
-    finetuning.export_saved_model(job.estimator, f.export_dir, f.max_seq_length)
-    logging.info("SavedModel written to %s", f.export_dir)
+    finetuning.export_saved_model(job.estimator, tuning.export_dir, config.max_seq_length)
+    logging.info("SavedModel written to %s", tuning.export_dir)
 
   job.close()
   return 0

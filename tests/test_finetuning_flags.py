@@ -7,6 +7,7 @@ copies of the flags."""
 
 import ast
 import copy
+import dataclasses
 import types
 
 from absl import flags
@@ -15,8 +16,8 @@ import pytest
 import run_classifier
 import run_squad
 from utils.core import errors
+from utils.finetuning import config as finetuning_config
 from utils.finetuning import flags as finetuning_flags
-from utils.finetuning import task
 from utils.training import flags as job_flags
 
 MODULE = finetuning_flags.__name__
@@ -88,11 +89,15 @@ def test_the_release_command_lines_parse_to_the_flag_types():
 
 
 def test_the_release_defaults_pass_the_fine_tuning_checks_once_a_vocabulary_is_given():
-  names = list(RELEASE_FLAGS) + ["learning_rate", "init_checkpoint"]  # the shared ones it reads
-  defaults = {name: flags.FLAGS[name].default for name in names}
-  task.check_flags(types.SimpleNamespace(**dict(defaults, vocab_file="vocab.txt")))
+  # The shared flags the checks read (--learning_rate, --init_checkpoint) at their defaults too.
+  shared = types.SimpleNamespace(**{name: flags.FLAGS[name].default
+                                    for name in ("learning_rate", "init_checkpoint")})
+  defaults = finetuning_config.FinetuningConfig(**{
+      name: flags.FLAGS[name].default for name in list(RELEASE_FLAGS) + list(OWN_FLAGS)})
+  assert defaults.vocab_file is None
+  dataclasses.replace(defaults, vocab_file="vocab.txt").check(shared)
   with pytest.raises(errors.UsageError, match="--vocab_file is required"):
-    task.check_flags(types.SimpleNamespace(**defaults))
+    defaults.check(shared)
 
 
 def test_the_module_reads_no_parsed_value():

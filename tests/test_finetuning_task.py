@@ -1,9 +1,10 @@
 """utils/finetuning/task.py: what both fine-tuning scripts share besides the job. The number of
-updates and warmup as the release counts them, the fine-tuning flag checks (each refusal naming its
-flag), records written and read back as int32 features (evaluation in order and once, training
-sharded per worker, repeated and shuffled), the tokenizer of --vocab_file, the serving input, and
-the refusals of --export_dir before anything is written."""
+updates and warmup as the release counts them, records written and read back as int32 features
+(evaluation in order and once, training sharded per worker, repeated and shuffled), the tokenizer
+of --vocab_file, the serving input, and the refusals of --export_dir before anything is written.
+The fine-tuning flag checks are tests/test_finetuning_config.py's."""
 
+import dataclasses
 import os
 import types
 
@@ -11,20 +12,21 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import helpers
 from utils.core import errors
+from utils.finetuning import config as finetuning_config
 from utils.finetuning import task
 
 _tf1 = tf.compat.v1
 SEQ = 3
 
 
-def valid_flags(**overrides):
-  """Parsed values that pass `task.check_flags`, with `overrides`."""
-  values = dict(vocab_file="vocab.txt", predict_batch_size=8, learning_rate=5e-5,
-                num_train_epochs=3.0, warmup_proportion=0.1, do_lower_case=True,
-                init_checkpoint=None)
-  values.update(overrides)
-  return types.SimpleNamespace(**values)
+def tuning(**overrides):
+  """A `FinetuningConfig` of the flags' defaults and --vocab_file=vocab.txt, with `overrides`."""
+  values = finetuning_config.FinetuningConfig(
+      vocab_file="vocab.txt", do_lower_case=True, num_train_epochs=3.0, warmup_proportion=0.1,
+      do_predict=False, predict_batch_size=8, export_dir=None)
+  return dataclasses.replace(values, **overrides)
 
 
 def write_numbered_records(path, n):
@@ -53,45 +55,16 @@ def read_batches(input_fn, params=None, limit=None):
 
 
 def test_training_steps_truncate_the_updates_and_warmup_as_the_release():
-  f = valid_flags(num_train_epochs=3.0, warmup_proportion=0.1)
+  f = tuning(num_train_epochs=3.0, warmup_proportion=0.1)
   assert task.training_steps(f, 1000, 32) == (93, 9)  # int(1000 / 32 * 3), int(93 * 0.1)
   # Truncated, not rounded: int(93 * 0.06) == 5; no warmup at 0.
-  assert task.training_steps(valid_flags(warmup_proportion=0.06), 1000, 32) == (93, 5)
-  assert task.training_steps(valid_flags(num_train_epochs=0.5, warmup_proportion=0.0),
+  assert task.training_steps(tuning(warmup_proportion=0.06), 1000, 32) == (93, 5)
+  assert task.training_steps(tuning(num_train_epochs=0.5, warmup_proportion=0.0),
                              640, 32) == (10, 0)
   with pytest.raises(errors.UsageError,
                      match=r"10 training examples make no update of global batch 32 in "
                            r"--num_train_epochs=3"):
     task.training_steps(f, 10, 32)  # int(0.9375) == 0
-
-
-@pytest.mark.parametrize("overrides,message", [
-    (dict(vocab_file=None), r"--vocab_file is required"),
-    (dict(vocab_file=""), r"--vocab_file is required"),
-    (dict(predict_batch_size=0), r"--predict_batch_size must be >= 1, got 0"),
-    (dict(learning_rate=0.0), r"--learning_rate must be positive, got 0"),
-    (dict(learning_rate=-1e-5), r"--learning_rate must be positive, got -1e-05"),
-    (dict(num_train_epochs=0.0), r"--num_train_epochs must be positive, got 0"),
-    (dict(warmup_proportion=1.0), r"--warmup_proportion must be in \[0, 1\), got 1"),
-    (dict(warmup_proportion=-0.1), r"--warmup_proportion must be in \[0, 1\), got -0.1"),
-    (dict(do_lower_case=False, init_checkpoint="/m/uncased_L-12_H-768_A-12/bert_model.ckpt"),
-     r"--do_lower_case=False does not match --init_checkpoint="),
-    (dict(do_lower_case=True, init_checkpoint="/m/cased_L-12_H-768_A-12/bert_model.ckpt"),
-     r"--do_lower_case=True does not match --init_checkpoint="),
-])
-def test_check_flags_refuses_each_bad_value_naming_its_flag(overrides, message):
-  with pytest.raises(errors.UsageError, match=message):
-    task.check_flags(valid_flags(**overrides))
-
-
-def test_check_flags_accepts_the_edges_of_the_ranges():
-  task.check_flags(valid_flags())
-  task.check_flags(valid_flags(predict_batch_size=1, warmup_proportion=0.0,
-                               num_train_epochs=0.01))
-  # A checkpoint whose casing matches, or one that is not a released model.
-  task.check_flags(valid_flags(do_lower_case=True,
-                               init_checkpoint="/m/uncased_L-12_H-768_A-12/bert_model.ckpt"))
-  task.check_flags(valid_flags(do_lower_case=False, init_checkpoint="/runs/mine/model.ckpt-9"))
 
 
 def test_records_go_into_a_worker_directory_not_made_yet(tmp_path):
@@ -119,12 +92,12 @@ def test_records_read_back_once_in_order_for_evaluation(tmp_path):
   assert streamed.num_features == 5
   assert (tmp_path / "streamed.tf_record").read_bytes() == path.read_bytes()
 
-  f = types.SimpleNamespace(use_tpu=False)
-  batches = read_batches(task.predict_input_fn(f, str(path), SPEC, batch_size=2))
+  batches = read_batches(task.predict_input_fn(helpers.job_config(), str(path), SPEC,
+                                               batch_size=2))
   assert [b["label_id"].tolist() for b in batches] == [[0, 1], [2, 3], [4]]  # last one kept
   np.testing.assert_array_equal(batches[0]["input_ids"], [[0, 1, 2], [1, 2, 3]])
   # On a TPU the batch is params["batch_size"] and a partial batch is dropped.
-  tpu = read_batches(task.predict_input_fn(types.SimpleNamespace(use_tpu=True), str(path), SPEC,
+  tpu = read_batches(task.predict_input_fn(helpers.job_config(["--use_tpu"]), str(path), SPEC,
                                            batch_size=2), params={"batch_size": 3})
   assert [b["label_id"].tolist() for b in tpu] == [[0, 1, 2]]
 
@@ -133,15 +106,15 @@ def test_training_records_are_this_workers_repeated_and_shuffled_unless_determin
   path = str(tmp_path / "train.tf_record")
   write_numbered_records(path, 60)
   workers = types.SimpleNamespace(size=2, rank=1)
-  f = types.SimpleNamespace(use_tpu=False, train_batch_size=7, deterministic_run=True, seed=3)
+  config = helpers.job_config(["--train_batch_size=7", "--deterministic_run", "--seed=3"])
   labels = np.concatenate([b["label_id"] for b in read_batches(
-      task.train_input_fn(f, path, SPEC, workers), limit=10)])
+      task.train_input_fn(config, path, SPEC, workers), limit=10)])
   # Records 1, 3, ..., 59 in file order, then again: repeated, full batches only.
   shard = list(range(1, 60, 2))
   assert labels.tolist() == (shard * 3)[:70]
-  f.deterministic_run = False
+  config = dataclasses.replace(config, deterministic_run=False)
   shuffled = np.concatenate([b["label_id"] for b in read_batches(
-      task.train_input_fn(f, path, SPEC, workers), limit=30)])
+      task.train_input_fn(config, path, SPEC, workers), limit=30)])
   assert set(shuffled.tolist()) == set(shard)
   assert shuffled[:30].tolist() != shard  # the first epoch's order is not the file's
 
@@ -149,12 +122,12 @@ def test_training_records_are_this_workers_repeated_and_shuffled_unless_determin
 def test_load_tokenizer_honours_the_case_flag_and_names_a_bad_vocabulary(tmp_path):
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nHello\n")
-  lower = task.load_tokenizer(types.SimpleNamespace(vocab_file=str(vocab), do_lower_case=True))
-  cased = task.load_tokenizer(types.SimpleNamespace(vocab_file=str(vocab), do_lower_case=False))
+  lower = task.load_tokenizer(tuning(vocab_file=str(vocab), do_lower_case=True))
+  cased = task.load_tokenizer(tuning(vocab_file=str(vocab), do_lower_case=False))
   assert lower.tokenize("Hello") == ["hello"] and cased.tokenize("Hello") == ["Hello"]
   missing = str(tmp_path / "missing.txt")
   with pytest.raises(errors.UsageError, match=r"^--vocab_file: .*missing\.txt"):
-    task.load_tokenizer(types.SimpleNamespace(vocab_file=missing, do_lower_case=True))
+    task.load_tokenizer(tuning(vocab_file=missing, do_lower_case=True))
 
 
 def test_serving_input_is_int32_sequences_plus_constant_zero_features(graph):
@@ -172,14 +145,14 @@ def test_serving_input_is_int32_sequences_plus_constant_zero_features(graph):
 
 
 def test_export_dir_is_refused_before_anything_is_written(tmp_path):
-  task.check_export_dir(types.SimpleNamespace(export_dir=None))
-  task.check_export_dir(types.SimpleNamespace(export_dir=""))
-  task.check_export_dir(types.SimpleNamespace(export_dir=str(tmp_path / "new")))
+  task.check_export_dir(None)
+  task.check_export_dir("")
+  task.check_export_dir(str(tmp_path / "new"))
   full = tmp_path / "full"
   full.mkdir()
   (full / "saved_model.pb").write_bytes(b"")
   with pytest.raises(errors.UsageError, match=r"^--export_dir=\S+full exists and is not empty"):
-    task.check_export_dir(types.SimpleNamespace(export_dir=str(full)))
+    task.check_export_dir(str(full))
   # No checkpoint to export: refused naming the flag, and no directory appears.
   estimator = types.SimpleNamespace(model_dir=str(tmp_path / "model"))
   os.mkdir(estimator.model_dir)
@@ -193,8 +166,8 @@ def test_a_vocabulary_larger_than_the_models_is_refused(tmp_path):
   # 7 tokens for a 6-row embedding table: "hello" (id 6) would look up a row the model lacks.
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhi\nhello\n")
-  flags = types.SimpleNamespace(vocab_file=str(vocab), do_lower_case=True)
-  assert len(task.load_tokenizer(flags, vocab_size=7).vocab) == 7
+  seven_tokens = tuning(vocab_file=str(vocab), do_lower_case=True)
+  assert len(task.load_tokenizer(seven_tokens, vocab_size=7).vocab) == 7
   with pytest.raises(errors.UsageError, match=r"^--vocab_file: .*vocab\.txt has 7 tokens, more "
                      r"than vocab_size=6 of --bert_config_file"):
-    task.load_tokenizer(flags, vocab_size=6)
+    task.load_tokenizer(seven_tokens, vocab_size=6)

@@ -412,6 +412,15 @@ BAD_FLAGS = [
     ("run_squad.py", dict(), "one of --do_train, --do_predict, --export_dir is required"),
     ("run_squad.py", dict(do_predict=True), "--do_predict needs --predict_file"),
     ("run_classifier.py", dict(do_eval=True, task_name="sst"), "unknown task 'sst'"),
+    # The rules of the typed configurations (`FinetuningConfig`, `SquadConfig`), in the scripts.
+    ("run_squad.py", dict(do_train=True, do_eval=True), "--do_eval is not a flag of run_squad.py"),
+    ("run_squad.py", dict(do_predict=True, predict_file="x.json", doc_stride=0),
+     "--doc_stride must be >= 1, got 0"),
+    ("run_squad.py", dict(do_predict=True, predict_file="x.json", max_seq_length=48,
+                          max_query_length=45),
+     "--max_seq_length (48) must be greater than --max_query_length (45) + 3"),
+    ("run_classifier.py", dict(do_predict=True, task_name="mrpc", predict_batch_size=0),
+     "--predict_batch_size must be >= 1, got 0"),
 ]
 
 

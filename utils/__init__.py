@@ -19,7 +19,8 @@
                 directory (safetensors, torch pickles), the encoder SavedModel
   training/     the Estimator job: the script lifecycle, shared flags, model_fn, hooks,
                 determinism
-  finetuning/   the fine-tuning application: SQuAD and classification data, scoring, records
+  finetuning/   the fine-tuning application: SQuAD and classification data, scoring, records, the
+                fine-tuning flags and their typed configuration
   (utils/*.py)  command-line tools: `python -m utils.export_release`, `utils.plot_log`,
                 `utils.regression`, `utils.check_records`
 
@@ -29,8 +30,10 @@ entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `t
 `tests/test_layering.py` checks both. No library module reads absl's global `FLAGS` except
 `training/lifecycle.script_main`, which is each script's `main`: it reads the shared flags once
 into a typed, frozen `training/job_config.JobConfig` for the lifecycle's steps, and passes the
-parsed flags to the script for its own (and fine-tuning's `task.py`); everything below them takes
-plain values (`training/flags.py` and `finetuning/flags.py` define the shared flags, and read
+parsed flags to the script, which reads its own once at the top of its `run` (the fine-tuning
+scripts into `finetuning/config.FinetuningConfig` and a frozen dataclass of the script's flags)
+and passes those down; everything below takes typed configurations or plain values, never the
+flags object (`training/flags.py` and `finetuning/flags.py` define the shared flags, and read
 none). A module's `if __name__ == "__main__":` block is a command's, not the library's: it imports
 and reads what the command needs (`data/vocabulary.py`'s imports `runtime/cli.py` and reads the
 command's flags). Horovod is imported by `runtime/hvd_utils.py` only, and is optional everywhere.

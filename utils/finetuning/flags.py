@@ -2,7 +2,8 @@
 `utils/training/flags.py`: the vocabulary, the epochs and warmup, prediction.
 
 Defined once, when this module is first imported; the original release's names, defaults and
-meanings. Nothing here reads a parsed value.
+meanings. Nothing here reads a parsed value: `utils/finetuning/config.py` reads them once into a
+`FinetuningConfig`, with the rules of their values.
 """
 
 from absl import flags

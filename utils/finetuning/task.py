@@ -1,5 +1,8 @@
 """What the fine-tuning scripts (run_squad.py, run_classifier.py) share besides the job itself:
-their records and input, the number of updates, the tokenizer and the flag checks of fine-tuning.
+their records and input, the number of updates, the tokenizer, the SavedModel export and the
+refusal of an --export_dir in use. Each function takes the typed configurations
+(`utils/finetuning/config.FinetuningConfig`, the shared `utils/training/job_config.JobConfig`) or
+plain values, never the flags object.
 
 The job (config, workers, output directory, model_fn around the task's head, estimator, training)
 is the lifecycle every Estimator script follows (`utils/training/lifecycle.py`); a task supplies a
@@ -114,46 +117,30 @@ def _decode_batch(records, name_to_features):
   return {name: tf.cast(value, tf.int32) for name, value in features.items()}
 
 
-def training_steps(f, num_examples, global_batch_size):
+def training_steps(tuning, num_examples, global_batch_size):
   """(num_train_steps, num_warmup_steps): the updates of --num_train_epochs over `num_examples`
   training examples (not windows) at the global batch, as the release counts them.
+
+  Args:
+    tuning: the `FinetuningConfig` (--num_train_epochs, --warmup_proportion).
+    num_examples: the training examples.
+    global_batch_size: examples per update (`JobConfig.global_batch_size`).
 
   Raises:
     errors.UsageError: when that is no update at all.
   """
-  num_train_steps = int(num_examples / global_batch_size * f.num_train_epochs)
+  num_train_steps = int(num_examples / global_batch_size * tuning.num_train_epochs)
   errors.require(num_train_steps >= 1, "%d training examples make no update of global batch %d "
-                 "in --num_train_epochs=%g", num_examples, global_batch_size, f.num_train_epochs)
-  return num_train_steps, int(num_train_steps * f.warmup_proportion)
+                 "in --num_train_epochs=%g", num_examples, global_batch_size,
+                 tuning.num_train_epochs)
+  return num_train_steps, int(num_train_steps * tuning.warmup_proportion)
 
 
-def check_flags(f):
-  """The checks of the fine-tuning flags (`utils/finetuning/flags.py`) without file access, on top
-  of `JobConfig.check` (`utils/training/job_config.py`).
-
-  Raises:
-    errors.UsageError: naming the flag.
-  """
-  require = errors.require
-  require(f.vocab_file, "--vocab_file is required")
-  require(f.predict_batch_size >= 1, "--predict_batch_size must be >= 1, got %d",
-          f.predict_batch_size)
-  require(f.learning_rate > 0, "--learning_rate must be positive, got %g", f.learning_rate)
-  require(f.num_train_epochs > 0, "--num_train_epochs must be positive, got %g",
-          f.num_train_epochs)
-  require(0 <= f.warmup_proportion < 1, "--warmup_proportion must be in [0, 1), got %g",
-          f.warmup_proportion)
-  try:
-    tokenization.validate_case_matches_checkpoint(f.do_lower_case, f.init_checkpoint)
-  except ValueError as e:
-    raise errors.UsageError(str(e))
-
-
-def load_tokenizer(f, vocab_size=None):
+def load_tokenizer(tuning, vocab_size=None):
   """The FullTokenizer of --vocab_file / --do_lower_case.
 
   Args:
-    f: the parsed flags.
+    tuning: the `FinetuningConfig`.
     vocab_size: the model's vocabulary size (`BertConfig.vocab_size`), or None: a vocabulary
       with more tokens gives ids beyond the model's embedding table, refused.
 
@@ -164,40 +151,54 @@ def load_tokenizer(f, vocab_size=None):
     errors.UsageError: naming a bad or too large file.
   """
   try:
-    tokenizer = tokenization.FullTokenizer(vocab_file=f.vocab_file, do_lower_case=f.do_lower_case)
+    tokenizer = tokenization.FullTokenizer(vocab_file=tuning.vocab_file,
+                                           do_lower_case=tuning.do_lower_case)
   except (ValueError, OSError) as e:
     raise errors.UsageError("--vocab_file: %s" % e)
   errors.require(vocab_size is None or len(tokenizer.vocab) <= vocab_size,
                  "--vocab_file: %s has %d tokens, more than vocab_size=%s of --bert_config_file "
-                 "(its ids would fall outside the model's embeddings)", f.vocab_file,
+                 "(its ids would fall outside the model's embeddings)", tuning.vocab_file,
                  len(tokenizer.vocab), vocab_size)
   return tokenizer
 
 
-def predict_input_fn(f, input_file, name_to_features, batch_size):
-  """The input_fn of evaluation / prediction records: every record once, in order."""
+def predict_input_fn(config, input_file, name_to_features, batch_size):
+  """The input_fn of evaluation / prediction records: every record once, in order.
+
+  Args:
+    config: the `JobConfig` (--use_tpu: the batch is params["batch_size"], whole batches only).
+    input_file, name_to_features: the records and their parsing spec.
+    batch_size: sequences per batch.
+  """
   return input_fn_builder(input_file, name_to_features, is_training=False,
-                          drop_remainder=bool(f.use_tpu),
-                          batch_size=None if f.use_tpu else batch_size)
+                          drop_remainder=bool(config.use_tpu),
+                          batch_size=None if config.use_tpu else batch_size)
 
 
-def train_input_fn(f, input_file, name_to_features, workers):
-  """The input_fn of this worker's training records (in file order in a deterministic run)."""
+def train_input_fn(config, input_file, name_to_features, workers):
+  """The input_fn of this worker's training records (in file order in a deterministic run).
+
+  Args:
+    config: the `JobConfig` (--use_tpu, --train_batch_size, --deterministic_run, --seed).
+    input_file, name_to_features: the records and their parsing spec.
+    workers: the job's workers (their number and this one's rank).
+  """
   return input_fn_builder(
       input_file, name_to_features, is_training=True, drop_remainder=True,
-      batch_size=None if f.use_tpu else f.train_batch_size, num_workers=workers.size,
-      worker_index=workers.rank, deterministic=f.deterministic_run,
-      seed=f.seed if f.deterministic_run else None)
+      batch_size=None if config.use_tpu else config.train_batch_size, num_workers=workers.size,
+      worker_index=workers.rank, deterministic=config.deterministic_run,
+      seed=config.random_seed)
 
 
 # The inputs of a fine-tuned model's SavedModel (`serving_default`), int32 [batch, seq_length].
 SERVING_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
-def check_export_dir(f):
-  """Refuses an --export_dir that exists and is not empty, before any training."""
-  if f.export_dir:
-    staging.check_empty_or_missing(f.export_dir, "--export_dir")
+def check_export_dir(export_dir):
+  """Refuses an --export_dir that exists and is not empty, before any training (None or "": no
+  export)."""
+  if export_dir:
+    staging.check_empty_or_missing(export_dir, "--export_dir")
 
 
 def serving_input_receiver_fn(max_seq_length, constant_features=()):
