@@ -29,10 +29,11 @@ import gpu_environment
 
 _tf1 = tf.compat.v1
 
-# Layer norm epsilon of the original release (fp32 path), and what the attention scores of padding
-# positions get added before the softmax; one definition, shared with --bf16's compiled kernels.
-LAYER_NORM_EPSILON = fused_blocks.LAYER_NORM_EPSILON
-ATTENTION_MASK_ADDER = fused_blocks.ATTENTION_MASK_ADDER
+# Layer norm epsilon of the original release (fp32 path; --bf16's compiled kernels are handed it).
+LAYER_NORM_EPSILON = 1e-12
+# Added to the attention scores of padding positions before the softmax: after it, padding weighs
+# ~nothing.
+ATTENTION_MASK_ADDER = -10000.0
 
 
 def _shown(value, limit=60):
@@ -969,7 +970,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
   if matmul_dtype is not None:
     # bf16 scores in, bf16 probabilities out, fp32 inside one compiled kernel each way.
     probs = fused_blocks.masked_softmax_dropout(
-        scores, attention_mask, 1.0 / math.sqrt(float(size_per_head)),
+        scores, attention_mask, 1.0 / math.sqrt(float(size_per_head)), ATTENTION_MASK_ADDER,
         attention_probs_dropout_prob, seed=dropout_seed)
   else:
     scores = scores * tf.cast(1.0 / math.sqrt(float(size_per_head)), scores.dtype)
@@ -1096,7 +1097,7 @@ def _output_dropout_residual_layer_norm(x, residual, hidden_size, initializer_ra
     output = dense_layer(x, hidden_size, name="dense", initializer_range=initializer_range,
                          matmul_dtype=matmul_dtype, output_dtype=matmul_dtype)
     return fused_blocks.dropout_residual_layer_norm(output, residual, dropout_prob,
-                                                    seed=dropout_seed)
+                                                    LAYER_NORM_EPSILON, seed=dropout_seed)
   output = dense_layer(x, hidden_size, name="dense", initializer_range=initializer_range,
                        output_dtype=residual.dtype)
   output = dropout(output, dropout_prob, seed=dropout_seed)
