@@ -283,6 +283,9 @@ def test_precision_compute_types():
   assert optimization.Precision(bf16=True).compute_type == tf.bfloat16
   assert optimization.Precision(manual_fp16=True).compute_type == tf.float16
   assert optimization.Precision().compute_type == tf.float32
+  for precision in (optimization.Precision(bf16=True), optimization.Precision(manual_fp16=True),
+                    optimization.Precision()):
+    assert precision.compute_precision is modeling.ComputePrecision.of(precision.compute_type)
   assert not optimization.Precision(bf16=True).scales_loss()
   assert gpu_environment.get_custom_getter(tf.bfloat16) is \
       gpu_environment.float32_variable_storage_getter
