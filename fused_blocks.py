@@ -12,15 +12,15 @@ fp32's own (`_mask_source`).
   attention and feed-forward sub-layers.
 - `masked_softmax_dropout(scores, mask, ...)`: dropout(softmax(scores * scale + mask adder)), the
   attention probabilities.
-
 - `with_registered_gradient(name, output, inputs)`: a tensor whose gradient is a registered
   function, for these blocks and for `modeling.py`'s GELU and widening layers.
 
 This module is a leaf below `modeling.py` and imports nothing of it: `modeling.ComputePrecision`
-calls the blocks and hands them its constants (the layer norm's epsilon, the attention mask's
-adder). Each gives the values of the op-by-op fp32 formulas of `modeling.py` up to float rounding;
-in training the masks are other draws than `tf.nn.dropout`'s, with the same probability
-(docs/PRECISION.md). Only `--bf16` uses them; fp32 and fp16 graphs are unchanged.
+calls the two blocks and hands them the model's constants (the layer norm's epsilon, the
+attention mask's adder). Each block gives the values of the op-by-op fp32 formulas of
+`modeling.py` up to float rounding; in training the masks are other draws than `tf.nn.dropout`'s,
+with the same probability (docs/PRECISION.md). Only `--bf16` uses them; fp32 and fp16 graphs are
+unchanged.
 """
 
 import tensorflow as tf

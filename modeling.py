@@ -262,17 +262,8 @@ class ComputePrecision:
 
   @classmethod
   def of(cls, compute_type):
-    """The precision of a model built in `compute_type` (a column of the table above).
-
-    Args:
-      compute_type: tf.float32, tf.float16 or tf.bfloat16.
-
-    Returns:
-      `ComputePrecision`.
-
-    Raises:
-      ValueError: for another dtype.
-    """
+    """The `ComputePrecision` of a model built in `compute_type` (tf.float32, tf.float16 or
+    tf.bfloat16): a column of the table above. Raises ValueError for another dtype."""
     precision = _MODEL_PRECISIONS.get(tf.as_dtype(compute_type))
     if precision is None:
       raise ValueError("compute_type must be tf.float32, tf.float16 or tf.bfloat16, got %s"
@@ -313,17 +304,13 @@ class ComputePrecision:
     """dropout(softmax(scores / sqrt(size_per_head) + (1 - mask) * ATTENTION_MASK_ADDER)).
 
     Args:
-      scores: Tensor [batch_size, num_heads, from_seq_length, to_seq_length], the query-key
-        products, in `products`.
-      attention_mask: optional Tensor [batch_size, from_seq_length, to_seq_length], 1 = may
-        attend.
-      size_per_head: width of each head.
-      dropout_prob, seed: see `dropout`.
+      scores: Tensor [batch_size, heads, from_seq_length, to_seq_length] in `products`.
+      attention_mask: optional Tensor [batch_size, from_seq_length, to_seq_length], 1 = attend.
+      size_per_head: width of each head; dropout_prob, seed: see `dropout`.
 
     Returns:
-      Tensor of the shape and dtype of `scores`: computed in fp32 in one compiled kernel each way
-      with `compiled_blocks` (`fused_blocks.masked_softmax_dropout`), else op by op in the
-      scores' dtype.
+      Tensor like `scores`: in fp32 in one compiled kernel each way with `compiled_blocks`
+      (`fused_blocks.masked_softmax_dropout`), else op by op in the scores' dtype.
     """
     scale = 1.0 / math.sqrt(float(size_per_head))
     if self.compiled_blocks:
@@ -336,18 +323,16 @@ class ComputePrecision:
     return dropout(tf.nn.softmax(scores), dropout_prob, seed=seed)
 
   def dropout_residual_layer_norm(self, output, residual, dropout_prob, seed):
-    """A sub-layer's end: layer_norm(dropout(output) + residual), the layer norm's variables
+    """A sub-layer's end: layer_norm(dropout(output) + residual), variables
     `LayerNorm/{beta,gamma}` in the current scope.
 
     Args:
-      output: Tensor [rows, hidden_size], the sub-layer's last product, in `products`.
-      residual: Tensor [rows, hidden_size], the sub-layer's input, in `activations`.
-      dropout_prob, seed: see `dropout`.
+      output: Tensor [rows, hidden_size] in `products`, the sub-layer's last product.
+      residual: Tensor [rows, hidden_size] in `activations`; dropout_prob, seed: see `dropout`.
 
     Returns:
-      Tensor [rows, hidden_size] in `activations`: computed in fp32 in one compiled kernel each
-      way with `compiled_blocks` (`fused_blocks.dropout_residual_layer_norm`), else op by op
-      (`layer_norm` of the activations' dtype).
+      Tensor [rows, hidden_size] in `activations`: in fp32 in one compiled kernel each way with
+      `compiled_blocks` (`fused_blocks.dropout_residual_layer_norm`), else op by op.
     """
     if self.compiled_blocks:
       return fused_blocks.dropout_residual_layer_norm(output, residual, dropout_prob,
@@ -361,17 +346,10 @@ class ComputePrecision:
     return self.compiled_blocks and activation is gelu
 
   def feed_forward_activation(self, activation, tensor):
-    """The feed-forward layer's activation on its intermediate product.
-
-    Args:
-      activation: function, or None (linear).
-      tensor: Tensor [rows, intermediate_size], in `products` when `fuses_activation`, else in
-        `activations`.
-
-    Returns:
-      Tensor of the shape and dtype of `tensor`: `gelu_fused_in_fp32` when `fuses_activation`;
-      otherwise `activation` of fp32 activations, or of reduced-precision ones cast to fp32 and
-      the result cast back (GELU's cube overflows fp16 for |x| > ~40).
+    """The feed-forward layer's `activation` (a function, or None: linear) on `tensor` [rows,
+    intermediate_size], the intermediate product's output: in `products` when
+    `fuses_activation` (then `gelu_fused_in_fp32`), else in `activations` (an fp16 one is cast
+    to fp32 and back: GELU's cube overflows fp16 for |x| > ~40). Returns a Tensor like `tensor`.
     """
     if self.fuses_activation(activation):
       return gelu_fused_in_fp32(tensor)
@@ -507,21 +485,14 @@ def _embeddings(config, input_ids, token_type_ids, position_ids, use_one_hot_emb
     (output [batch_size, seq_length, hidden_size], word table [vocab_size, hidden_size]), fp32.
   """
   output, table = embedding_lookup(
-      input_ids=input_ids,
-      vocab_size=config.vocab_size,
-      embedding_size=config.hidden_size,
-      initializer_range=config.initializer_range,
-      word_embedding_name="word_embeddings",
+      input_ids=input_ids, vocab_size=config.vocab_size, embedding_size=config.hidden_size,
+      initializer_range=config.initializer_range, word_embedding_name="word_embeddings",
       use_one_hot_embeddings=use_one_hot_embeddings)
   output = embedding_postprocessor(
-      input_tensor=output,
-      use_token_type=True,
-      token_type_ids=token_type_ids,
+      input_tensor=output, use_token_type=True, token_type_ids=token_type_ids,
       token_type_vocab_size=config.type_vocab_size,
-      token_type_embedding_name="token_type_embeddings",
-      use_position_embeddings=True,
-      position_embedding_name="position_embeddings",
-      initializer_range=config.initializer_range,
+      token_type_embedding_name="token_type_embeddings", use_position_embeddings=True,
+      position_embedding_name="position_embeddings", initializer_range=config.initializer_range,
       max_position_embeddings=config.max_position_embeddings,
       dropout_prob=config.hidden_dropout_prob,
       dropout_seed=dropout_site_key(dropout_key, EMBEDDINGS_LAYER, _EMBEDDINGS_SITE),
@@ -545,18 +516,14 @@ def _encoder(config, embedding_output, attention_mask, dropout_key, precision):
   """
   return transformer_model(
       input_tensor=precision.to_activations(embedding_output),
-      attention_mask=precision.to_activations(attention_mask),
-      hidden_size=config.hidden_size,
-      num_hidden_layers=config.num_hidden_layers,
-      num_attention_heads=config.num_attention_heads,
+      attention_mask=precision.to_activations(attention_mask), hidden_size=config.hidden_size,
+      num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
       intermediate_size=config.intermediate_size,
       intermediate_act_fn=get_activation(config.hidden_act),
       hidden_dropout_prob=config.hidden_dropout_prob,
       attention_probs_dropout_prob=config.attention_probs_dropout_prob,
-      initializer_range=config.initializer_range,
-      do_return_all_layers=True,
-      dropout_key=dropout_key,
-      precision=precision)
+      initializer_range=config.initializer_range, do_return_all_layers=True,
+      dropout_key=dropout_key, precision=precision)
 
 
 def pooler(sequence_output, config, cls_positions=None, precision=None):
