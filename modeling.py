@@ -539,7 +539,7 @@ def pooler(sequence_output, config, cls_positions=None, precision=None):
 
   Returns:
     Tensor [batch_size, hidden_size], or [batch_size * num_sequences, hidden_size], in
-    `precision.activations`.
+    `precision.activations` (without one: the dtype of `sequence_output`).
   """
   if cls_positions is None:
     first_tokens = tf.squeeze(sequence_output[:, 0:1, :], axis=1)
@@ -817,7 +817,8 @@ def dense_layer(input_tensor, units, activation=None, name=None, initializer_ran
       kernel that reads it next; False: cast to `precision.activations`.
 
   Returns:
-    Tensor [rows, units].
+    Tensor [rows, units] in `precision.products` or `precision.activations` (see
+    `keep_product_type`), `activation` applied.
   """
   precision = precision or ComputePrecision.of_tensor(input_tensor)
   width = tf.compat.dimension_value(input_tensor.shape[-1])
