@@ -12,13 +12,15 @@ fp32's own (`_mask_source`).
   attention and feed-forward sub-layers.
 - `masked_softmax_dropout(scores, mask, ...)`: dropout(softmax(scores * scale + mask adder)), the
   attention probabilities.
+- `with_registered_gradient(name, output, inputs)`: a tensor whose gradient is a registered
+  function, for these blocks and for `modeling.py`'s GELU and widening layers.
 
-`with_registered_gradient` (a tensor whose gradient is a registered function, here and for
-`modeling.py`'s GELU and widening layers) lives here, below `modeling.py`, which imports this.
-
-Each gives the values of the op-by-op fp32 formulas of `modeling.py` up to float rounding; in
-training the masks are other draws than `tf.nn.dropout`'s, with the same probability
-(docs/PRECISION.md). Only `--bf16` uses them; fp32 and fp16 graphs are unchanged.
+This module is a leaf below `modeling.py` and imports nothing of it: `modeling.ComputePrecision`
+calls the two blocks and hands them the model's constants (the layer norm's epsilon, the
+attention mask's adder). Each block gives the values of the op-by-op fp32 formulas of
+`modeling.py` up to float rounding; in training the masks are other draws than `tf.nn.dropout`'s,
+with the same probability (docs/PRECISION.md). Only `--bf16` uses them; fp32 and fp16 graphs are
+unchanged.
 """
 
 import tensorflow as tf
@@ -27,10 +29,6 @@ import fused_layer_norm
 
 _tf1 = tf.compat.v1
 
-# Layer norm epsilon of the original release (fp32 path); `modeling` reads both from here.
-LAYER_NORM_EPSILON = 1e-12
-# Added to the attention scores of padding positions before the softmax.
-ATTENTION_MASK_ADDER = -10000.0
 # Multipliers of the counter hash ("lowbias32", two rounds of xor-shift-multiply).
 _HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
 # The range of the seeds drawn on every run in training (`_draw_seed`).
@@ -82,35 +80,35 @@ def _dropped(values, mask_source, rate):
   return tf.where(keep, values * (1.0 / (1.0 - rate)), tf.zeros_like(values))
 
 
-def _normalized(z):
-  """(z - mean) * rsqrt(variance + eps) over the last axis, and the rsqrt [..., 1]."""
+def _normalized(z, epsilon):
+  """(z - mean) * rsqrt(variance + epsilon) over the last axis, and the rsqrt [..., 1]."""
   centered = z - tf.reduce_mean(z, axis=-1, keepdims=True)
   inverse_std = tf.math.rsqrt(
-      tf.reduce_mean(centered * centered, axis=-1, keepdims=True) + LAYER_NORM_EPSILON)
+      tf.reduce_mean(centered * centered, axis=-1, keepdims=True) + epsilon)
   return centered * inverse_std, inverse_std
 
 
-def _residual_forward(y, residual, gamma, beta, mask_source, rate):
+def _residual_forward(y, residual, gamma, beta, mask_source, rate, epsilon):
   """(layer_norm(z), z) with z = dropout(fp32(y)) + residual; all fp32 out."""
   z = _dropped(tf.cast(y, tf.float32), mask_source, rate) + residual
-  return _normalized(z)[0] * gamma + beta, z
+  return _normalized(z, epsilon)[0] * gamma + beta, z
 
 
-def _residual_backward(dout, z, gamma, mask_source, rate, y_dtype):
+def _residual_backward(dout, z, gamma, mask_source, rate, epsilon, y_dtype):
   """Gradients (dy in y_dtype, dresidual, dgamma, dbeta) of `_residual_forward`."""
-  x_hat, inverse_std = _normalized(z)
+  x_hat, inverse_std = _normalized(z, epsilon)
   dx_hat = dout * gamma
   dz = inverse_std * (dx_hat - tf.reduce_mean(dx_hat, axis=-1, keepdims=True)
                       - x_hat * tf.reduce_mean(dx_hat * x_hat, axis=-1, keepdims=True))
   return tf.cast(_dropped(dz, mask_source, rate), y_dtype), dz, dout * x_hat
 
 
-def _softmax_forward(scores, mask, scale, mask_source, rate, out_dtype):
-  """(dropout(p), p) in `out_dtype`, p = softmax(fp32(scores) * scale + (1 - mask) * adder);
+def _softmax_forward(scores, mask, scale, mask_adder, mask_source, rate, out_dtype):
+  """(dropout(p), p) in `out_dtype`, p = softmax(fp32(scores) * scale + (1 - mask) * mask_adder);
   mask [batch, from, to] broadcast over the heads."""
   logits = tf.cast(scores, tf.float32) * scale
   if mask is not None:
-    logits += (1.0 - tf.expand_dims(mask, axis=1)) * ATTENTION_MASK_ADDER
+    logits += (1.0 - tf.expand_dims(mask, axis=1)) * mask_adder
   probs = tf.nn.softmax(logits)
   return tf.cast(_dropped(probs, mask_source, rate), out_dtype), tf.cast(probs, out_dtype)
 
@@ -180,7 +178,7 @@ def with_registered_gradient(gradient_name, output, inputs):
     return tf.identity_n([output] + list(inputs))[0]
 
 
-def dropout_residual_layer_norm(y, residual, dropout_prob, seed=None, name=None):
+def dropout_residual_layer_norm(y, residual, dropout_prob, epsilon, seed=None, name=None):
   """layer_norm(dropout(y) + residual) in fp32, one compiled kernel each way.
 
   The layer norm's variables are `<name or LayerNorm>/{beta,gamma}`, as `modeling.layer_norm`
@@ -190,6 +188,7 @@ def dropout_residual_layer_norm(y, residual, dropout_prob, seed=None, name=None)
     y: bf16 (or fp32) Tensor [rows, hidden], a product's output.
     residual: fp32 Tensor [rows, hidden].
     dropout_prob: drop probability on y; None or 0 for none.
+    epsilon: Python float added to the variance (`modeling.LAYER_NORM_EPSILON`).
     seed: optional int Tensor [2]: the mask `modeling.dropout` draws from it; None: a new mask
       on every run, drawn inside the kernels (`_mask_source`).
     name: variable scope of the layer norm.
@@ -202,11 +201,14 @@ def dropout_residual_layer_norm(y, residual, dropout_prob, seed=None, name=None)
     beta, gamma = (tf.convert_to_tensor(v) for v in fused_layer_norm.layer_norm_variables(
         tf.compat.dimension_value(y.shape[-1])))
   mask_source = _mask_source(y.shape.as_list(), rate, seed)
-  output, z = _RESIDUAL_FORWARD(y, residual, gamma, beta, mask_source, rate)
+  output, z = _RESIDUAL_FORWARD(y, residual, gamma, beta, mask_source, rate, float(epsilon))
   output.set_shape(residual.shape)
   z.set_shape(residual.shape)
-  return with_registered_gradient(_RESIDUAL_GRADIENT, output,
-                                  [y, residual, gamma, beta, mask_source, z, tf.constant(rate)])
+  # The rate and epsilon travel to the gradient as one float32 constant; both round-trip
+  # through float32 to the values the forward kernel's float32 constants hold.
+  return with_registered_gradient(
+      _RESIDUAL_GRADIENT, output,
+      [y, residual, gamma, beta, mask_source, z, tf.constant([rate, float(epsilon)])])
 
 
 _RESIDUAL_GRADIENT = "BertDropoutResidualLayerNormGradient"
@@ -215,22 +217,26 @@ _RESIDUAL_GRADIENT = "BertDropoutResidualLayerNormGradient"
 @tf.RegisterGradient(_RESIDUAL_GRADIENT)
 def _residual_gradient(op, doutput, *unused):
   """Gradient of `dropout_residual_layer_norm`; op.inputs: output, y, residual, gamma, beta,
-  mask source, z, rate."""
+  mask source, z, [rate, epsilon]."""
   y, gamma, mask_source, z = op.inputs[1], op.inputs[3], op.inputs[5], op.inputs[6]
-  rate = float(tf.get_static_value(op.inputs[7]))
-  dy, dresidual, dgamma_rows = _RESIDUAL_BACKWARD(doutput, z, gamma, mask_source, rate, y.dtype)
+  rate, epsilon = (float(value) for value in tf.get_static_value(op.inputs[7]))
+  dy, dresidual, dgamma_rows = _RESIDUAL_BACKWARD(doutput, z, gamma, mask_source, rate, epsilon,
+                                                  y.dtype)
   dgamma, dbeta = tf.reduce_sum(dgamma_rows, axis=0), tf.reduce_sum(doutput, axis=0)
   return [None, dy, dresidual, dgamma, dbeta, None, None, None]
 
 
-def masked_softmax_dropout(scores, mask, scale, dropout_prob, seed=None):
-  """dropout(softmax(scores * scale + (1 - mask) * -10000)), in fp32, one compiled kernel each
-  way; the backward kernel reads the probabilities the forward one wrote (in the scores' dtype).
+def masked_softmax_dropout(scores, mask, scale, mask_adder, dropout_prob, seed=None):
+  """dropout(softmax(scores * scale + (1 - mask) * mask_adder)), in fp32, one compiled kernel
+  each way; the backward kernel reads the probabilities the forward one wrote (in the scores'
+  dtype).
 
   Args:
     scores: bf16 Tensor [batch, heads, from_seq, to_seq], the query-key products.
     mask: optional fp32 Tensor [batch, from_seq, to_seq], 1 = may attend.
     scale: Python float multiplying the scores (1 / sqrt(head size)).
+    mask_adder: Python float added to the scaled scores where the mask is 0
+      (`modeling.ATTENTION_MASK_ADDER`).
     dropout_prob: drop probability on the probabilities; None or 0 for none.
     seed: optional int Tensor [2] (see `dropout_residual_layer_norm`).
 
@@ -240,7 +246,8 @@ def masked_softmax_dropout(scores, mask, scale, dropout_prob, seed=None):
   rate = float(dropout_prob or 0.0)
   mask_source = _mask_source(scores.shape.as_list(), rate, seed)
   dropped, probs = _SOFTMAX_FORWARD(scores, None if mask is None else tf.cast(mask, tf.float32),
-                                    float(scale), mask_source, rate, scores.dtype)
+                                    float(scale), float(mask_adder), mask_source, rate,
+                                    scores.dtype)
   dropped.set_shape(scores.shape)
   probs.set_shape(scores.shape)
   return with_registered_gradient(

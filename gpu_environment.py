@@ -4,9 +4,10 @@ Small pieces the model and the training script need for reduced precision and ac
 
 * `get_custom_getter(compute_type)`: a variable-scope custom getter that stores every trainable
   variable in fp32 (the "master" copy the optimizer updates) and hands the model an fp16 or bf16
-  cast of it when the model asks for one (the fp16 model does; the bf16 model asks for fp32 and
-  casts per product, `modeling.dense_layer`). Checkpoints therefore always hold fp32 values under
-  the original names, whatever the compute type.
+  cast of it when the model asks for one. `modeling.ComputePrecision` decides what the model asks
+  for (its activations' dtype): the fp16 model asks for fp16; the bf16 model asks for fp32 and
+  casts per product. Checkpoints therefore always hold fp32 values under the original names,
+  whatever the compute type.
 * `local_gpu_count()` / `local_gpu_name(index)` / `amp_takes_effect(amp)`: the GPUs this process
   sees, the name of one, and whether NVIDIA's automatic mixed precision changes anything on them.
   (Whether the CPU has bf16 units is the process's business: `utils/runtime/cpu.py`.)

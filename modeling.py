@@ -10,14 +10,17 @@ add; the query/key/value projections and the two attention products stay in bf16
 and keeps the activations, and every element-wise op on them (dropout, residual sums, layer norm,
 the attention softmax, GELU), in fp32: bf16 keeps 8 bits of mantissa, too few for a mean over the
 hidden width or a sum of exponentials, and on CPUs only the products gain from bf16 units
-(`activation_and_matmul_types`, docs/PRECISION.md).
+(docs/PRECISION.md). `ComputePrecision` holds these choices, made once from the compute type; the
+layers' functions take it and ask it what to compute in.
 """
 
 import collections
 import copy
+import dataclasses
 import json
 import math
 import re
+import typing
 
 from absl import logging
 import numpy as np
@@ -29,10 +32,11 @@ import gpu_environment
 
 _tf1 = tf.compat.v1
 
-# Layer norm epsilon of the original release (fp32 path), and what the attention scores of padding
-# positions get added before the softmax; one definition, shared with --bf16's compiled kernels.
-LAYER_NORM_EPSILON = fused_blocks.LAYER_NORM_EPSILON
-ATTENTION_MASK_ADDER = fused_blocks.ATTENTION_MASK_ADDER
+# Layer norm epsilon of the original release (fp32 path; --bf16's compiled kernels are handed it).
+LAYER_NORM_EPSILON = 1e-12
+# Added to the attention scores of padding positions before the softmax: after it, padding weighs
+# ~nothing.
+ATTENTION_MASK_ADDER = -10000.0
 
 
 def _shown(value, limit=60):
@@ -216,6 +220,155 @@ class BertConfig(object):
     return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
 
+@dataclasses.dataclass(frozen=True)
+class ComputePrecision:
+  """What each part of a `BertModel` computes in, decided once from its compute type.
+
+  `ComputePrecision.of(compute_type)` is a model's. The layers' functions take it and ask it
+  wherever the type decides what they build, instead of each branching on dtypes:
+
+    part of the model                        fp32   fp16                      bf16
+    variables: stored / read by the layers   fp32   fp32 / fp16 (getter)      fp32 / fp32
+    embeddings: lookup, sums, layer norm     fp32   fp32                      fp32
+    activations: the residual stream         fp32   fp16                      fp32
+    dense layers, attention products         fp32   fp16                      bf16, bias adds too
+    attention scale, mask, softmax, dropout  fp32   fp16                      fp32, compiled
+    dropout + residual sum + layer norm      fp32   fp16, the layer norm's    fp32, compiled
+                                                    statistics fp32
+    GELU                                     fp32   fp32 between two casts    fp32, compiled
+    heads: inputs, logits, losses            fp32   fp32                      fp32
+    loss scaling                             no     yes                       no
+
+  "compiled": one XLA kernel each way that reads and writes bf16 and computes in fp32
+  (`fused_blocks.py`, `gelu_fused_in_fp32`). Under bf16 each product casts its operands (fp32
+  variables, fp32 activations) to bf16, and its output stays bf16 where another product or a
+  compiled kernel reads it (docs/PRECISION.md: bf16's 8-bit mantissa is too coarse for the
+  residual stream's statistics, and on CPUs only the products gain from bf16 units).
+
+  Fields:
+    activations: dtype of the residual stream (the embeddings are cast to it) and of the encoder's
+      outputs; the layers ask their variables in it (`variable_getter`).
+    products: dtype of the dense layers' and the attention's matrix products and bias adds.
+    compiled_blocks: the element-wise work between two products runs in compiled kernels;
+      False: op by op, in the dtype of its input.
+  """
+  activations: tf.DType
+  products: tf.DType
+  compiled_blocks: bool = False
+
+  # The heads compute in fp32 in every precision: reduced-precision logits would lose the loss's
+  # precision (TF's official BERT does the same for fp16).
+  HEADS: typing.ClassVar[tf.DType] = tf.float32
+
+  @classmethod
+  def of(cls, compute_type):
+    """The `ComputePrecision` of a model built in `compute_type` (tf.float32, tf.float16 or
+    tf.bfloat16): a column of the table above. Raises ValueError for another dtype."""
+    precision = _MODEL_PRECISIONS.get(tf.as_dtype(compute_type))
+    if precision is None:
+      raise ValueError("compute_type must be tf.float32, tf.float16 or tf.bfloat16, got %s"
+                       % compute_type)
+    return precision
+
+  @classmethod
+  def of_tensor(cls, tensor):
+    """Everything in `tensor`'s dtype, op by op: what the layers' functions compute in when they
+    are called without a precision (the original release's calls)."""
+    return cls(tensor.dtype.base_dtype, tensor.dtype.base_dtype)
+
+  @classmethod
+  def to_heads(cls, tensor):
+    """`tensor` (an encoder output, logits) cast to the heads' dtype, `HEADS`."""
+    return tf.cast(tensor, cls.HEADS)
+
+  @property
+  def needs_loss_scaling(self):
+    """Whether the gradients are fp16, whose range small gradients underflow unless the loss is
+    scaled (bf16 has fp32's exponent range)."""
+    return self.products == tf.float16
+
+  def variable_getter(self):
+    """The custom getter of the model's variable scope: fp32 variables read in `activations`
+    (`gpu_environment.get_custom_getter`); None when that is fp32."""
+    return gpu_environment.get_custom_getter(self.activations)
+
+  def to_products(self, tensor):
+    """`tensor` cast to `products`; the tensor itself (no op) when it is in that dtype."""
+    return _cast_to(tensor, self.products)
+
+  def to_activations(self, tensor):
+    """`tensor` cast to `activations`; the tensor itself (no op) when it is in that dtype."""
+    return _cast_to(tensor, self.activations)
+
+  def attention_probabilities(self, scores, attention_mask, size_per_head, dropout_prob, seed):
+    """dropout(softmax(scores / sqrt(size_per_head) + (1 - mask) * ATTENTION_MASK_ADDER)).
+
+    Args:
+      scores: Tensor [batch_size, heads, from_seq_length, to_seq_length] in `products`.
+      attention_mask: optional Tensor [batch_size, from_seq_length, to_seq_length], 1 = attend.
+      size_per_head: width of each head; dropout_prob, seed: see `dropout`.
+
+    Returns:
+      Tensor like `scores`: in fp32 in one compiled kernel each way with `compiled_blocks`
+      (`fused_blocks.masked_softmax_dropout`), else op by op in the scores' dtype.
+    """
+    scale = 1.0 / math.sqrt(float(size_per_head))
+    if self.compiled_blocks:
+      return fused_blocks.masked_softmax_dropout(scores, attention_mask, scale,
+                                                 ATTENTION_MASK_ADDER, dropout_prob, seed=seed)
+    scores = scores * tf.cast(scale, scores.dtype)
+    if attention_mask is not None:
+      mask = tf.cast(tf.expand_dims(attention_mask, axis=1), scores.dtype)
+      scores += (1.0 - mask) * tf.cast(ATTENTION_MASK_ADDER, scores.dtype)
+    return dropout(tf.nn.softmax(scores), dropout_prob, seed=seed)
+
+  def dropout_residual_layer_norm(self, output, residual, dropout_prob, seed):
+    """A sub-layer's end: layer_norm(dropout(output) + residual), variables
+    `LayerNorm/{beta,gamma}` in the current scope.
+
+    Args:
+      output: Tensor [rows, hidden_size] in `products`, the sub-layer's last product.
+      residual: Tensor [rows, hidden_size] in `activations`; dropout_prob, seed: see `dropout`.
+
+    Returns:
+      Tensor [rows, hidden_size] in `activations`: in fp32 in one compiled kernel each way with
+      `compiled_blocks` (`fused_blocks.dropout_residual_layer_norm`), else op by op.
+    """
+    if self.compiled_blocks:
+      return fused_blocks.dropout_residual_layer_norm(output, residual, dropout_prob,
+                                                      LAYER_NORM_EPSILON, seed=seed)
+    output = dropout(self.to_activations(output), dropout_prob, seed=seed)
+    return layer_norm(output + residual)
+
+  def fuses_activation(self, activation):
+    """Whether `activation` runs in a compiled kernel between the feed-forward layer's two
+    products (GELU with `compiled_blocks`), which reads and writes `products`."""
+    return self.compiled_blocks and activation is gelu
+
+  def feed_forward_activation(self, activation, tensor):
+    """The feed-forward layer's `activation` (a function, or None: linear) on `tensor` [rows,
+    intermediate_size], the intermediate product's output: in `products` when
+    `fuses_activation` (then `gelu_fused_in_fp32`), else in `activations` (an fp16 one is cast
+    to fp32 and back: GELU's cube overflows fp16 for |x| > ~40). Returns a Tensor like `tensor`.
+    """
+    if self.fuses_activation(activation):
+      return gelu_fused_in_fp32(tensor)
+    if activation is None:
+      return tensor
+    if self.activations == tf.float32:
+      return activation(tensor)
+    return tf.cast(activation(tf.cast(tensor, tf.float32)), tensor.dtype)
+
+
+# `ComputePrecision.of`: the compute type of a model -> what its parts compute in.
+_MODEL_PRECISIONS = {
+    tf.float32: ComputePrecision(activations=tf.float32, products=tf.float32),
+    tf.float16: ComputePrecision(activations=tf.float16, products=tf.float16),
+    tf.bfloat16: ComputePrecision(activations=tf.float32, products=tf.bfloat16,
+                                  compiled_blocks=True),
+}
+
+
 class BertModel(object):
   """BERT encoder: embeddings, Transformer layers and the pooler.
 
@@ -246,7 +399,7 @@ class BertModel(object):
         instead of a gather.
       scope: variable scope; default "bert".
       compute_type: tf.float32, or tf.float16 / tf.bfloat16 for reduced precision (variables stay
-        fp32; see `activation_and_matmul_types` for what each computes in).
+        fp32; `ComputePrecision` says what each part computes in).
       dropout_key: optional int64 Tensor [2]: every dropout mask becomes a pure function of this
         key, the layer and the dropout site (stateless random ops), independent of op scheduling
         and thread count; None keeps TensorFlow's stateful dropout.
@@ -260,7 +413,7 @@ class BertModel(object):
         hidden_size]; None: at position 0, [batch_size, hidden_size].
 
     Raises:
-      ValueError: for an invalid config or input shape.
+      ValueError: for an invalid config, input shape or compute type.
     """
     config = copy.deepcopy(config)
     config.validate()
@@ -270,72 +423,40 @@ class BertModel(object):
       config.hidden_dropout_prob = 0.0
       config.attention_probs_dropout_prob = 0.0
 
-    input_shape = get_shape_list(input_ids, expected_rank=2)
-    batch_size, seq_length = input_shape
+    batch_size, seq_length = get_shape_list(input_ids, expected_rank=2)
     if input_mask is None:
       input_mask = tf.ones([batch_size, seq_length], dtype=tf.int32)
     if token_type_ids is None:
       token_type_ids = tf.zeros([batch_size, seq_length], dtype=tf.int32)
 
-    # bf16: fp32 variables and activations, each product casts its operands (dense_layer).
-    activation_type, matmul_type = activation_and_matmul_types(compute_type)
+    precision = ComputePrecision.of(compute_type)
     with _tf1.variable_scope(scope, default_name="bert",
-                             custom_getter=gpu_environment.get_custom_getter(activation_type)):
+                             custom_getter=precision.variable_getter()):
       with _tf1.variable_scope("embeddings"):
-        # Embeddings are looked up and summed in fp32 and normalised before the cast.
-        (self.embedding_output, self.embedding_table) = embedding_lookup(
-            input_ids=input_ids,
-            vocab_size=config.vocab_size,
-            embedding_size=config.hidden_size,
-            initializer_range=config.initializer_range,
-            word_embedding_name="word_embeddings",
-            use_one_hot_embeddings=use_one_hot_embeddings)
-        self.embedding_output = embedding_postprocessor(
-            input_tensor=self.embedding_output,
-            use_token_type=True,
-            token_type_ids=token_type_ids,
-            token_type_vocab_size=config.type_vocab_size,
-            token_type_embedding_name="token_type_embeddings",
-            use_position_embeddings=True,
-            position_embedding_name="position_embeddings",
-            initializer_range=config.initializer_range,
-            max_position_embeddings=config.max_position_embeddings,
-            dropout_prob=config.hidden_dropout_prob,
-            dropout_seed=dropout_site_key(dropout_key, EMBEDDINGS_LAYER, _EMBEDDINGS_SITE),
-            position_ids=position_ids)
+        self.embedding_output, self.embedding_table = _embeddings(
+            config, input_ids, token_type_ids, position_ids, use_one_hot_embeddings, dropout_key)
 
       with _tf1.variable_scope("encoder"):
         if packed_sequences:
           attention_mask = create_attention_mask_from_sequence_ids(input_mask)
         else:
           attention_mask = create_attention_mask_from_input_mask(input_ids, input_mask)
-        self.all_encoder_layers = transformer_model(
-            input_tensor=tf.cast(self.embedding_output, activation_type),
-            attention_mask=tf.cast(attention_mask, activation_type),
-            hidden_size=config.hidden_size,
-            num_hidden_layers=config.num_hidden_layers,
-            num_attention_heads=config.num_attention_heads,
-            intermediate_size=config.intermediate_size,
-            intermediate_act_fn=get_activation(config.hidden_act),
-            hidden_dropout_prob=config.hidden_dropout_prob,
-            attention_probs_dropout_prob=config.attention_probs_dropout_prob,
-            initializer_range=config.initializer_range,
-            do_return_all_layers=True,
-            dropout_key=dropout_key,
-            matmul_dtype=matmul_type)
+        self.all_encoder_layers = _encoder(config, self.embedding_output, attention_mask,
+                                           dropout_key, precision)
       self.sequence_output = self.all_encoder_layers[-1]
 
       with _tf1.variable_scope("pooler"):
-        self.pooled_output = pooler(self.sequence_output, config, cls_positions, matmul_type)
+        self.pooled_output = pooler(self.sequence_output, config, cls_positions, precision)
 
   def get_pooled_output(self):
     """Pooled [CLS] representation, [batch_size, hidden_size] ([batch_size * num_sequences,
-    hidden_size] with `cls_positions`): fp16 with fp16 compute, else fp32."""
+    hidden_size] with `cls_positions`), in `ComputePrecision.activations`: fp16 with fp16
+    compute, else fp32."""
     return self.pooled_output
 
   def get_sequence_output(self):
-    """Final encoder layer, [batch_size, seq_length, hidden_size]: fp16 with fp16 compute, else
-    fp32 (bf16 computes only the products in bf16)."""
+    """Final encoder layer, [batch_size, seq_length, hidden_size], in
+    `ComputePrecision.activations`: fp16 with fp16 compute, else fp32."""
     return self.sequence_output
 
   def get_all_encoder_layers(self):
@@ -351,7 +472,61 @@ class BertModel(object):
     return self.embedding_table
 
 
-def pooler(sequence_output, config, cls_positions=None, matmul_dtype=None):
+def _embeddings(config, input_ids, token_type_ids, position_ids, use_one_hot_embeddings,
+                dropout_key):
+  """`BertModel`'s embeddings in the current variable scope: looked up, summed, normalised and
+  dropped out in fp32 (whatever the compute type; the encoder casts them).
+
+  Args:
+    config: `BertConfig`; input_ids, token_type_ids, position_ids: int32 Tensors [batch_size,
+    seq_length] (position_ids optional); use_one_hot_embeddings, dropout_key: see `BertModel`.
+
+  Returns:
+    (output [batch_size, seq_length, hidden_size], word table [vocab_size, hidden_size]), fp32.
+  """
+  output, table = embedding_lookup(
+      input_ids=input_ids, vocab_size=config.vocab_size, embedding_size=config.hidden_size,
+      initializer_range=config.initializer_range, word_embedding_name="word_embeddings",
+      use_one_hot_embeddings=use_one_hot_embeddings)
+  output = embedding_postprocessor(
+      input_tensor=output, use_token_type=True, token_type_ids=token_type_ids,
+      token_type_vocab_size=config.type_vocab_size,
+      token_type_embedding_name="token_type_embeddings", use_position_embeddings=True,
+      position_embedding_name="position_embeddings", initializer_range=config.initializer_range,
+      max_position_embeddings=config.max_position_embeddings,
+      dropout_prob=config.hidden_dropout_prob,
+      dropout_seed=dropout_site_key(dropout_key, EMBEDDINGS_LAYER, _EMBEDDINGS_SITE),
+      position_ids=position_ids)
+  return output, table
+
+
+def _encoder(config, embedding_output, attention_mask, dropout_key, precision):
+  """`BertModel`'s Transformer layers in the current variable scope.
+
+  Args:
+    config: `BertConfig`.
+    embedding_output: fp32 Tensor [batch_size, seq_length, hidden_size].
+    attention_mask: float32 Tensor [batch_size, seq_length, seq_length], 1 = may attend.
+    dropout_key: see `BertModel`.
+    precision: `ComputePrecision`; the embeddings and the mask are cast to its activations.
+
+  Returns:
+    list of every layer's output, each [batch_size, seq_length, hidden_size] in
+    `precision.activations`.
+  """
+  return transformer_model(
+      input_tensor=precision.to_activations(embedding_output),
+      attention_mask=precision.to_activations(attention_mask), hidden_size=config.hidden_size,
+      num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
+      intermediate_size=config.intermediate_size,
+      intermediate_act_fn=get_activation(config.hidden_act),
+      hidden_dropout_prob=config.hidden_dropout_prob,
+      attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+      initializer_range=config.initializer_range, do_return_all_layers=True,
+      dropout_key=dropout_key, precision=precision)
+
+
+def pooler(sequence_output, config, cls_positions=None, precision=None):
   """The pooled output: a tanh dense layer (variables `dense/{kernel,bias}` of the current scope)
   on the hidden state of each [CLS], which summarises its pair for classification.
 
@@ -360,10 +535,11 @@ def pooler(sequence_output, config, cls_positions=None, matmul_dtype=None):
     config: `BertConfig`.
     cls_positions: optional int32 Tensor [batch_size, num_sequences], each packed sequence's
       [CLS]; None: the first token of each row.
-    matmul_dtype: see `dense_layer`.
+    precision: optional `ComputePrecision` of the dense layer (see `dense_layer`).
 
   Returns:
-    Tensor [batch_size, hidden_size], or [batch_size * num_sequences, hidden_size].
+    Tensor [batch_size, hidden_size], or [batch_size * num_sequences, hidden_size], in
+    `precision.activations` (without one: the dtype of `sequence_output`).
   """
   if cls_positions is None:
     first_tokens = tf.squeeze(sequence_output[:, 0:1, :], axis=1)
@@ -371,30 +547,7 @@ def pooler(sequence_output, config, cls_positions=None, matmul_dtype=None):
     first_tokens = tf.gather(sequence_output, cls_positions, batch_dims=1)
     first_tokens = tf.reshape(first_tokens, [-1, config.hidden_size])
   return dense_layer(first_tokens, config.hidden_size, activation=tf.tanh, name="dense",
-                     initializer_range=config.initializer_range, matmul_dtype=matmul_dtype)
-
-
-def activation_and_matmul_types(compute_type):
-  """The dtypes the encoder computes in for a model's `compute_type`.
-
-  fp32 and fp16 compute everything but their fp32 islands (fp16: layer norm statistics, GELU) in
-  their own type. bf16 computes the matrix products (each with its bias add, which oneDNN fuses
-  into the product) in bf16 and keeps the activations and everything element-wise on them
-  (dropout, residual sums, layer norm, softmax, GELU) in fp32: on CPUs with bf16 units oneDNN's
-  bf16 products run about twice as fast as fp32 ones while TensorFlow's element-wise kernels run
-  slower in bf16 than in fp32, and fp32 activations keep bf16's rounding out of the residual
-  stream (docs/PRECISION.md, docs/DECISIONS.md).
-
-  Args:
-    compute_type: tf.float32, tf.float16 or tf.bfloat16.
-
-  Returns:
-    (activation dtype, matmul dtype or None): None means the products run in the activation
-    dtype.
-  """
-  if tf.as_dtype(compute_type) == tf.bfloat16:
-    return tf.float32, tf.bfloat16
-  return compute_type, None
+                     initializer_range=config.initializer_range, precision=precision)
 
 
 _GELU_SCALE = math.sqrt(2.0 / math.pi)
@@ -648,7 +801,7 @@ def create_initializer(initializer_range=0.02):
 
 
 def dense_layer(input_tensor, units, activation=None, name=None, initializer_range=0.02,
-                matmul_dtype=None, output_dtype=None):
+                precision=None, keep_product_type=False):
   """Fully connected layer with variables `<name>/kernel` [in, units] and `<name>/bias` [units].
 
   Args:
@@ -657,42 +810,43 @@ def dense_layer(input_tensor, units, activation=None, name=None, initializer_ran
     activation: optional function applied to the output.
     name: variable scope of the layer.
     initializer_range: stddev of the kernel's truncated-normal initialiser.
-    matmul_dtype: optional dtype of the product and bias add (bf16): the variables are fp32
-      masters, and the input (unless already in it), kernel and bias are cast to it. None: the
-      product, bias add and variables in the dtype of `input_tensor`, no cast.
-    output_dtype: dtype of the result, cast to from the product's when they differ; None: the
-      dtype of `input_tensor`.
+    precision: optional `ComputePrecision`: the variables are asked in its activations' dtype,
+      and the input, kernel and bias cast to its products' (no op where they are in it). None:
+      everything in the dtype of `input_tensor`.
+    keep_product_type: the output stays in `precision.products`, for a product or a compiled
+      kernel that reads it next; False: cast to `precision.activations`.
 
   Returns:
-    Tensor [rows, units] in `output_dtype`.
+    Tensor [rows, units] in `precision.products` or `precision.activations` (see
+    `keep_product_type`), `activation` applied.
   """
+  precision = precision or ComputePrecision.of_tensor(input_tensor)
   width = tf.compat.dimension_value(input_tensor.shape[-1])
   with _tf1.variable_scope(name, default_name="dense"):
-    kernel, bias = _dense_variables(width, units, input_tensor.dtype, matmul_dtype,
-                                    initializer_range)
-    x, kernel, bias = (_cast_to(t, matmul_dtype) for t in (input_tensor, kernel, bias))
+    kernel, bias = _dense_variables(width, units, precision.activations, initializer_range)
+    x, kernel, bias = (precision.to_products(t) for t in (input_tensor, kernel, bias))
     if units > width:
       output = _widening_dense(x, kernel, bias)
     else:
       output = tf.nn.bias_add(tf.matmul(x, kernel), bias)
-    output = _cast_to(output, output_dtype or input_tensor.dtype)
+    if not keep_product_type:
+      output = precision.to_activations(output)
   if activation is not None:
     output = activation(output)
   return output
 
 
 def _cast_to(tensor, dtype):
-  """`tensor` cast to `dtype`; the tensor itself (no op) when `dtype` is None or its dtype."""
-  if dtype is None or tensor.dtype == tf.as_dtype(dtype):
+  """`tensor` cast to `dtype`; the tensor itself (no op) when it is in `dtype` already (a ref
+  variable's dtype is its value's)."""
+  if tensor.dtype.base_dtype == tf.as_dtype(dtype):
     return tensor
   return tf.cast(tensor, dtype)
 
 
-def _dense_variables(width, units, input_dtype, matmul_dtype, initializer_range):
+def _dense_variables(width, units, dtype, initializer_range):
   """Creates `kernel` [width, units] (truncated normal) and `bias` [units] (zeros), in that
-  order, in the current variable scope; returns (kernel, bias). Their dtype: fp32 masters when
-  the product runs in its own `matmul_dtype`, else the input's dtype."""
-  dtype = input_dtype if matmul_dtype is None else tf.float32
+  order and in `dtype`, in the current variable scope; returns (kernel, bias)."""
   kernel = _tf1.get_variable("kernel", [width, units], dtype=dtype,
                              initializer=create_initializer(initializer_range))
   bias = _tf1.get_variable("bias", [units], dtype=dtype, initializer=_tf1.zeros_initializer())
@@ -859,7 +1013,7 @@ def create_attention_mask_from_sequence_ids(sequence_ids):
   return tf.cast(tf.logical_and(same_sequence, real_key), tf.float32)
 
 
-def _fused_projection(input_2d, units, names, initializer_range, matmul_dtype=None):
+def _fused_projection(input_2d, units, names, initializer_range, precision):
   """Dense layers `names` on the same input as one matmul; their variables stay separate.
 
   The kernels `<name>/kernel` [in, units] and biases `<name>/bias` [units] are created by
@@ -868,28 +1022,25 @@ def _fused_projection(input_2d, units, names, initializer_range, matmul_dtype=No
   concatenation hands each variable its own slice.
 
   Args:
-    input_2d: float Tensor [rows, in] in the activations' dtype.
+    input_2d: float Tensor [rows, in] in `precision.activations`.
     units: output width of each layer.
     names: variable scope names of the layers, in output order.
     initializer_range: stddev of the kernels' truncated-normal initialiser.
-    matmul_dtype: optional dtype of the product and bias add (see `dense_layer`); the output
-      stays in it. None: the dtype of `input_2d`.
+    precision: `ComputePrecision` of the product (see `dense_layer`).
 
   Returns:
-    Tensor [rows, len(names) * units]: the layers' outputs side by side, in `matmul_dtype` (or
-    the dtype of `input_2d`).
+    Tensor [rows, len(names) * units]: the layers' outputs side by side, in `precision.products`.
   """
   width = tf.compat.dimension_value(input_2d.shape[-1])
   kernels, biases = [], []
   for name in names:
     with _tf1.variable_scope(name):
-      kernel, bias = _dense_variables(width, units, input_2d.dtype, matmul_dtype,
-                                      initializer_range)
+      kernel, bias = _dense_variables(width, units, precision.activations, initializer_range)
     kernels.append(kernel)
     biases.append(bias)
-  return _widening_dense(_cast_to(input_2d, matmul_dtype),
-                         _cast_to(tf.concat(kernels, axis=1), matmul_dtype),
-                         _cast_to(tf.concat(biases, axis=0), matmul_dtype))
+  return _widening_dense(precision.to_products(input_2d),
+                         precision.to_products(tf.concat(kernels, axis=1)),
+                         precision.to_products(tf.concat(biases, axis=0)))
 
 
 def _split_heads(tensor_2d, batch_size, seq_length, num_heads, head_size):
@@ -902,8 +1053,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
                     size_per_head=512, query_act=None, key_act=None, value_act=None,
                     attention_probs_dropout_prob=0.0, initializer_range=0.02,
                     do_return_2d_tensor=False, batch_size=None, from_seq_length=None,
-                    to_seq_length=None, dropout_seed=None, matmul_dtype=None,
-                    output_dtype=None):
+                    to_seq_length=None, dropout_seed=None, precision=None):
   """Multi-head scaled dot-product attention from `from_tensor` to `to_tensor`.
 
   Args:
@@ -919,14 +1069,13 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     do_return_2d_tensor: return [batch*from_seq, N*D] instead of [batch, from_seq, N*D].
     batch_size, from_seq_length, to_seq_length: needed for 2D inputs.
     dropout_seed: optional seed of the stateless attention-probability mask (see `dropout`).
-    matmul_dtype: optional dtype of the projections (with their bias adds) and of the two
-      attention products; the scores are scaled, masked, normalised and dropped out in fp32
-      inside one compiled kernel (`fused_blocks.masked_softmax_dropout`). None: everything in
-      the dtype of `from_tensor`.
-    output_dtype: dtype of the result; None: that of `from_tensor`.
+    precision: optional `ComputePrecision`: the projections (with their bias adds) and the two
+      attention products run in its products' dtype, the probabilities are computed as its
+      `attention_probabilities` says. None: everything in the dtype of `from_tensor`.
 
   Returns:
-    float Tensor [batch_size, from_seq_length, N*D] (or 2D, see above), in `output_dtype`.
+    float Tensor [batch_size, from_seq_length, N*D] (or 2D, see above), in `precision.products`
+    (the next product reads it).
 
   Raises:
     ValueError: for inconsistent shapes.
@@ -940,6 +1089,7 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
   elif batch_size is None or from_seq_length is None or to_seq_length is None:
     raise ValueError("for 2D inputs, batch_size, from_seq_length and to_seq_length are required")
 
+  precision = precision or ComputePrecision.of_tensor(from_tensor)
   from_2d = reshape_to_matrix(from_tensor)
   to_2d = reshape_to_matrix(to_tensor)
   width = num_attention_heads * size_per_head
@@ -949,50 +1099,37 @@ def attention_layer(from_tensor, to_tensor, attention_mask=None, num_attention_h
     # the cores better than three narrow ones), one bias add, and one transpose that puts the
     # projection axis first, so that unstacking it costs no copy.
     qkv = _fused_projection(from_2d, width, ("query", "key", "value"), initializer_range,
-                            matmul_dtype)
+                            precision)
     qkv = tf.reshape(qkv, [batch_size, from_seq_length, 3, num_attention_heads, size_per_head])
     query, key, value = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]), axis=0)
     query, key, value = (act(t) if act is not None else t
                          for act, t in ((query_act, query), (key_act, key), (value_act, value)))
   else:
     query, key, value = (
-        dense_layer(tensor, width, act, name, initializer_range, matmul_dtype,
-                    output_dtype=matmul_dtype)
+        dense_layer(tensor, width, act, name, initializer_range, precision,
+                    keep_product_type=True)
         for tensor, act, name in ((from_2d, query_act, "query"), (to_2d, key_act, "key"),
                                   (to_2d, value_act, "value")))
     query = _split_heads(query, batch_size, from_seq_length, num_attention_heads, size_per_head)
     key = _split_heads(key, batch_size, to_seq_length, num_attention_heads, size_per_head)
     value = _split_heads(value, batch_size, to_seq_length, num_attention_heads, size_per_head)
 
-  # [batch, heads, from_seq, to_seq]
+  # [batch, heads, from_seq, to_seq], the probabilities in the scores' dtype.
   scores = tf.matmul(query, key, transpose_b=True)
-  if matmul_dtype is not None:
-    # bf16 scores in, bf16 probabilities out, fp32 inside one compiled kernel each way.
-    probs = fused_blocks.masked_softmax_dropout(
-        scores, attention_mask, 1.0 / math.sqrt(float(size_per_head)),
-        attention_probs_dropout_prob, seed=dropout_seed)
-  else:
-    scores = scores * tf.cast(1.0 / math.sqrt(float(size_per_head)), scores.dtype)
-    if attention_mask is not None:
-      mask = tf.cast(tf.expand_dims(attention_mask, axis=1), scores.dtype)
-      # 0 for positions to attend, -10000 for padding: after the softmax padding weighs ~nothing.
-      scores += (1.0 - mask) * tf.cast(ATTENTION_MASK_ADDER, scores.dtype)
-    probs = dropout(tf.nn.softmax(scores), attention_probs_dropout_prob, seed=dropout_seed)
-
-  context = tf.matmul(_cast_to(probs, value.dtype), value)
+  probs = precision.attention_probabilities(scores, attention_mask, size_per_head,
+                                            attention_probs_dropout_prob, dropout_seed)
+  context = tf.matmul(probs, value)
   context = tf.transpose(context, [0, 2, 1, 3])  # [batch, from_seq, heads, D]
   if do_return_2d_tensor:
-    context = tf.reshape(context, [batch_size * from_seq_length, width])
-  else:
-    context = tf.reshape(context, [batch_size, from_seq_length, width])
-  return _cast_to(context, output_dtype or from_tensor.dtype)
+    return tf.reshape(context, [batch_size * from_seq_length, width])
+  return tf.reshape(context, [batch_size, from_seq_length, width])
 
 
 def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hidden_layers=12,
                       num_attention_heads=12, intermediate_size=3072, intermediate_act_fn=gelu,
                       hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                       initializer_range=0.02, do_return_all_layers=False, dropout_key=None,
-                      matmul_dtype=None):
+                      precision=None):
   """The Transformer encoder of "Attention is All You Need" as BERT uses it.
 
   Args:
@@ -1002,18 +1139,20 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
     num_hidden_layers: number of layers L.
     num_attention_heads: heads per layer; must divide H.
     intermediate_size: feed-forward width I.
-    intermediate_act_fn: feed-forward activation. In reduced precision it is evaluated in fp32.
+    intermediate_act_fn: feed-forward activation, applied as
+      `precision.feed_forward_activation` says (in reduced precision, evaluated in fp32).
     hidden_dropout_prob: dropout on the attention and feed-forward outputs.
     attention_probs_dropout_prob: dropout on the attention probabilities.
     initializer_range: stddev of the initialisers.
     do_return_all_layers: return every layer's output instead of the last one.
     dropout_key: optional int Tensor [2]: stateless dropout, each layer's and site's mask seeded
       by `dropout_site_key(dropout_key, layer, site)`; None: stateful dropout.
-    matmul_dtype: optional dtype of every matrix product and its bias add (bf16 with fp32
-      activations, see `activation_and_matmul_types`); None: that of `input_tensor`.
+    precision: optional `ComputePrecision` whose activations' dtype `input_tensor` is in; None:
+      everything in the dtype of `input_tensor`.
 
   Returns:
-    Tensor [batch_size, seq_length, H] (the last layer), or a list of L of them.
+    Tensor [batch_size, seq_length, H] (the last layer), or a list of L of them, in the dtype of
+    `input_tensor`.
 
   Raises:
     ValueError: for an H not divisible by the number of heads or a mismatched input width.
@@ -1027,6 +1166,7 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
     raise ValueError("the width of the input tensor (%d) != hidden size (%d)"
                      % (input_width, hidden_size))
 
+  precision = precision or ComputePrecision.of_tensor(input_tensor)
   # The layers work on [batch*seq, H] matrices, which avoids a reshape per dense layer.
   prev_output = reshape_to_matrix(input_tensor)
   all_layer_outputs = []
@@ -1042,28 +1182,22 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
               initializer_range=initializer_range, do_return_2d_tensor=True,
               batch_size=batch_size, from_seq_length=seq_length, to_seq_length=seq_length,
               dropout_seed=dropout_site_key(dropout_key, layer_idx, _ATTENTION_PROBS_SITE),
-              matmul_dtype=matmul_dtype, output_dtype=matmul_dtype)  # bf16 into the next product
+              precision=precision)
         with _tf1.variable_scope("output"):
           attention_output = _output_dropout_residual_layer_norm(
-              attention_output, layer_input, hidden_size, initializer_range, matmul_dtype,
+              attention_output, layer_input, hidden_size, initializer_range, precision,
               hidden_dropout_prob,
               dropout_site_key(dropout_key, layer_idx, _ATTENTION_OUTPUT_SITE))
 
       with _tf1.variable_scope("intermediate"):
-        # Between two reduced-precision products GELU reads and writes their dtype and computes
-        # in fp32 inside one compiled kernel; otherwise in fp32 (fp16: as an island).
-        fused_gelu = matmul_dtype is not None and intermediate_act_fn is gelu
-        intermediate_output = dense_layer(
+        intermediate_output = precision.feed_forward_activation(intermediate_act_fn, dense_layer(
             attention_output, intermediate_size, name="dense", initializer_range=initializer_range,
-            matmul_dtype=matmul_dtype, output_dtype=matmul_dtype if fused_gelu else None)
-        if fused_gelu:
-          intermediate_output = gelu_fused_in_fp32(intermediate_output)
-        else:
-          intermediate_output = _activation_in_fp32(intermediate_act_fn, intermediate_output)
+            precision=precision,
+            keep_product_type=precision.fuses_activation(intermediate_act_fn)))
 
       with _tf1.variable_scope("output"):
         layer_output = _output_dropout_residual_layer_norm(
-            intermediate_output, attention_output, hidden_size, initializer_range, matmul_dtype,
+            intermediate_output, attention_output, hidden_size, initializer_range, precision,
             hidden_dropout_prob, dropout_site_key(dropout_key, layer_idx, _LAYER_OUTPUT_SITE))
       prev_output = layer_output
       all_layer_outputs.append(layer_output)
@@ -1074,42 +1208,24 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768, num_hi
   return reshape_from_matrix(prev_output, input_shape)
 
 
-def _output_dropout_residual_layer_norm(x, residual, hidden_size, initializer_range,
-                                        matmul_dtype, dropout_prob, dropout_seed):
+def _output_dropout_residual_layer_norm(x, residual, hidden_size, initializer_range, precision,
+                                        dropout_prob, dropout_seed):
   """A sub-layer's end: layer_norm(dropout(dense(x)) + residual), variables `dense/{kernel,bias}`
-  and `LayerNorm/{beta,gamma}` in the current scope.
-
-  With a `matmul_dtype` (bf16) the product's output goes to `fused_blocks` in that dtype (one
-  compiled kernel for dropout, residual sum and layer norm, in fp32); otherwise op by op in the
-  dtype of `residual`.
+  and `LayerNorm/{beta,gamma}` in the current scope; the product's output goes to
+  `precision.dropout_residual_layer_norm` in the products' dtype.
 
   Args:
-    x: Tensor [rows, width] in the activations' dtype, or in `matmul_dtype` when another
-      product computed it; residual: Tensor [rows, hidden_size].
-    hidden_size, initializer_range, matmul_dtype: see `transformer_model`.
+    x: Tensor [rows, width], in the activations' or the products' dtype; residual: Tensor [rows,
+      hidden_size] in the activations'.
+    hidden_size, initializer_range, precision: see `transformer_model`.
     dropout_prob, dropout_seed: see `dropout`.
 
   Returns:
     Tensor [rows, hidden_size] in the dtype of `residual`.
   """
-  if matmul_dtype is not None:
-    output = dense_layer(x, hidden_size, name="dense", initializer_range=initializer_range,
-                         matmul_dtype=matmul_dtype, output_dtype=matmul_dtype)
-    return fused_blocks.dropout_residual_layer_norm(output, residual, dropout_prob,
-                                                    seed=dropout_seed)
   output = dense_layer(x, hidden_size, name="dense", initializer_range=initializer_range,
-                       output_dtype=residual.dtype)
-  output = dropout(output, dropout_prob, seed=dropout_seed)
-  return layer_norm(output + residual)
-
-
-def _activation_in_fp32(activation, tensor):
-  """Applies `activation` in fp32 (GELU's cube overflows fp16 for |x| > ~40) and casts back."""
-  if activation is None:
-    return tensor
-  if tensor.dtype == tf.float32:
-    return activation(tensor)
-  return tf.cast(activation(tf.cast(tensor, tf.float32)), tensor.dtype)
+                       precision=precision, keep_product_type=True)
+  return precision.dropout_residual_layer_norm(output, residual, dropout_prob, dropout_seed)
 
 
 def get_shape_list(tensor, expected_rank=None, name=None):

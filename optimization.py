@@ -44,6 +44,7 @@ from absl import logging
 import tensorflow as tf
 
 import gpu_environment
+import modeling
 from utils.core import graph_names
 
 _tf1 = tf.compat.v1
@@ -493,6 +494,12 @@ class Precision(collections.namedtuple(
     return tf.bfloat16 if self.bf16 else tf.float32
 
   @property
+  def compute_precision(self):
+    """What each part of the model computes in: the `modeling.ComputePrecision` of
+    `compute_type`."""
+    return modeling.ComputePrecision.of(self.compute_type)
+
+  @property
   def name(self):
     """"fp16", "amp", "bf16" or "fp32", for messages and logs."""
     for name, on in (("fp16", self.manual_fp16), ("amp", self.amp), ("bf16", self.bf16)):
@@ -502,8 +509,10 @@ class Precision(collections.namedtuple(
 
   def scales_loss(self):
     """Whether gradients are computed in fp16 here, so the loss must be scaled (the one place that
-    decides it: manual fp16, or AMP on a machine where the rewrite takes effect; never bf16)."""
-    return bool(self.manual_fp16) or gpu_environment.amp_takes_effect(self.amp)
+    decides it: a model computing in fp16, `ComputePrecision.needs_loss_scaling`, or AMP on a
+    machine where the rewrite takes effect; never bf16)."""
+    return (self.compute_precision.needs_loss_scaling
+            or gpu_environment.amp_takes_effect(self.amp))
 
 
 class Accumulation(collections.namedtuple(

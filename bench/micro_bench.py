@@ -275,7 +275,8 @@ def bench_bf16_blocks(tf, np, args):
 
   def residual_compiled(y, residual, mask):
     del mask
-    return fused_blocks.dropout_residual_layer_norm(y, residual, 0.1)
+    return fused_blocks.dropout_residual_layer_norm(y, residual, 0.1,
+                                                    modeling.LAYER_NORM_EPSILON)
 
   def softmax_ops(scores, unused, mask):
     del unused
@@ -284,7 +285,8 @@ def bench_bf16_blocks(tf, np, args):
 
   def softmax_compiled(scores, unused, mask):
     del unused
-    return fused_blocks.masked_softmax_dropout(scores, mask, 0.125, 0.1)
+    return fused_blocks.masked_softmax_dropout(scores, mask, 0.125, modeling.ATTENTION_MASK_ADDER,
+                                               0.1)
 
   cases = (("dropout + residual + layer norm", (rows, hidden), residual_ops, residual_compiled),
            ("scale + mask + softmax + dropout", (args.batch, heads, seq, seq), softmax_ops,

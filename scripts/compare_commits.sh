@@ -5,10 +5,11 @@
 #   scripts/compare_commits.sh BEFORE AFTER [WORK_DIR]
 #
 # The jobs (docs/REGRESSION.md's settings, 30 updates): run_pretraining.py on BERT-tiny with
-# dropout and --deterministic_run in one process and in two Horovod workers (horovodrun --gloo), and
-# run_squad.py on a dropout-free config (a --deterministic_run fine-tuning run keeps dropout since
-# the restructuring and drew none before). Needs the demo data (make data) and the environment
-# (scripts/env.sh). Prints one line per job; exits 1 when any differs.
+# dropout and --deterministic_run in one process ("one"), in two Horovod workers (horovodrun --gloo,
+# "two") and in one process with --bf16 ("bf16"), and run_squad.py on a dropout-free config
+# ("squad"; a --deterministic_run fine-tuning run keeps dropout since the restructuring and drew
+# none before). Needs the demo data (make data) and the environment (scripts/env.sh). Prints one
+# line per job; exits 1 when any differs.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,6 +57,7 @@ for name in before after; do
   "$py" run_pretraining.py "${pretraining[@]}" --output_dir="$out/one" > "$out/one.log" 2>&1
   timeout 600 "$horovodrun" -np 2 -H localhost:2 --gloo "$py" run_pretraining.py \
     "${pretraining[@]}" --horovod --output_dir="$out/two" > "$out/two.log" 2>&1
+  "$py" run_pretraining.py "${pretraining[@]}" --bf16 --output_dir="$out/bf16" > "$out/bf16.log" 2>&1
   "$py" run_squad.py "${squad[@]}" --output_dir="$out/squad" > "$out/squad.log" 2>&1
 done
 cd "$here"
@@ -67,7 +69,7 @@ from utils.runlog import golden
 work = sys.argv[1]
 
 same = True
-for job in ("one", "two", "squad"):
+for job in ("one", "two", "bf16", "squad"):
   a, b = (os.path.join(work, "out-" + name, job) for name in ("before", "after"))
   ca, cb = tf.train.latest_checkpoint(a), tf.train.latest_checkpoint(b)
   shapes_a, shapes_b = contents.checkpoint_shapes(ca), contents.checkpoint_shapes(cb)

@@ -15,6 +15,8 @@ independent roundings mostly cancel, so the mean error is near u.
 These build tiny models on the CPU (bf16 is emulated here, slow) and never skip.
 """
 
+import types
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -55,56 +57,60 @@ def _outputs_bf16(op):
   return any(output.dtype == tf.bfloat16 for output in op.outputs)
 
 
-def test_variables_fp32_encoder_products_bf16_everything_element_wise_fp32(graph):
-  config = helpers.tiny_config()
-  batch = helpers.random_batch(np.random.RandomState(0), 2, 8, config.vocab_size, 3)
-  built = _build(config, batch, tf.bfloat16, is_training=True)
-  optimization.create_optimizer(built["total_loss"], 1e-3, 10, 1, optimizer_type="lamb",
-                                bf16=True)
+@pytest.fixture(scope="module")
+def bf16_training():
+  """The bf16 pretraining graph of a tiny model with its LAMB update, built once and read by the
+  tests below: a namespace of the graph, its config, `build_pretraining_model`'s dict, its ops,
+  the forward ops and those of the encoder."""
+  with tf.Graph().as_default() as graph:
+    config = helpers.tiny_config()
+    batch = helpers.random_batch(np.random.RandomState(0), 2, 8, config.vocab_size, 3)
+    built = _build(config, batch, tf.bfloat16, is_training=True)
+    optimization.create_optimizer(built["total_loss"], 1e-3, 10, 1, optimizer_type="lamb",
+                                  bf16=True)
   ops = graph.get_operations()
-  assert all(v.dtype.base_dtype == tf.float32 for v in _tf1.global_variables()
-             if v.dtype.base_dtype.is_floating)
   forward = [op for op in ops if not op.name.startswith("gradients")]
   encoder = [op for op in forward if op.name.startswith("bert/encoder/")]
-  encoder_matmuls = [op for op in encoder if op.type in MATMULS]
+  return types.SimpleNamespace(graph=graph, config=config, built=built, ops=ops, forward=forward,
+                               encoder=encoder)
+
+
+def test_bf16_variables_outputs_and_losses_fp32_without_a_loss_scale(bf16_training):
+  variables = bf16_training.graph.get_collection(_tf1.GraphKeys.GLOBAL_VARIABLES)
+  assert all(v.dtype.base_dtype == tf.float32 for v in variables
+             if v.dtype.base_dtype.is_floating)
+  # The activations between the layers, the outputs and the losses are fp32; no loss scale
+  # anywhere (bf16 has fp32's range).
+  built = bf16_training.built
+  model = built["model"]
+  assert all(layer.dtype == tf.float32 for layer in model.get_all_encoder_layers())
+  assert model.get_sequence_output().dtype == tf.float32
+  assert model.get_pooled_output().dtype == tf.float32
+  assert built["total_loss"].dtype == tf.float32
+  assert built["mlm_log_probs"].dtype == tf.float32
+  assert not [v for v in variables if "loss_scale" in v.op.name]
+
+
+def test_bf16_encoder_products_their_gradients_and_bias_adds_in_bf16(bf16_training):
+  layers = bf16_training.config.num_hidden_layers
+  encoder_matmuls = [op for op in bf16_training.encoder if op.type in MATMULS]
   # Per layer: fused q/k/v, scores, context, attention output, intermediate, output = 6.
-  assert len(encoder_matmuls) == 6 * config.num_hidden_layers
+  assert len(encoder_matmuls) == 6 * layers
   assert all(_matmul_dtype(op) == tf.bfloat16 for op in encoder_matmuls)
   # Their gradients run in bf16 too (the backward matmuls of the encoder).
-  backward = [op for op in ops if op.type in MATMULS and op.name.startswith("gradients")
-              and "/bert/encoder/" in op.name]
+  backward = [op for op in bf16_training.ops if op.type in MATMULS
+              and op.name.startswith("gradients") and "/bert/encoder/" in op.name]
   assert len(backward) >= 2 * len(encoder_matmuls)
   assert all(_matmul_dtype(op) == tf.bfloat16 for op in backward)
+  bias_adds = [op for op in bf16_training.encoder if op.type == "BiasAdd"]
+  assert len(bias_adds) == 4 * layers  # fused q/k/v and the three dense
+  assert all(op.get_attr("T") == tf.bfloat16 for op in bias_adds)
+
+
+def test_bf16_outputs_only_of_products_casts_reshapes_and_kernels(bf16_training):
+  encoder = bf16_training.encoder
   # Nothing but the products (and the casts and reshapes around them) computes in bf16.
   assert {op.type for op in encoder if _outputs_bf16(op)} <= BF16_FORWARD_TYPES
-  bias_adds = [op for op in encoder if op.type == "BiasAdd"]
-  assert len(bias_adds) == 4 * config.num_hidden_layers  # fused q/k/v and the three dense
-  assert all(op.get_attr("T") == tf.bfloat16 for op in bias_adds)
-  # The element-wise work between the products runs in compiled kernels (fused_blocks.py and the
-  # GELU), each bf16 in and out and fp32 inside: per layer the attention's masked softmax and
-  # dropout, GELU, and dropout + residual sum + layer norm after each of the two sub-layers. No
-  # element-wise op of the layers is left in the graph.
-  assert not [op for op in encoder if op.type in ("Softmax", "Mean", "SelectV2", "RandomUniform")]
-  calls = [op for op in encoder if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
-  assert all(op.get_attr("_XlaMustCompile") for op in calls)
-  sites = sorted(op.name.split("/", 3)[3].rsplit("/", 1)[0] for op in calls
-                 if "layer_0/" in op.name)
-  assert sites == ["attention/output", "attention/self", "intermediate", "output"], sites
-  assert len(calls) == 4 * config.num_hidden_layers
-  library = {f.signature.name: f for f in graph.as_graph_def().library.function}
-  gradient_calls = [op for op in ops if op.type in ("PartitionedCall", "StatefulPartitionedCall")
-                    and op.name.startswith("gradients") and "/bert/encoder/" in op.name]
-  assert len(gradient_calls) == len(calls)
-  bodies = {call.name: library[call.get_attr("f").name].node_def
-            for call in calls + gradient_calls}
-  bf16_enum = tf.bfloat16.as_datatype_enum
-  for name, body in bodies.items():
-    # Inside: only casts (and the outputs' identities) touch bf16; all arithmetic is fp32.
-    assert not [node.op for node in body if node.attr["T"].type == bf16_enum
-                and node.op != "Identity"], name
-    assert [node for node in body if node.op == "Cast"], name
-  body_ops = {op_type for body in bodies.values() for op_type in (node.op for node in body)}
-  assert {"Softmax", "Mean", "Rsqrt", "Tanh", "SelectV2"} <= body_ops
   # The casts per layer, into bf16: the 2 fp32 inputs of the projections (the layer input and
   # the attention output, both layer norms' outputs) and the 4 kernels and 4 biases (each fp32
   # variable read once and cast once per step): 10. None back to fp32: the attention context
@@ -115,25 +121,60 @@ def test_variables_fp32_encoder_products_bf16_everything_element_wise_fp32(graph
   to_bf16 = [op for op in casts if op.outputs[0].dtype == tf.bfloat16]
   to_fp32 = [op for op in casts if op.inputs[0].dtype == tf.bfloat16
              and op.outputs[0].dtype == tf.float32]
-  assert len(to_bf16) == 10 * config.num_hidden_layers
+  assert len(to_bf16) == 10 * bf16_training.config.num_hidden_layers
   assert not to_fp32
+
+
+def _kernel_calls(ops, gradients):
+  """The calls of compiled functions among `ops` in the encoder: its forward pass's, or with
+  `gradients` its backward pass's."""
+  calls = [op for op in ops if op.type in ("PartitionedCall", "StatefulPartitionedCall")]
+  if gradients:
+    return [op for op in calls if op.name.startswith("gradients") and "/bert/encoder/" in op.name]
+  return [op for op in calls if op.name.startswith("bert/encoder/")]
+
+
+def test_bf16_element_wise_work_in_compiled_kernels_bf16_in_and_out(bf16_training):
+  # The element-wise work between the products runs in compiled kernels (fused_blocks.py and the
+  # GELU), each bf16 in and out and fp32 inside: per layer the attention's masked softmax and
+  # dropout, GELU, and dropout + residual sum + layer norm after each of the two sub-layers. No
+  # element-wise op of the layers is left in the graph.
+  encoder = bf16_training.encoder
+  assert not [op for op in encoder if op.type in ("Softmax", "Mean", "SelectV2", "RandomUniform")]
+  calls = _kernel_calls(encoder, gradients=False)
+  assert all(op.get_attr("_XlaMustCompile") for op in calls)
+  sites = sorted(op.name.split("/", 3)[3].rsplit("/", 1)[0] for op in calls
+                 if "layer_0/" in op.name)
+  assert sites == ["attention/output", "attention/self", "intermediate", "output"], sites
+  assert len(calls) == 4 * bf16_training.config.num_hidden_layers
+  assert len(_kernel_calls(bf16_training.ops, gradients=True)) == len(calls)
+  gelu_calls = [op for op in calls if "/intermediate/" in op.name]
+  assert all(op.inputs[0].dtype == op.outputs[0].dtype == tf.bfloat16 for op in gelu_calls)
+
+
+def test_bf16_kernels_compute_in_fp32_inside(bf16_training):
+  library = {f.signature.name: f for f in bf16_training.graph.as_graph_def().library.function}
+  calls = (_kernel_calls(bf16_training.encoder, gradients=False)
+           + _kernel_calls(bf16_training.ops, gradients=True))
+  bodies = {call.name: library[call.get_attr("f").name].node_def for call in calls}
+  bf16_enum = tf.bfloat16.as_datatype_enum
+  for name, body in bodies.items():
+    # Inside: only casts (and the outputs' identities) touch bf16; all arithmetic is fp32.
+    assert not [node.op for node in body if node.attr["T"].type == bf16_enum
+                and node.op != "Identity"], name
+    assert [node for node in body if node.op == "Cast"], name
+  body_ops = {op_type for body in bodies.values() for op_type in (node.op for node in body)}
+  assert {"Softmax", "Mean", "Rsqrt", "Tanh", "SelectV2"} <= body_ops
+
+
+def test_bf16_pooler_product_in_bf16_heads_in_fp32(bf16_training):
+  forward = bf16_training.forward
   # The pooler's product runs in bf16 as well; the heads' matmuls are fp32.
   pooler = [op for op in forward if op.type in MATMULS and op.name.startswith("bert/pooler/")]
   assert [_matmul_dtype(op) for op in pooler] == [tf.bfloat16]
   heads = [op for op in forward if op.type in MATMULS and op.name.startswith("cls/")]
   assert heads and all(_matmul_dtype(op) == tf.float32 for op in heads)
   assert not [op for op in forward if op.type.startswith("FusedBatchNorm")]
-  gelu_calls = [op for op in calls if "/intermediate/" in op.name]
-  assert all(op.inputs[0].dtype == op.outputs[0].dtype == tf.bfloat16 for op in gelu_calls)
-  # The activations between the layers, the outputs and the losses are fp32; no loss scale
-  # anywhere (bf16 has fp32's range).
-  model = built["model"]
-  assert all(layer.dtype == tf.float32 for layer in model.get_all_encoder_layers())
-  assert model.get_sequence_output().dtype == tf.float32
-  assert model.get_pooled_output().dtype == tf.float32
-  assert built["total_loss"].dtype == tf.float32
-  assert built["mlm_log_probs"].dtype == tf.float32
-  assert not [v for v in _tf1.global_variables() if "loss_scale" in v.op.name]
 
 
 def test_gradients_reach_the_optimizer_in_fp32(graph):
@@ -283,6 +324,9 @@ def test_precision_compute_types():
   assert optimization.Precision(bf16=True).compute_type == tf.bfloat16
   assert optimization.Precision(manual_fp16=True).compute_type == tf.float16
   assert optimization.Precision().compute_type == tf.float32
+  for precision in (optimization.Precision(bf16=True), optimization.Precision(manual_fp16=True),
+                    optimization.Precision()):
+    assert precision.compute_precision is modeling.ComputePrecision.of(precision.compute_type)
   assert not optimization.Precision(bf16=True).scales_loss()
   assert gpu_environment.get_custom_getter(tf.bfloat16) is \
       gpu_environment.float32_variable_storage_getter

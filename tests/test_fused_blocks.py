@@ -12,6 +12,8 @@ from tests import numpy_bert
 
 _tf1 = tf.compat.v1
 U = 2.0 ** -8  # bf16's unit roundoff
+# The constants the model hands the blocks.
+EPSILON, MASK_ADDER = modeling.LAYER_NORM_EPSILON, modeling.ATTENTION_MASK_ADDER
 
 
 def _mix(v):
@@ -76,7 +78,7 @@ def test_dropout_residual_layer_norm_values_and_gradients(graph, monkeypatch, ra
   _known_seed(monkeypatch, seed)
   y_bf16 = tf.cast(tf.constant(y), tf.bfloat16)
   residual_t = tf.constant(residual)
-  out = fused_blocks.dropout_residual_layer_norm(y_bf16, residual_t, rate, name="ln")
+  out = fused_blocks.dropout_residual_layer_norm(y_bf16, residual_t, rate, EPSILON, name="ln")
   with _tf1.variable_scope("ln", reuse=True):
     gamma, beta = _tf1.get_variable("gamma"), _tf1.get_variable("beta")
   assign = [gamma.assign(rng.uniform(0.5, 1.5, hidden).astype(np.float32)),
@@ -122,7 +124,7 @@ def test_masked_softmax_dropout_values_and_gradients(graph, monkeypatch, rate, w
   _known_seed(monkeypatch, seed)
   scores_bf16 = tf.cast(tf.constant(scores), tf.bfloat16)
   probs = fused_blocks.masked_softmax_dropout(
-      scores_bf16, tf.constant(mask) if with_mask else None, scale, rate)
+      scores_bf16, tf.constant(mask) if with_mask else None, scale, MASK_ADDER, rate)
   (dscores,) = tf.gradients(probs, [scores_bf16],
                             grad_ys=tf.cast(tf.constant(dprobs), tf.bfloat16))
   assert probs.dtype == dscores.dtype == tf.bfloat16
@@ -151,9 +153,9 @@ def test_masked_softmax_dropout_values_and_gradients(graph, monkeypatch, rate, w
 def test_without_a_seed_each_run_draws_a_new_mask_and_with_one_the_same(graph):
   x = tf.cast(tf.ones([64, 32]), tf.bfloat16)
   residual = tf.zeros([64, 32])
-  unseeded = fused_blocks.dropout_residual_layer_norm(x, residual, 0.5, name="a")
-  seeded = fused_blocks.dropout_residual_layer_norm(x, residual, 0.5, seed=tf.constant([1, 2]),
-                                                    name="b")
+  unseeded = fused_blocks.dropout_residual_layer_norm(x, residual, 0.5, EPSILON, name="a")
+  seeded = fused_blocks.dropout_residual_layer_norm(x, residual, 0.5, EPSILON,
+                                                    seed=tf.constant([1, 2]), name="b")
   with _tf1.Session() as sess:
     sess.run(_tf1.global_variables_initializer())
     first, second = sess.run(unseeded), sess.run(unseeded)
@@ -168,10 +170,10 @@ def test_a_keyed_mask_is_the_one_fp32_dropout_draws_from_the_key(graph):
   key = modeling.dropout_site_key(tf.constant([17, 4], tf.int64), 3, 2)
   fp32_dropped = modeling.dropout(tf.ones([32, 48]), 0.1, seed=key)
   y = tf.cast(tf.ones([32, 48]), tf.bfloat16)
-  out = fused_blocks.dropout_residual_layer_norm(y, tf.zeros([32, 48]), 0.1, seed=key)
+  out = fused_blocks.dropout_residual_layer_norm(y, tf.zeros([32, 48]), 0.1, EPSILON, seed=key)
   (dy,) = tf.gradients(out, [y], grad_ys=tf.random.normal([32, 48]))
   probs = fused_blocks.masked_softmax_dropout(tf.cast(tf.zeros([2, 3, 16, 16]), tf.bfloat16),
-                                              None, 1.0, 0.1, seed=key)
+                                              None, 1.0, MASK_ADDER, 0.1, seed=key)
   fp32_probs = modeling.dropout(tf.fill([2, 3, 16, 16], 1.0 / 16), 0.1, seed=key)
   kept, got_dy, got_probs, want_probs = _run(
       [tf.not_equal(fp32_dropped, 0.0), tf.cast(dy, tf.float32), tf.cast(probs, tf.float32),

@@ -1,5 +1,6 @@
 """modeling.py: shapes, variable names, fp32 numerics against numpy, checkpoints, configs."""
 
+import dataclasses
 import json
 import logging
 
@@ -443,3 +444,46 @@ def test_config_file_that_is_no_json_text_names_the_file(content, expected, tmp_
 def test_config_path_that_is_a_directory_names_it(tmp_path):
   with pytest.raises(ValueError, match="%s: cannot read" % tmp_path):
     modeling.BertConfig.from_json_file(str(tmp_path))
+
+
+@pytest.mark.parametrize("compute_type,activations,products,compiled,scaled", [
+    (tf.float32, tf.float32, tf.float32, False, False),
+    (tf.float16, tf.float16, tf.float16, False, True),
+    (tf.bfloat16, tf.float32, tf.bfloat16, True, False)], ids=["fp32", "fp16", "bf16"])
+def test_compute_precision_of_each_compute_type(compute_type, activations, products, compiled,
+                                                scaled):
+  precision = modeling.ComputePrecision.of(compute_type)
+  assert (precision.activations, precision.products) == (activations, products)
+  assert precision.compiled_blocks is compiled
+  assert precision.needs_loss_scaling is scaled
+  # GELU runs in a compiled kernel between bf16 products; another activation never does.
+  assert precision.fuses_activation(modeling.gelu) is compiled
+  assert not precision.fuses_activation(tf.nn.relu)
+  assert modeling.ComputePrecision.of(compute_type.name) is precision
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    precision.products = tf.float32
+
+
+def test_compute_precision_refuses_another_compute_type(graph):
+  message = "compute_type must be tf.float32, tf.float16 or tf.bfloat16, got <dtype: 'float64'>"
+  with pytest.raises(ValueError, match=message):
+    modeling.ComputePrecision.of(tf.float64)
+  ids = tf.zeros([1, 2], tf.int32)
+  with pytest.raises(ValueError, match=message):
+    modeling.BertModel(helpers.tiny_config(), is_training=False, input_ids=ids,
+                       compute_type=tf.float64)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
+def test_without_a_precision_the_layers_compute_in_their_input_type_and_heads_in_fp32(graph,
+                                                                                       dtype):
+  # What attention_layer, transformer_model and dense_layer use when the release calls them.
+  precision = modeling.ComputePrecision.of_tensor(tf.zeros([2, 3], dtype))
+  assert (precision.activations, precision.products) == (dtype, dtype)
+  assert not precision.compiled_blocks
+  if dtype != tf.bfloat16:
+    assert precision == modeling.ComputePrecision.of(dtype)
+  output = modeling.dense_layer(tf.zeros([2, 3], dtype), 4, name="dense")
+  assert output.dtype == dtype
+  assert modeling.ComputePrecision.HEADS == tf.float32
+  assert modeling.ComputePrecision.to_heads(output).dtype == tf.float32

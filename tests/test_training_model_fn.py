@@ -142,7 +142,7 @@ def test_train_spec_loss_is_mlm_plus_nsp_and_its_train_op_applies_one_update(gra
      optimization.Accumulation(2), tf.float16, tf.float16,
      {graph_names.UPDATE_STEP: tf.bool, graph_names.LOSS_SCALE: tf.float32,
       graph_names.SKIPPED_UPDATES: tf.int64}),
-    # bf16: the products in bf16, the activations in fp32 (modeling.activation_and_matmul_types).
+    # bf16: the products in bf16, the activations in fp32 (modeling.ComputePrecision).
     (optimization.Precision(bf16=True), optimization.Accumulation(1), tf.float32, tf.bfloat16,
      {})], ids=["fp16_accumulation", "bf16"])
 def test_the_encoder_computes_in_the_precisions_types_and_losses_stay_fp32(

@@ -5,13 +5,16 @@ A head is a function `head_fn(model, features, mode) -> HeadOutput`: it takes th
 returns its loss, predictions and evaluation metrics. `utils/training/model_fn.py` wraps a head
 with everything else (the encoder, initialisation, the training step, the Estimator specs).
 
-Heads compute in fp32 whatever the encoder's compute type: they cast the encoder output first, so
-logits, softmax and losses keep fp32's precision (as TF's official BERT does for fp16).
+Heads compute in fp32 whatever the encoder's compute type (`modeling.ComputePrecision.HEADS`): they
+cast the encoder output first, so logits, softmax and losses keep fp32's precision (as TF's
+official BERT does for fp16).
 """
 
 import collections
 
 import tensorflow as tf
+
+import modeling
 
 HeadOutput = collections.namedtuple("HeadOutput", ["loss", "predictions", "metric_fn",
                                                    "metric_args"])
@@ -23,11 +26,11 @@ metrics (EVAL), or None."""
 
 
 def encoder_output_fp32(tensor):
-  """The encoder's output cast to fp32 for a head (reduced-precision logits would lose the loss'
-  precision)."""
-  return tf.cast(tensor, tf.float32)
+  """The encoder's output cast to the heads' fp32 (`modeling.ComputePrecision.to_heads`:
+  reduced-precision logits would lose the loss' precision)."""
+  return modeling.ComputePrecision.to_heads(tensor)
 
 
 def log_probabilities(logits):
   """fp32 log-softmax over the last axis."""
-  return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+  return tf.nn.log_softmax(modeling.ComputePrecision.to_heads(logits), axis=-1)

@@ -2,7 +2,8 @@
 
 The release's run_pretraining.py defines these functions under the same names and signatures;
 run_pretraining.py re-exports them. Variables, shapes and fp32 numerics are the release's
-(docs/DESIGN.md section 4): the heads run in fp32 whatever the encoder's compute type.
+(docs/DESIGN.md section 4): the heads run in fp32 whatever the encoder's compute type
+(`heads.encoder_output_fp32`, `modeling.ComputePrecision.HEADS`).
 
   built = build_pretraining_model(bert_config, features, is_training=True)   # encoder + heads
   head_fn = pretraining_head(bert_config)   # for utils/training/model_fn.py
@@ -36,7 +37,7 @@ def gather_indexes(sequence_tensor, positions):
 
 def _stable_log_softmax(logits):
   """log-softmax in fp32 with the row maximum subtracted first (finite for any finite logits)."""
-  logits = tf.cast(logits, tf.float32)
+  logits = modeling.ComputePrecision.to_heads(logits)
   shifted = logits - tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
   return tf.nn.log_softmax(shifted, axis=-1)
 
@@ -73,7 +74,7 @@ def softmax_cross_entropy(logits, labels):
 
     return loss, grad
 
-  return cross_entropy(tf.cast(logits, tf.float32))
+  return cross_entropy(modeling.ComputePrecision.to_heads(logits))
 
 
 def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, label_ids,
@@ -97,7 +98,7 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, l
     (loss scalar, per_example_loss [batch_size * max_predictions_per_seq],
      log_probs [batch_size * max_predictions_per_seq, vocab_size]), all fp32.
   """
-  input_tensor = tf.cast(gather_indexes(input_tensor, positions), tf.float32)
+  input_tensor = heads.encoder_output_fp32(gather_indexes(input_tensor, positions))
 
   with _tf1.variable_scope("cls/predictions"):
     with _tf1.variable_scope("transform"):
@@ -109,7 +110,8 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, l
 
     output_bias = _tf1.get_variable("output_bias", shape=[bert_config.vocab_size],
                                     dtype=tf.float32, initializer=_tf1.zeros_initializer())
-    logits = tf.matmul(input_tensor, tf.cast(output_weights, tf.float32), transpose_b=True)
+    logits = tf.matmul(input_tensor, modeling.ComputePrecision.to_heads(output_weights),
+                       transpose_b=True)
     logits = tf.nn.bias_add(logits, output_bias)
     # For evaluation and callers; a training step that does not fetch it never computes it.
     log_probs = _stable_log_softmax(logits)
@@ -139,7 +141,7 @@ def get_next_sentence_output(bert_config, input_tensor, labels, weights=None):
   Returns:
     (loss scalar, per_example_loss [batch_size], log_probs [batch_size, 2]), all fp32.
   """
-  input_tensor = tf.cast(input_tensor, tf.float32)
+  input_tensor = heads.encoder_output_fp32(input_tensor)
   with _tf1.variable_scope("cls/seq_relationship"):
     output_weights = _tf1.get_variable(
         "output_weights", shape=[2, bert_config.hidden_size], dtype=tf.float32,
@@ -172,7 +174,7 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
       next_sentence_labels [batch, 1].
     is_training: apply dropout.
     compute_type: tf.float32, tf.float16 or tf.bfloat16 for the encoder
-      (`modeling.activation_and_matmul_types`).
+      (`modeling.ComputePrecision` says what each part computes in).
     use_one_hot_embeddings: one-hot word embedding lookup (TPU).
     dropout_key: optional int64 Tensor [2]: stateless dropout keyed on it (see
       `modeling.BertModel`).

@@ -10,7 +10,8 @@ Everything else is built here, in this order, the same for every task:
 1. with a dropout seed (a deterministic run's --seed) and in TRAIN mode: the micro-step counter is
    read and this micro-step's dropout key derived from it (`determinism.begin_micro_step`);
 2. `modeling.BertModel` on input_ids / input_mask / segment_ids, computing in the precision's
-   compute type, one-hot embeddings on TPU, dropout keyed on that key;
+   compute type (what each part computes in: `Precision.compute_precision`), one-hot embeddings
+   on TPU, dropout keyed on that key;
 3. the head; its loss is the graph tensor `total_loss`;
 4. the matching variables initialised from `init_checkpoint` (under a TPUEstimator in its
    `scaffold_fn`), listed with `*INIT_FROM_CKPT*` when asked;
