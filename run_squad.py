@@ -132,7 +132,7 @@ def head_fn(model, features, mode):
 def check_flags(f, config):
   """The shared checks (`JobConfig.check`), fine-tuning's and SQuAD's, without file access."""
   config.check({name: getattr(f, name) for name in ACTIONS})
-  lifecycle.refuse_flags(config, UNUSED_FLAGS, PROGRAM)
+  config.refuse(UNUSED_FLAGS, PROGRAM)
   finetuning.check_flags(f)
   finetuning.check_export_dir(f)
   require = errors.require

@@ -39,7 +39,6 @@ import tensorflow as tf
 
 import gpu_environment
 import modeling
-import optimization
 from utils.checkpoints import contents as checkpoints_lib
 from utils.checkpoints import recovery
 from utils.core import errors
@@ -166,21 +165,6 @@ def disk_full_error(error, output_dir, checkpoint_dir=None, checkpoint_bytes=Non
   return errors.DiskFullError(
       message + ". Free some space (or use another --output_dir), then run the same command "
       "again to resume")
-
-
-def refuse_flags(config, names, script_name):
-  """Refuses flags of the shared set that this script has no use for, when they were given.
-
-  Args:
-    config: the `job_config.JobConfig`.
-    names: the flags this script has no use for.
-    script_name: e.g. "run_squad.py".
-
-  Raises:
-    errors.UsageError: naming the first such flag given.
-  """
-  for name in names:
-    errors.require(name not in config.given, "--%s is not a flag of %s", name, script_name)
 
 
 def load_bert_config(config, predictions_per_seq=0):
@@ -429,7 +413,8 @@ def prepare_checkpoints(config, workers, output_dir, saves_checkpoints):
 
 
 def training_settings(config, workers, num_train_steps, num_warmup_steps):
-  """The training step's settings, built once from the flags (`start_line` says what they are).
+  """The training step's settings, built once from the configuration's views (`start_line` says
+  what they are).
 
   Args:
     config: the `job_config.JobConfig`.
@@ -444,27 +429,16 @@ def training_settings(config, workers, num_train_steps, num_warmup_steps):
   bf16 there and which CPU flags would make it fast.
   """
   cpu.warn_if_bf16_is_emulated(config.bf16)
-  schedule = optimization.Schedule(config.optimizer_type, config.job_learning_rate(workers.size),
-                                   max(num_train_steps, 1), num_warmup_steps)
   return model_fn_lib.TrainingSettings(
-      schedule=schedule,
-      precision=precision_of(config),
-      accumulation=optimization.Accumulation(config.num_accumulation_steps,
-                                             config.allreduce_post_accumulation),
-      distribution=optimization.Distribution(hvd=workers.hvd, use_tpu=config.use_tpu,
-                                             tpu_estimator=config.tpu_estimator))
+      schedule=config.schedule(workers.size, num_train_steps, num_warmup_steps),
+      precision=config.precision, accumulation=config.accumulation,
+      distribution=config.distribution(workers.hvd))
 
 
 # The device name of a run on the CPU (`compute_device`): bf16 speed depends on its units there.
 CPU_DEVICE = "CPU"
 # The flag that chose each reduced precision (`optimization.Precision.name`); fp32 is the default.
 PRECISION_FLAGS = {"fp16": "--manual_fp16", "amp": "--amp", "bf16": "--bf16"}
-
-
-def precision_of(config):
-  """The `optimization.Precision` of the flags (--manual_fp16, --amp, --bf16, --init_loss_scale)."""
-  return optimization.Precision(manual_fp16=config.manual_fp16, amp=config.amp,
-                                init_loss_scale=config.init_loss_scale, bf16=config.bf16)
 
 
 def compute_device(use_tpu, tpu_name, local_rank):
@@ -548,7 +522,7 @@ def start_line(program, config, num_workers, device, cpu_bf16_units, num_train_s
     packing = " (packed: up to %d sequences per row)" % max_sequences_per_pack
   return ("%s: precision %s; device %s; %s; global batch %d%s = %d x %d accumulation x %s%s; "
           "learning rate %g = %g per worker x %s; %s, %d of warmup" % (
-              program, precision_text(precision_of(config).name, device, cpu_bf16_units),
+              program, precision_text(config.precision.name, device, cpu_bf16_units),
               device, workers, config.global_batch_size(num_workers), rows,
               config.train_batch_size, config.num_accumulation_steps, workers, packing,
               config.job_learning_rate(num_workers), config.learning_rate, workers,
