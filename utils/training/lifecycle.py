@@ -45,7 +45,6 @@ from utils.core import errors
 from utils.model import size as model_size
 from utils.runlog import dllogger_setup
 from utils.runtime import cpu
-from utils.runtime import disk_space
 from utils.runtime import hvd_utils
 from utils.runtime import stop_signals
 from utils.runtime import workers as workers_lib
@@ -54,6 +53,7 @@ from utils.training import health
 from utils.training import hooks as hooks_lib
 from utils.training import job as job_lib
 from utils.training import job_config
+from utils.training import messages
 from utils.training import model_fn as model_fn_lib
 
 
@@ -106,65 +106,14 @@ def _ending_after_another_rank(run):
 
 def _explaining_full_disks(run):
   """`run` with a write that found no space (anywhere: a checkpoint, the log, a result file)
-  reported as `errors.DiskFullError` naming the directory, instead of a traceback."""
+  reported as `errors.DiskFullError` naming the directory (`messages.explaining_full_disks`),
+  instead of a traceback."""
 
   def checked_run(f, config):
-    try:
+    with messages.explaining_full_disks(config.output_dir):
       return run(f, config)
-    except (errors.UsageError, errors.DiskFullError, errors.TrainingDivergedError):
-      raise
-    except Exception as e:  # pylint: disable=broad-except  (re-raised unless the disk is full)
-      if not disk_space.is_disk_full(e):
-        raise
-      raise disk_full_error(e, config.output_dir) from None
 
   return checked_run
-
-
-def disk_full_error(error, output_dir, checkpoint_dir=None, checkpoint_bytes=None):
-  """The error to stop a job with after a write found no space; cleans up a partial checkpoint.
-
-  Args:
-    error: the error of the write (`disk_space.is_disk_full(error)`).
-    output_dir: the job's --output_dir.
-    checkpoint_dir: where this worker saves checkpoints (None: it saves none): the files of a
-      failed save there (`model.ckpt-N_temp/`, an unfinished `model.ckpt-N.*`) are removed.
-    checkpoint_bytes: bytes of one checkpoint, when known; else the newest checkpoint's size.
-
-  Returns:
-    `errors.DiskFullError`: the directory, what was written, the bytes a checkpoint needs and
-    the bytes free (after the clean-up), the newest complete checkpoint and what to do.
-  """
-  path = disk_space.failed_path(error)
-  removed = recovery.remove_partial_save(checkpoint_dir) if checkpoint_dir else []
-  partial = [os.path.basename(p) for p in removed]
-  temp = [name for name in partial if recovery.TEMP_SUFFIX in name]
-  if path:
-    directory, what = os.path.dirname(os.path.abspath(path)), "writing %s" % path
-  elif temp:
-    directory = checkpoint_dir
-    what = "writing checkpoint %s" % temp[0].split(recovery.TEMP_SUFFIX)[0]
-  else:
-    directory, what = checkpoint_dir or output_dir, "writing to it"
-  newest = checkpoints_lib.latest_checkpoint(checkpoint_dir or output_dir)
-  if checkpoint_bytes is None and newest:
-    checkpoint_bytes = recovery.checkpoint_bytes(newest)
-  free = disk_space.free_bytes(directory)
-  sizes = []
-  if checkpoint_bytes:
-    sizes.append("a checkpoint needs about %s" % disk_space.format_bytes(checkpoint_bytes))
-  if free is not None:
-    sizes.append("%s free" % disk_space.format_bytes(free))
-  message = "no space left on the device of %s (%s)" % (directory, what)
-  if sizes:
-    message += ": " + ", ".join(sizes)
-  if partial:
-    message += "; removed the partial %s" % ", ".join(partial)
-  if newest:
-    message += "; the newest complete checkpoint is %s" % os.path.basename(newest)
-  return errors.DiskFullError(
-      message + ". Free some space (or use another --output_dir), then run the same command "
-      "again to resume")
 
 
 def load_bert_config(config, predictions_per_seq=0):
@@ -376,13 +325,9 @@ def open_job(config, program, workers):
       workers, config.output_dir, config.node_local_output_dir, config.checkpoint_all_workers)
   prepare_checkpoints(config, workers, output_dir, saves)
   log_path = config.dllog_path or os.path.join(config.output_dir, "bert_dllog.json")
-  try:
+  with messages.explaining_full_disks(config.output_dir):
     run_logger = dllogger_setup.open_run_log(log_path, workers.rank,
                                              job_lib.checkpoint_step(config.output_dir))
-  except OSError as e:
-    if not disk_space.is_disk_full(e):
-      raise
-    raise disk_full_error(e, config.output_dir) from None
   return Job(program, workers, output_dir, saves, run_logger, log_path, output_lock=lock)
 
 
@@ -580,68 +525,6 @@ def tpu_settings(config, settings):
                              config.num_tpu_cores)
 
 
-def nan_loss_error(checkpoint_step, output_dir, learning_rate, manual_fp16=False,
-                   init_loss_scale=None, bad_step=None, skipped_updates=False, bf16=False):
-  """The error to stop a job with when the Estimator's NaN-loss check fired (or the
-  `health.CheckpointHealthHook` saw too many updates skipped as non-finite).
-
-  Args:
-    checkpoint_step: global step of the newest checkpoint (0: none).
-    output_dir: where the checkpoints are.
-    learning_rate: --learning_rate (per worker).
-    manual_fp16: the encoder ran in fp16.
-    init_loss_scale: --init_loss_scale (fp16).
-    bad_step: global step of the weights whose loss or gradient norm was first non-finite (or
-      whose loss exploded, `health.CheckpointHealthHook`), when known: the message then names
-      the newest checkpoint saved before it.
-    skipped_updates: the run stopped for consecutive skipped updates, not a NaN loss.
-    bf16: the encoder ran in bf16.
-
-  Returns:
-    an `errors.TrainingDivergedError` naming the flags to change and where a rerun resumes.
-  """
-  advice = ["lower --learning_rate (now %g per worker) or raise --num_warmup_steps" % learning_rate]
-  if manual_fp16:
-    advice.append("fp16 activations may overflow: lower --init_loss_scale (now %d), or train in "
-                  "fp32 (without --manual_fp16)" % init_loss_scale)
-  if bf16:
-    advice.append("bf16 has fp32's range but 8 bits of mantissa: if fp32 (without --bf16) "
-                  "trains, keep fp32 for this model")
-  advice.append("check the input records (a NaN masked_lm_weights value makes a NaN loss)")
-  resume = ("running the same command again resumes from the newest checkpoint (step %d in %s)"
-            % (checkpoint_step, output_dir) if checkpoint_step else
-            "no checkpoint was saved: a rerun starts from step 0")
-  if checkpoint_step and bad_step is not None:
-    resume = _resume_advice(output_dir, checkpoint_step, bad_step)
-  what = ("the training loss became NaN" if not skipped_updates else
-          "the gradient norm stayed non-finite (updates skipped one after another)")
-  if bad_step is not None:
-    what += " from the weights of step %d on" % bad_step
-  return errors.TrainingDivergedError(
-      "%s. What to try: %s. After a change, %s." % (what, "; ".join(advice), resume))
-
-
-def _resume_advice(output_dir, checkpoint_step, bad_step):
-  """Where a rerun should resume after a divergence first seen at the weights of `bad_step`."""
-  good = recovery.newest_good_checkpoint(output_dir, bad_step)
-  if good is None:
-    return ("no checkpoint was saved before that: add --resume_from_step=0 to start again from "
-            "the initial weights in %s (the diverged checkpoints are set aside)" % output_dir)
-  step, prefix, record = good
-  if step == checkpoint_step:
-    return ("running the same command again resumes from the newest checkpoint (step %d in %s), "
-            "saved before the values went bad" % (step, output_dir))
-  values = ""
-  if record is not None and record.get("loss") is not None:
-    values = " (loss %.4g" % record["loss"]
-    if record.get("global_norm") is not None:
-      values += ", gradient norm %.4g" % record["global_norm"]
-    values += ")"
-  return ("resume from %s%s, the newest checkpoint saved before the loss or gradient norm went "
-          "bad (the newer ones hold diverged weights): run the same command with "
-          "--resume_from_step=%d" % (prefix, values, step))
-
-
 def input_stop_error(job, problem, finder_rank, stop_step, before_logging=None):
   """Logs how a job stopped for a bad input record ended, and returns the error to end it with.
 
@@ -654,22 +537,10 @@ def input_stop_error(job, problem, finder_rank, stop_step, before_logging=None):
     before_logging: as for `stop_error`.
 
   Returns:
-    `errors.UsageError` (exit status 2): the record (or the worker that names it), the update
-    saved and what to do.
+    `errors.UsageError` (exit status 2): `messages.input_stop_message`.
   """
   written = _stop_checkpoint_written(job, stop_step)
-  if stop_step is None:
-    saved = "stopped before the first update (nothing to save)"
-  elif written:
-    saved = "stopped at update %d, checkpoint written" % stop_step
-  else:
-    saved = "stopped at update %d, no checkpoint written by this worker" % stop_step
-  if problem is not None:
-    message = ("bad input record: %s; %s: remove or regenerate the file, then run the same "
-               "command to resume" % (problem, saved))
-  else:
-    message = ("worker %d found a bad input record (its line names it); %s: remove or "
-               "regenerate the file, then run the same command to resume" % (finder_rank, saved))
+  message = messages.input_stop_message(problem, finder_rank, stop_step, written)
   return _log_stop(job, errors.UsageError(message), before_logging, signal=None,
                    bad_input_record=problem, update=stop_step, checkpoint_written=written)
 
@@ -829,11 +700,11 @@ def remove_save_in_flight(checkpoint_dir, passes=3):
 
   The rule is a failed save's `_temp` one (`recovery.remove_temporary`). Complete checkpoints
   stay, also one whose save had not updated the index yet: the next run resumes from it (after a
-  full disk, `disk_full_error` removes such files too, since that save failed). The main thread may
-  still be inside TensorFlow writing the files: a pass that raced with it (a file created while
-  its directory was removed) is followed by another, until one finds nothing. A file the writer
-  creates after the last pass, in the instant before the exit, stays: the next run removes it
-  (`recovery.prepare_resume`).
+  full disk, `messages.disk_full_error` removes such files too, since that save failed). The main
+  thread may still be inside TensorFlow writing the files: a pass that raced with it (a file
+  created while its directory was removed) is followed by another, until one finds nothing. A
+  file the writer creates after the last pass, in the instant before the exit, stays: the next
+  run removes it (`recovery.prepare_resume`).
 
   Args:
     checkpoint_dir: where this worker saves checkpoints.
@@ -904,12 +775,12 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
   stop_hook = next(hook for hook in hooks if isinstance(hook, hooks_lib.StopOnSignalHook))
   hooks = list(hooks) + [UpdatesBeginHook(watcher)]
   try:
-    job_lib.train(job.estimator, input_fn, num_train_steps, config.output_dir, hooks,
-                  explain_input_error=explain_input_error,
-                  explain_nan_loss=lambda step: nan_loss_error(
-                      step, config.output_dir, config.learning_rate, config.manual_fp16,
-                      config.init_loss_scale, bad_step=health_hook.bad_step,
-                      skipped_updates=health_hook.skipped_too_often, bf16=config.bf16))
+    with messages.explaining_full_disks(config.output_dir, checkpoint_dir, health_hook):
+      job_lib.train(job.estimator, input_fn, num_train_steps, config.output_dir, hooks,
+                    explain_input_error=explain_input_error,
+                    explain_nan_loss=lambda step: messages.nan_loss_error(
+                        config, step, bad_step=health_hook.bad_step,
+                        skipped_updates=health_hook.skipped_too_often))
   except hooks_lib.StoppedBeforeFirstUpdate:
     if watcher.ends_before_updates:
       # The watcher's thread ends the process (`end_before_updates`).
@@ -917,13 +788,6 @@ def _train_watched(config, job, input_fn, num_train_steps, loss_names, explain_i
     if stop_requests.input_problem is not None:
       raise input_stop_error(job, stop_requests.input_problem, job.workers.rank, None)
     raise stop_error(job, watcher.signal_name, None)
-  except (errors.UsageError, errors.DiskFullError, errors.TrainingDivergedError):
-    raise
-  except Exception as e:  # pylint: disable=broad-except  (re-raised unless the disk is full)
-    if not disk_space.is_disk_full(e):
-      raise
-    raise disk_full_error(e, config.output_dir, checkpoint_dir,
-                          health_hook.checkpoint_bytes) from None
   if stop_hook.stopped:
     raise saved_stops[0]  # a run that stopped and returned has ended its hooks: on_saved ran
   if watcher.ends_before_updates:
