@@ -37,13 +37,13 @@ from absl import logging
 import psutil
 import tensorflow as tf
 
-import gpu_environment
 import modeling
 from utils.checkpoints import contents as checkpoints_lib
 from utils.checkpoints import recovery
 from utils.core import errors
 from utils.model import size as model_size
 from utils.runlog import dllogger_setup
+from utils.runlog import start_line
 from utils.runtime import cpu
 from utils.runtime import hvd_utils
 from utils.runtime import stop_signals
@@ -358,8 +358,8 @@ def prepare_checkpoints(config, workers, output_dir, saves_checkpoints):
 
 
 def training_settings(config, workers, num_train_steps, num_warmup_steps):
-  """The training step's settings, built once from the configuration's views (`start_line` says
-  what they are).
+  """The training step's settings, built once from the configuration's views (the start line
+  says what they are).
 
   Args:
     config: the `job_config.JobConfig`.
@@ -380,104 +380,23 @@ def training_settings(config, workers, num_train_steps, num_warmup_steps):
       distribution=config.distribution(workers.hvd))
 
 
-# The device name of a run on the CPU (`compute_device`): bf16 speed depends on its units there.
-CPU_DEVICE = "CPU"
-# The flag that chose each reduced precision (`optimization.Precision.name`); fp32 is the default.
-PRECISION_FLAGS = {"fp16": "--manual_fp16", "amp": "--amp", "bf16": "--bf16"}
-
-
-def compute_device(use_tpu, tpu_name, local_rank):
-  """Where this worker's products run, for the start line.
-
-  Args:
-    use_tpu, tpu_name: the flags of the same names.
-    local_rank: this worker's rank on its node (a Horovod worker computes on that GPU).
-
-  Returns:
-    "TPU" (with --tpu_name's value), "GPU (<its name>)" when this process sees a GPU, else
-    `CPU_DEVICE`.
-  """
-  if use_tpu:
-    return "TPU %s" % tpu_name if tpu_name else "TPU"
-  gpu_name = gpu_environment.local_gpu_name(local_rank)
-  return CPU_DEVICE if gpu_name is None else "GPU (%s)" % gpu_name
-
-
-def precision_text(precision_name, device, cpu_bf16_units):
-  """The precision a job computes in and where that came from.
-
-  Args:
-    precision_name: `optimization.Precision.name`: "fp32", "fp16", "amp" or "bf16".
-    device: from `compute_device`.
-    cpu_bf16_units: the CPU's bf16 flags (`cpu.bf16_units`: a sorted list, empty when it has
-      none, None when they cannot be read); said only for bf16 on the CPU, where they decide
-      whether bf16 is fast.
-
-  Returns:
-    e.g. "fp32 (default)", "bf16 (--bf16; CPU has amx_bf16, avx512_bf16)".
-  """
-  notes = [PRECISION_FLAGS.get(precision_name, "default")]
-  if precision_name == "amp" and not device.startswith("GPU"):
-    # The rewrite applies to GPU kernels only (gpu_environment.amp_takes_effect).
-    notes.append("no effect without a GPU: computes in fp32")
-  if precision_name == "bf16" and device == CPU_DEVICE:
-    if cpu_bf16_units:
-      notes.append("CPU has %s" % ", ".join(cpu_bf16_units))
-    elif cpu_bf16_units is None:
-      notes.append("the CPU's bf16 units are unknown")
-    else:
-      notes.append("CPU has no bf16 units: emulated, no faster than fp32")
-  return "%s (%s)" % (precision_name, "; ".join(notes))
-
-
-def _count(number, noun):
-  """The count with its noun: "1 worker", "2 workers"."""
-  return "%d %s%s" % (number, noun, "" if number == 1 else "s")
-
-
-def start_line(program, config, num_workers, device, cpu_bf16_units, num_train_steps,
-               num_warmup_steps, max_sequences_per_pack=0):
-  """The line every Estimator script starts with: what it computes in, where, and its sizes.
-
-  One format for the three scripts, e.g. "run_squad.py: precision bf16 (--bf16; CPU has
-  avx512_bf16); device CPU; 1 worker; global batch 8 = 8 x 1 accumulation x 1 worker; learning
-  rate 3e-05 = 3e-05 per worker x 1 worker; 6 updates, 0 of warmup". Packed input counts the
-  batch in rows: "...; global batch 8 rows per update = 8 x 1 accumulation x 1 worker (packed:
-  up to 3 sequences per row); learning rate ...".
-
-  Args:
-    program: the script's name, e.g. "run_squad.py".
-    config: the `job_config.JobConfig`.
-    num_workers: the job's workers.
-    device: from `compute_device`.
-    cpu_bf16_units: from `cpu.bf16_units` (see `precision_text`).
-    num_train_steps: optimizer updates (0 when the run does not train).
-    num_warmup_steps: warmup updates.
-    max_sequences_per_pack: 0 for unpacked input (the line above); K > 0 for input records
-      packed with up to K sequences per row.
-
-  Returns:
-    str, one line.
-  """
-  workers = _count(num_workers, "worker")
-  # A packed row holds several sequences: the batch sizes count rows, and the line says so.
-  rows, packing = "", ""
-  if max_sequences_per_pack:
-    rows = " rows per update"
-    packing = " (packed: up to %d sequences per row)" % max_sequences_per_pack
-  return ("%s: precision %s; device %s; %s; global batch %d%s = %d x %d accumulation x %s%s; "
-          "learning rate %g = %g per worker x %s; %s, %d of warmup" % (
-              program, precision_text(config.precision.name, device, cpu_bf16_units),
-              device, workers, config.global_batch_size(num_workers), rows,
-              config.train_batch_size, config.num_accumulation_steps, workers, packing,
-              config.job_learning_rate(num_workers), config.learning_rate, workers,
-              _count(num_train_steps, "update"), num_warmup_steps))
+def start_line_sizes(config, num_workers, num_train_steps, num_warmup_steps,
+                     max_sequences_per_pack=0):
+  """The `start_line.Sizes` of a job of `num_workers` workers (see `start_line.Sizes`)."""
+  return start_line.Sizes(
+      num_workers=num_workers, batch_size=config.train_batch_size,
+      accumulation_steps=config.num_accumulation_steps,
+      global_batch_size=config.global_batch_size(num_workers),
+      learning_rate=config.learning_rate, job_learning_rate=config.job_learning_rate(num_workers),
+      num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
+      max_sequences_per_pack=max_sequences_per_pack)
 
 
 def log_start_line(program, config, workers, num_train_steps, num_warmup_steps,
                    max_sequences_per_pack=0):
-  """Logs `start_line` for this machine, on rank 0 only (the job's settings are the same on every
-  worker; ranks > 0 log warnings only anyway, but the line must not depend on that).
+  """Logs the start line (`start_line.start_line`) for this machine, on rank 0 only (the job's
+  settings are the same on every worker; ranks > 0 log warnings only anyway, but the line must not
+  depend on that).
 
   Args:
     program: the script's name.
@@ -488,9 +407,11 @@ def log_start_line(program, config, workers, num_train_steps, num_warmup_steps,
   """
   if workers.rank != 0:
     return
-  device = compute_device(config.use_tpu, config.tpu_name, workers.local_rank)
-  logging.info("%s", start_line(program, config, workers.size, device, cpu.bf16_units(),
-                                num_train_steps, num_warmup_steps, max_sequences_per_pack))
+  device = start_line.compute_device(config.use_tpu, config.tpu_name, workers.local_rank)
+  sizes = start_line_sizes(config, workers.size, num_train_steps, num_warmup_steps,
+                           max_sequences_per_pack)
+  logging.info("%s", start_line.start_line(program, config.precision.name, device,
+                                           cpu.bf16_units(), sizes))
 
 
 def dropout_seed(config, bert_config, head_dropout_prob=0.0, counts_micro_steps=False):
