@@ -34,6 +34,7 @@ from utils.finetuning.classifier_data import MrpcProcessor  # noqa: F401
 from utils.finetuning.classifier_data import PaddingInputExample
 from utils.finetuning.classifier_data import XnliProcessor  # noqa: F401
 from utils.model import heads
+from utils.training import entry
 from utils.training import flags as job_flags
 from utils.training import job as job_lib
 from utils.training import lifecycle
@@ -267,7 +268,7 @@ def run(f, config):
   return 0
 
 
-main = lifecycle.script_main(PROGRAM, run, DEFAULTS)
+main = entry.script_main(PROGRAM, run, DEFAULTS)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from utils.model.pretraining import metric_fn  # noqa: F401
 from utils.model.pretraining import pretraining_head
 from utils.model.pretraining import softmax_cross_entropy  # noqa: F401
 from utils.training import determinism
+from utils.training import entry
 from utils.training import flags as job_flags
 from utils.training import job as job_lib
 from utils.training import lifecycle
@@ -281,7 +282,7 @@ def run(f, config):
   return 0
 
 
-main = lifecycle.script_main(PROGRAM, run, DEFAULTS)
+main = entry.script_main(PROGRAM, run, DEFAULTS)
 
 
 if __name__ == "__main__":

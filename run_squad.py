@@ -38,6 +38,7 @@ from utils.finetuning.squad_data import SquadExample  # noqa: F401
 from utils.finetuning.squad_data import convert_examples_to_features
 from utils.finetuning.squad_data import get_final_text  # noqa: F401
 from utils.model import heads
+from utils.training import entry
 from utils.training import flags as job_flags
 from utils.training import job as job_lib
 from utils.training import lifecycle
@@ -264,7 +265,7 @@ def run(f, config):
   return 0
 
 
-main = lifecycle.script_main(PROGRAM, run, DEFAULTS)
+main = entry.script_main(PROGRAM, run, DEFAULTS)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ A module imports its own package and the layers listed before it, never a later 
 package of its own layer (runtime, runlog and data are siblings), and no library module imports an
 entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `tests/`);
 `tests/test_layering.py` checks both. No library module reads absl's global `FLAGS` except
-`training/lifecycle.script_main`, which is each script's `main`: it reads the shared flags once
+`training/entry.script_main`, which is each script's `main`: it reads the shared flags once
 into a typed, frozen `training/job_config.JobConfig` for the lifecycle's steps, and passes the
 parsed flags to the script for its own (and fine-tuning's `task.py`); everything below them takes
 plain values (`training/flags.py` and `finetuning/flags.py` define the shared flags, and read

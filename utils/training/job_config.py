@@ -1,5 +1,5 @@
 """The shared flags of an Estimator script as one typed, frozen value, read once from the parsed
-flags by the script's `main` (`lifecycle.script_main`) and passed down: nothing below the script
+flags by the script's `main` (`entry.script_main`) and passed down: nothing below the script
 reads the flags object.
 
 `JobConfig` has a field for every flag of `utils/training/flags.py`, of the flag's type, plus

@@ -17,22 +17,21 @@ written once, here:
     job_lib.evaluate(job.estimator, ...) / job_lib.predict(job.estimator, ...)  # rank 0
     job.close()
 
-  main = lifecycle.script_main(PROGRAM, run, DEFAULTS)  # PROGRAM = "run_squad.py": defaults,
-                                                        # the JobConfig, logging, exit status
+  main = entry.script_main(PROGRAM, run, DEFAULTS)  # PROGRAM = "run_squad.py": defaults,
+                                                    # the JobConfig, logging, exit status
 
   if __name__ == "__main__":
     cli.run_main(main, DEFAULTS)   # parses with the script's defaults, quiet logs, runs main
 
-`script_main` reads the shared flags once into a `job_config.JobConfig` (typed, frozen); everything
-here takes that, never the flags object. Every check of a flag's value happens in
+`entry.script_main` reads the shared flags once into a `job_config.JobConfig` (typed, frozen);
+everything here takes that, never the flags object. Every check of a flag's value happens in
 `JobConfig.check` (and the script's own checks) before any graph is built; errors in what a user
-gave are `errors.UsageError`s, which `script_main` turns into one line and exit status 2
+gave are `errors.UsageError`s, which `entry.script_main` turns into one line and exit status 2
 (`errors.run_reporting_errors`).
 """
 
 import os
 
-from absl import flags
 from absl import logging
 import psutil
 import tensorflow as tf
@@ -48,72 +47,11 @@ from utils.runtime import cpu
 from utils.runtime import hvd_utils
 from utils.runtime import stop_signals
 from utils.runtime import workers as workers_lib
-from utils.training import flags as job_flags
 from utils.training import health
 from utils.training import hooks as hooks_lib
 from utils.training import job as job_lib
-from utils.training import job_config
 from utils.training import messages
 from utils.training import model_fn as model_fn_lib
-
-
-def script_main(script_name, run, defaults=None):
-  """The `main(argv)` of an Estimator script, for `cli.run_main` or absl's `app.run`.
-
-  Args:
-    script_name: e.g. "run_squad.py", for messages.
-    run: the script's job, run(flags, config) -> exit status: `flags` the parsed flags (for the
-      script's own), `config` the `job_config.JobConfig` of the shared ones.
-    defaults: dict flag name -> the script's own default (`flags.apply_script_defaults`).
-
-  Returns:
-    main(argv) -> exit status: no positional arguments, the script's defaults for the flags not
-    given, INFO logging, and `run`'s errors reported as one line with their exit status (after
-    their traceback with --verbose).
-  """
-
-  def main(argv):
-    if len(argv) > 1:
-      errors.report(script_name, "unexpected arguments: %s" % " ".join(argv[1:]))
-      return errors.USAGE_EXIT_CODE
-    job_flags.apply_script_defaults(flags.FLAGS, defaults)
-    logging.set_verbosity(logging.INFO)
-    config = job_config.JobConfig.from_flags(flags.FLAGS)
-    return errors.run_reporting_errors(
-        script_name, _ending_after_another_rank(_explaining_full_disks(run)), flags.FLAGS, config,
-        verbose=getattr(flags.FLAGS, "verbose", False))
-
-  return main
-
-
-def _ending_after_another_rank(run):
-  """`run` where a worker whose collective failed because another rank had ended first ends
-  with one line naming that rank and the checkpoint a rerun resumes from
-  (`job_lib.another_worker_ended`, exit status 1), not a traceback."""
-
-  def checked_run(f, config):
-    try:
-      return run(f, config)
-    except errors.StoppedByAnotherWorker:
-      raise
-    except Exception as e:  # pylint: disable=broad-except  (re-raised unless Horovod shut down)
-      if not hvd_utils.is_shutdown_error(e):
-        raise
-      raise job_lib.another_worker_ended(config.output_dir) from e
-
-  return checked_run
-
-
-def _explaining_full_disks(run):
-  """`run` with a write that found no space (anywhere: a checkpoint, the log, a result file)
-  reported as `errors.DiskFullError` naming the directory (`messages.explaining_full_disks`),
-  instead of a traceback."""
-
-  def checked_run(f, config):
-    with messages.explaining_full_disks(config.output_dir):
-      return run(f, config)
-
-  return checked_run
 
 
 def load_bert_config(config, predictions_per_seq=0):
@@ -229,7 +167,7 @@ def prepare_job(config, program, workers, head_fn, bert_config, num_train_steps,
 
   Args:
     config: the `job_config.JobConfig`.
-    program: the script's name, e.g. "run_squad.py" (as given to `script_main`).
+    program: the script's name, e.g. "run_squad.py" (as given to `entry.script_main`).
     workers: from `start_workers`.
     head_fn: the task's head (`utils/training/model_fn.py`).
     bert_config: from `load_bert_config`.
@@ -315,7 +253,7 @@ def open_job(config, program, workers):
 
   Args:
     config: the `job_config.JobConfig`.
-    program: the script's name, e.g. "run_squad.py" (as given to `script_main`).
+    program: the script's name, e.g. "run_squad.py" (as given to `entry.script_main`).
     workers: from `start_workers`.
 
   Returns:
