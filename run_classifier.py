@@ -37,7 +37,6 @@ from utils.model import heads
 from utils.training import entry
 from utils.training import flags as job_flags
 from utils.training import job as job_lib
-from utils.training import lifecycle
 
 _tf1 = tf.compat.v1
 FLAGS = flags.FLAGS
@@ -210,22 +209,22 @@ def run(f, config):
     label_list = processor.get_labels()
   except ValueError as e:
     raise errors.UsageError("--task_name: %s" % e)
-  bert_config = lifecycle.load_bert_config(config)
+  bert_config = job_lib.load_bert_config(config)
   tokenizer = finetuning.load_tokenizer(f, bert_config.vocab_size)
-  workers = lifecycle.start_workers(config)
+  workers = job_lib.start_workers(config)
   splits = read_splits(f, processor)
   train_examples, num_train_steps, num_warmup_steps = [], 0, 0
   if f.do_train:
     train_examples = splits["train"][0]
     num_train_steps, num_warmup_steps = finetuning.training_steps(
         f, len(train_examples), config.global_batch_size(workers.size))
-  job = lifecycle.prepare_job(
-      config, PROGRAM, workers, head_fn_builder(len(label_list)), bert_config, num_train_steps,
-      num_warmup_steps,
-      dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
-           predict_batch_size=f.predict_batch_size),
-      dropout_seed_value=lifecycle.dropout_seed(config, bert_config,
-                                                head_dropout_prob=HEAD_DROPOUT))
+  job = job_lib.Job.open(
+      config, PROGRAM, workers,
+      job_lib.Model(head_fn_builder(len(label_list)), bert_config,
+                    job_lib.dropout_seed(config, bert_config, head_dropout_prob=HEAD_DROPOUT)),
+      job_lib.Plan(num_train_steps, num_warmup_steps, dict(
+          train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size,
+          predict_batch_size=f.predict_batch_size)))
   spec = finetuning.int_feature_spec(f.max_seq_length, SEQUENCE_FEATURES, SCALAR_FEATURES)
 
   if f.do_train:
@@ -234,8 +233,7 @@ def run(f, config):
                                             tokenizer, train_file)
     logging.info("***** Training on %d examples, batch %d per worker, %d updates *****",
                  len(train_examples), f.train_batch_size, num_train_steps)
-    lifecycle.train(config, job, finetuning.train_input_fn(f, train_file, spec, workers),
-                    num_train_steps, loss_names=())
+    job.train(finetuning.train_input_fn(f, train_file, spec, workers), loss_names=())
 
   if f.do_eval and job.is_chief:
     eval_examples, real = splits["eval"]
@@ -244,17 +242,15 @@ def run(f, config):
                                             tokenizer, eval_file)
     logging.info("***** Evaluating %d examples (%d padding), batch %d *****", len(eval_examples),
                  len(eval_examples) - real, f.eval_batch_size)
-    job_lib.evaluate(job.estimator, finetuning.predict_input_fn(f, eval_file, spec,
-                                                                f.eval_batch_size),
-                     None, job.run_logger, f.eval_batch_size, job.output_dir)
+    job.evaluate(finetuning.predict_input_fn(f, eval_file, spec, f.eval_batch_size), None)
 
   if f.do_predict and job.is_chief:
     test_examples, real = splits["predict"]
     predict_file = os.path.join(job.output_dir, "predict.tf_record")
     file_based_convert_examples_to_features(test_examples, label_list, f.max_seq_length,
                                             tokenizer, predict_file)
-    results = job_lib.predict(job.estimator, finetuning.predict_input_fn(
-        f, predict_file, spec, f.predict_batch_size), job.run_logger, f.predict_batch_size)
+    results = job.predict(finetuning.predict_input_fn(
+        f, predict_file, spec, f.predict_batch_size), f.predict_batch_size)
     probabilities = [result["probabilities"] for result, _ in zip(results, range(real))]
     _write_test_results(os.path.join(job.output_dir, "test_results.tsv"), probabilities)
 

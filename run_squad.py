@@ -39,9 +39,9 @@ from utils.finetuning.squad_data import convert_examples_to_features
 from utils.finetuning.squad_data import get_final_text  # noqa: F401
 from utils.model import heads
 from utils.training import entry
+from utils.training import estimator as estimator_lib
 from utils.training import flags as job_flags
 from utils.training import job as job_lib
-from utils.training import lifecycle
 
 _tf1 = tf.compat.v1
 FLAGS = flags.FLAGS
@@ -191,7 +191,7 @@ def write_outputs(f, output_dir, predictions, nbest, null_odds):
   if not squad_eval.has_answers(dataset):
     return None
   scores = squad_eval.evaluate(dataset, predictions)
-  job_lib.write_eval_results(os.path.join(output_dir, "eval_results.txt"), scores)
+  estimator_lib.write_eval_results(os.path.join(output_dir, "eval_results.txt"), scores)
   logging.info("***** SQuAD scores: exact_match = %.2f, f1 = %.2f (%d questions) *****",
                scores["exact_match"], scores["f1"], scores["total"])
   return scores
@@ -211,9 +211,9 @@ def run(f, config):
     errors.UsageError: for bad flags or data, before any graph is built.
   """
   check_flags(f, config)
-  bert_config = lifecycle.load_bert_config(config)
+  bert_config = job_lib.load_bert_config(config)
   tokenizer = finetuning.load_tokenizer(f, bert_config.vocab_size)
-  workers = lifecycle.start_workers(config)
+  workers = job_lib.start_workers(config)
   train_examples, num_train_steps, num_warmup_steps = [], 0, 0
   if f.do_train:
     train_examples = _read_examples(f.train_file, "train_file", True, f.version_2_with_negative)
@@ -225,19 +225,19 @@ def run(f, config):
   # now, not after the training run.
   predict_examples = (_read_examples(f.predict_file, "predict_file", False,
                                      f.version_2_with_negative) if f.do_predict else [])
-  job = lifecycle.prepare_job(
-      config, PROGRAM, workers, head_fn, bert_config, num_train_steps, num_warmup_steps,
-      dict(train_batch_size=f.train_batch_size, predict_batch_size=f.predict_batch_size),
-      dropout_seed_value=lifecycle.dropout_seed(config, bert_config))
+  job = job_lib.Job.open(
+      config, PROGRAM, workers,
+      job_lib.Model(head_fn, bert_config, job_lib.dropout_seed(config, bert_config)),
+      job_lib.Plan(num_train_steps, num_warmup_steps, dict(
+          train_batch_size=f.train_batch_size, predict_batch_size=f.predict_batch_size)))
 
   if f.do_train:
     train_file = os.path.join(job.output_dir, "train.tf_record")
     num_features = _write_features(train_examples, tokenizer, f, True, train_file)
     logging.info("***** Training on %d examples (%d windows), batch %d per worker, %d updates "
                  "*****", len(train_examples), num_features, f.train_batch_size, num_train_steps)
-    lifecycle.train(config, job, finetuning.train_input_fn(f, train_file, finetuning.int_feature_spec(
-        f.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), workers), num_train_steps,
-                    loss_names=())
+    job.train(finetuning.train_input_fn(f, train_file, finetuning.int_feature_spec(
+        f.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), workers), loss_names=())
 
   if f.do_predict and job.is_chief:
     examples = predict_examples
@@ -247,8 +247,8 @@ def run(f, config):
     logging.info("***** Answering %d questions (%d windows), batch %d *****", len(examples),
                  len(features), f.predict_batch_size)
     spec = finetuning.int_feature_spec(f.max_seq_length, SEQUENCE_FEATURES, PREDICT_SCALARS)
-    outputs = job_lib.predict(job.estimator, finetuning.predict_input_fn(
-        f, eval_file, spec, f.predict_batch_size), job.run_logger, f.predict_batch_size)
+    outputs = job.predict(finetuning.predict_input_fn(
+        f, eval_file, spec, f.predict_batch_size), f.predict_batch_size)
     results = [RawResult(int(out["unique_ids"]), [float(x) for x in out["start_logits"].flat],
                          [float(x) for x in out["end_logits"].flat])
                for out, _ in zip(outputs, features)]

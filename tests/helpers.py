@@ -337,9 +337,10 @@ def expected_start_line(script, args, num_train_steps, num_warmup_steps, num_wor
   """
   from utils.runlog import start_line  # pylint: disable=import-outside-toplevel
   from utils.runtime import cpu  # pylint: disable=import-outside-toplevel
-  from utils.training import lifecycle  # pylint: disable=import-outside-toplevel
+  from utils.training import job as job_lib  # pylint: disable=import-outside-toplevel
   config = job_config(args, script.DEFAULTS)
-  sizes = lifecycle.start_line_sizes(config, num_workers, num_train_steps, num_warmup_steps)
+  sizes = job_lib.start_line_sizes(config, num_workers,
+                                   job_lib.Plan(num_train_steps, num_warmup_steps))
   return start_line.start_line(script.PROGRAM, config.precision.name,
                                start_line.compute_device(config.use_tpu, config.tpu_name, 0),
                                cpu.bf16_units(), sizes)

@@ -6,10 +6,9 @@
     cli.run_main(main, DEFAULTS)   # parses with the script's defaults, quiet logs, runs main
 
 `script_main` reads the shared flags once into a `job_config.JobConfig` (typed, frozen), which the
-script's `run` passes to the lifecycle's steps (`utils/training/lifecycle.py`), never the flags
-object. Errors in what a user gave are `errors.UsageError`s, which `script_main` turns into one
-line and exit status 2 (`errors.run_reporting_errors`); a full disk and a rank whose peer ended get
-one line too.
+script's `run` passes to the job's steps (`utils/training/job.py`), never the flags object. Errors
+in what a user gave are `errors.UsageError`s, which `script_main` turns into one line and exit
+status 2 (`errors.run_reporting_errors`); a full disk and a rank whose peer ended get one line too.
 """
 
 from absl import flags
@@ -17,8 +16,8 @@ from absl import logging
 
 from utils.core import errors
 from utils.runtime import hvd_utils
+from utils.training import estimator as estimator_lib
 from utils.training import flags as job_flags
-from utils.training import job as job_lib
 from utils.training import job_config
 from utils.training import messages
 
@@ -55,7 +54,7 @@ def script_main(script_name, run, defaults=None):
 def _ending_after_another_rank(run):
   """`run` where a worker whose collective failed because another rank had ended first ends
   with one line naming that rank and the checkpoint a rerun resumes from
-  (`job.another_worker_ended`, exit status 1), not a traceback."""
+  (`estimator.another_worker_ended`, exit status 1), not a traceback."""
 
   def checked_run(f, config):
     try:
@@ -65,7 +64,7 @@ def _ending_after_another_rank(run):
     except Exception as e:  # pylint: disable=broad-except  (re-raised unless Horovod shut down)
       if not hvd_utils.is_shutdown_error(e):
         raise
-      raise job_lib.another_worker_ended(config.output_dir) from e
+      raise estimator_lib.another_worker_ended(config.output_dir) from e
 
   return checked_run
 
