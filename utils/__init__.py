@@ -7,7 +7,8 @@
   runtime/      the process: command-line entry, Horovod, session config, output-dir lock, workers,
                 the data generator's worker pool, free disk space, stop signals, the CPU's bf16
                 units
-  runlog/       the run's log: dllogger lines, the training meter, plots, golden losses
+  runlog/       the run's log: dllogger lines, the training meter, plots, golden losses, the
+                scripts' start line
   data/         pretraining records: the input pipeline, record checks, the data generator's
                 instances (sampling, masking, serialising) and record encoder, the vocabulary
                 trainer
@@ -16,7 +17,8 @@
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
                 checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
                 directory (safetensors, torch pickles), the encoder SavedModel
-  training/     the Estimator job: the script lifecycle, shared flags, model_fn, hooks,
+  training/     the Estimator job: the scripts' entry, shared flags and their config, the job
+                (set-up, Estimator calls, training a signal stops, its errors), model_fn, hooks,
                 determinism
   finetuning/   the fine-tuning application: SQuAD and classification data, scoring, records
   (utils/*.py)  command-line tools: `python -m utils.export_release`, `utils.plot_log`,
@@ -27,7 +29,7 @@ package of its own layer (runtime, runlog and data are siblings), and no library
 entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `tests/`);
 `tests/test_layering.py` checks both. No library module reads absl's global `FLAGS` except
 `training/entry.script_main`, which is each script's `main`: it reads the shared flags once
-into a typed, frozen `training/job_config.JobConfig` for the lifecycle's steps, and passes the
+into a typed, frozen `training/job_config.JobConfig` for the job's steps, and passes the
 parsed flags to the script for its own (and fine-tuning's `task.py`); everything below them takes
 plain values (`training/flags.py` and `finetuning/flags.py` define the shared flags, and read
 none). Horovod is
