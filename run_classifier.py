@@ -37,9 +37,9 @@ from utils.finetuning.classifier_data import MrpcProcessor  # noqa: F401
 from utils.finetuning.classifier_data import PaddingInputExample
 from utils.finetuning.classifier_data import XnliProcessor  # noqa: F401
 from utils.model import heads
+from utils.training import entry
 from utils.training import flags as job_flags
 from utils.training import job as job_lib
-from utils.training import lifecycle
 
 _tf1 = tf.compat.v1
 FLAGS = flags.FLAGS
@@ -291,18 +291,18 @@ def run(f, config):
   classifier = ClassifierConfig.from_flags(f)
   check_flags(config, tuning, classifier)
   processor, label_list = load_processor(classifier)
-  bert_config = lifecycle.load_bert_config(config)
+  bert_config = job_lib.load_bert_config(config)
   tokenizer = finetuning.load_tokenizer(tuning, bert_config.vocab_size)
-  workers = lifecycle.start_workers(config)
+  workers = job_lib.start_workers(config)
   splits = read_splits(config, tuning, classifier, processor)
   num_train_steps, num_warmup_steps = training_updates(config, tuning, splits, workers.size)
-  job = lifecycle.prepare_job(
-      config, PROGRAM, workers, head_fn_builder(len(label_list)), bert_config, num_train_steps,
-      num_warmup_steps,
-      dict(train_batch_size=config.train_batch_size, eval_batch_size=config.eval_batch_size,
-           predict_batch_size=tuning.predict_batch_size),
-      dropout_seed_value=lifecycle.dropout_seed(config, bert_config,
-                                                head_dropout_prob=HEAD_DROPOUT))
+  job = job_lib.Job.open(
+      config, PROGRAM, workers,
+      job_lib.Model(head_fn_builder(len(label_list)), bert_config,
+                    job_lib.dropout_seed(config, bert_config, head_dropout_prob=HEAD_DROPOUT)),
+      job_lib.Plan(num_train_steps, num_warmup_steps, dict(
+          train_batch_size=config.train_batch_size, eval_batch_size=config.eval_batch_size,
+          predict_batch_size=tuning.predict_batch_size)))
   spec = finetuning.int_feature_spec(config.max_seq_length, SEQUENCE_FEATURES, SCALAR_FEATURES)
 
   if config.do_train:
@@ -312,8 +312,7 @@ def run(f, config):
                                             tokenizer, train_file)
     logging.info("***** Training on %d examples, batch %d per worker, %d updates *****",
                  len(train_examples), config.train_batch_size, num_train_steps)
-    lifecycle.train(config, job, finetuning.train_input_fn(config, train_file, spec, workers),
-                    num_train_steps, loss_names=())
+    job.train(finetuning.train_input_fn(config, train_file, spec, workers), loss_names=())
 
   if config.do_eval and job.is_chief:
     eval_examples, real = splits["eval"]
@@ -322,18 +321,16 @@ def run(f, config):
                                             tokenizer, eval_file)
     logging.info("***** Evaluating %d examples (%d padding), batch %d *****", len(eval_examples),
                  len(eval_examples) - real, config.eval_batch_size)
-    job_lib.evaluate(job.estimator, finetuning.predict_input_fn(config, eval_file, spec,
-                                                                config.eval_batch_size),
-                     None, job.run_logger, config.eval_batch_size, job.output_dir)
+    job.evaluate(finetuning.predict_input_fn(config, eval_file, spec, config.eval_batch_size),
+                 None)
 
   if tuning.do_predict and job.is_chief:
     test_examples, real = splits["predict"]
     predict_file = os.path.join(job.output_dir, "predict.tf_record")
     file_based_convert_examples_to_features(test_examples, label_list, config.max_seq_length,
                                             tokenizer, predict_file)
-    results = job_lib.predict(job.estimator, finetuning.predict_input_fn(
-        config, predict_file, spec, tuning.predict_batch_size), job.run_logger,
-                              tuning.predict_batch_size)
+    results = job.predict(finetuning.predict_input_fn(
+        config, predict_file, spec, tuning.predict_batch_size), tuning.predict_batch_size)
     probabilities = [result["probabilities"] for result, _ in zip(results, range(real))]
     _write_test_results(os.path.join(job.output_dir, "test_results.tsv"), probabilities)
 
@@ -347,7 +344,7 @@ def run(f, config):
   return 0
 
 
-main = lifecycle.script_main(PROGRAM, run, DEFAULTS)
+main = entry.script_main(PROGRAM, run, DEFAULTS)
 
 
 if __name__ == "__main__":

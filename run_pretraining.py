@@ -8,9 +8,9 @@ Launched once per worker by `mpirun` / `horovodrun` with --horovod, or under a T
 --input_file and TPU flags); see README.md. Importing this module defines the flags and nothing
 else: the shared ones in `utils/training/flags.py`, the pretraining data's here.
 
-The heads live in `utils/model/pretraining.py` and the job's steps in
-`utils/training/lifecycle.py`; this script keeps what is its own: the records and their checks,
-the checkpoint compatibility check before a resume, and the exact resume of a deterministic run.
+The heads live in `utils/model/pretraining.py` and the job's steps in `utils/training/job.py`;
+this script keeps what is its own: the records and their checks, the checkpoint compatibility
+check before a resume (`job.ResumeCheck`), and the exact resume of a deterministic run.
 The release's names are re-exported here (`build_pretraining_model`, `get_masked_lm_output`,
 `input_fn_builder`, ...) for code that imports them from this module.
 """
@@ -22,7 +22,6 @@ from utils.runtime import cli  # pylint: disable=g-bad-import-order
 import tensorflow as tf  # noqa: F401  (loaded after cli, see above)
 
 import optimization
-from utils.checkpoints import compat as checkpoint_compat
 from utils.core import errors
 from utils.data.input_pipeline import DEFAULT_INPUT_SEED  # noqa: F401
 from utils.data.input_pipeline import input_fn_builder
@@ -43,10 +42,9 @@ from utils.model.pretraining import get_next_sentence_output  # noqa: F401
 from utils.model.pretraining import metric_fn  # noqa: F401
 from utils.model.pretraining import pretraining_head
 from utils.model.pretraining import softmax_cross_entropy  # noqa: F401
-from utils.training import determinism
+from utils.training import entry
 from utils.training import flags as job_flags
 from utils.training import job as job_lib
-from utils.training import lifecycle
 from utils.training import model_fn as model_fn_lib
 
 FLAGS = flags.FLAGS
@@ -145,18 +143,6 @@ def check_flags(f, config):
   config.check_schedule(f.num_train_steps, f.num_warmup_steps)
 
 
-def _consumed_records(f):
-  """Records each worker consumed up to the newest checkpoint of a deterministic run."""
-  try:
-    micro_steps = determinism.checkpoint_micro_steps(f.output_dir)
-  except ValueError as e:
-    raise errors.UsageError("--deterministic_run: %s" % e)
-  if micro_steps:
-    logging.info("deterministic resume: %d micro-steps done, the input continues after %d "
-                 "records per worker", micro_steps, micro_steps * f.train_batch_size)
-  return micro_steps * f.train_batch_size
-
-
 def _check_packed_flag(f, layout, files):
   """--enable_packed_data_mode, when given, must agree with the records (`layout`)."""
   if f.enable_packed_data_mode is None or layout is None:
@@ -220,30 +206,18 @@ def run(f, config):
     errors.UsageError: for bad flags or data, before any graph is built.
   """
   check_flags(f, config)
-  workers = lifecycle.start_workers(config)
-  bert_config = lifecycle.load_bert_config(config, f.max_predictions_per_seq)
+  workers = job_lib.start_workers(config)
+  bert_config = job_lib.load_bert_config(config, f.max_predictions_per_seq)
   train_files, eval_files, layout = _resolve_inputs(f, bert_config.vocab_size)
   predictions, sequences_per_row = _feature_widths(f, layout)
-  skip_records = []
-
-  def check_output_dir(job, model_fn):
-    # A deterministic resume needs the checkpoint's micro-step counter (its own message, first).
-    skip_records.append(_consumed_records(f) if f.do_train and f.deterministic_run else 0)
-    try:
-      checkpoint_compat.check_output_dir(job.output_dir, model_fn, f.do_train, f.max_seq_length,
-                                         f.max_predictions_per_seq, f.optimizer_type)
-    except checkpoint_compat.CheckpointMismatch as e:
-      raise errors.UsageError(str(e))
-    if f.do_train and job.saves_checkpoints:
-      checkpoint_compat.record_optimizer(job.output_dir, f.optimizer_type)
-
   # A deterministic resume continues the input after the micro-steps done: always count them.
-  job = lifecycle.prepare_job(
-      config, PROGRAM, workers, pretraining_head(bert_config), bert_config, f.num_train_steps,
-      f.num_warmup_steps,
-      dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size),
-      dropout_seed_value=lifecycle.dropout_seed(config, bert_config, counts_micro_steps=True),
-      check_model_fn=check_output_dir, max_sequences_per_pack=sequences_per_row)
+  model = job_lib.Model(pretraining_head(bert_config), bert_config, job_lib.dropout_seed(
+      config, bert_config, counts_micro_steps=True))
+  plan = job_lib.Plan(f.num_train_steps, f.num_warmup_steps,
+                      dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size),
+                      max_sequences_per_pack=sequences_per_row)
+  job = job_lib.Job.open(config, PROGRAM, workers, model, plan,
+                         resume_check=job_lib.ResumeCheck(f.max_predictions_per_seq))
 
   def explain(files):
     return lambda error: name_bad_input(error, files, f.max_seq_length, predictions,
@@ -254,16 +228,14 @@ def run(f, config):
         train_files, f.train_batch_size, f.max_seq_length, predictions,
         is_training=True, num_workers=workers.size, worker_index=workers.rank,
         deterministic=f.deterministic_run, seed=config.random_seed,
-        skip_records=skip_records[0], vocab_size=bert_config.vocab_size,
-        max_sequences_per_pack=sequences_per_row)
+        skip_records=job.micro_steps_done * f.train_batch_size,
+        vocab_size=bert_config.vocab_size, max_sequences_per_pack=sequences_per_row)
     # Every record of this worker's files is checked beside training: a bad one stops the job at
     # an update boundary with a checkpoint, long before the input pipeline would reach it.
     input_check = (records.BackgroundRecordCheck(
         worker_files(train_files, workers.size, workers.rank))
                    if f.check_input_records else None)
-    lifecycle.train(config, job, train_input_fn, f.num_train_steps,
-                    explain_input_error=explain(train_files), input_check=input_check,
-                    max_sequences_per_pack=sequences_per_row)
+    job.train(train_input_fn, explain_input_error=explain(train_files), input_check=input_check)
 
   if f.do_eval and job.is_chief:
     eval_input_fn = input_fn_builder(
@@ -273,15 +245,13 @@ def run(f, config):
         max_sequences_per_pack=sequences_per_row)
     logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
                  len(eval_files), f.eval_batch_size, f.max_eval_steps)
-    job_lib.evaluate(job.estimator, eval_input_fn, f.max_eval_steps, job.run_logger,
-                     f.eval_batch_size, job.output_dir, explain_input_error=explain(eval_files),
-                     packed=bool(sequences_per_row))
+    job.evaluate(eval_input_fn, f.max_eval_steps, explain_input_error=explain(eval_files))
 
   job.close()
   return 0
 
 
-main = lifecycle.script_main(PROGRAM, run, DEFAULTS)
+main = entry.script_main(PROGRAM, run, DEFAULTS)
 
 
 if __name__ == "__main__":

@@ -41,9 +41,10 @@ from utils.finetuning.squad_data import SquadExample  # noqa: F401
 from utils.finetuning.squad_data import convert_examples_to_features
 from utils.finetuning.squad_data import get_final_text  # noqa: F401
 from utils.model import heads
+from utils.training import entry
+from utils.training import estimator as estimator_lib
 from utils.training import flags as job_flags
 from utils.training import job as job_lib
-from utils.training import lifecycle
 
 _tf1 = tf.compat.v1
 FLAGS = flags.FLAGS
@@ -181,7 +182,7 @@ def check_flags(config, tuning, squad):
     errors.UsageError: naming the flag.
   """
   config.check(tuning.actions(config, ACTIONS))
-  lifecycle.refuse_flags(config, UNUSED_FLAGS, PROGRAM)
+  config.refuse(UNUSED_FLAGS, PROGRAM)
   tuning.check(config)
   finetuning.check_export_dir(tuning.export_dir)
   squad.check(config, tuning)
@@ -264,7 +265,7 @@ def write_outputs(squad, output_dir, predictions, nbest, null_odds):
   if not squad_eval.has_answers(dataset):
     return None
   scores = squad_eval.evaluate(dataset, predictions)
-  job_lib.write_eval_results(os.path.join(output_dir, "eval_results.txt"), scores)
+  estimator_lib.write_eval_results(os.path.join(output_dir, "eval_results.txt"), scores)
   logging.info("***** SQuAD scores: exact_match = %.2f, f1 = %.2f (%d questions) *****",
                scores["exact_match"], scores["f1"], scores["total"])
   return scores
@@ -287,15 +288,17 @@ def run(f, config):
   tuning = finetuning_config.FinetuningConfig.from_flags(f)
   squad = SquadConfig.from_flags(f)
   check_flags(config, tuning, squad)
-  bert_config = lifecycle.load_bert_config(config)
+  bert_config = job_lib.load_bert_config(config)
   tokenizer = finetuning.load_tokenizer(tuning, bert_config.vocab_size)
-  workers = lifecycle.start_workers(config)
+  workers = job_lib.start_workers(config)
   train_examples, predict_examples, num_train_steps, num_warmup_steps = read_squad_files(
       config, tuning, squad, workers.size)
-  job = lifecycle.prepare_job(
-      config, PROGRAM, workers, head_fn, bert_config, num_train_steps, num_warmup_steps,
-      dict(train_batch_size=config.train_batch_size, predict_batch_size=tuning.predict_batch_size),
-      dropout_seed_value=lifecycle.dropout_seed(config, bert_config))
+  job = job_lib.Job.open(
+      config, PROGRAM, workers,
+      job_lib.Model(head_fn, bert_config, job_lib.dropout_seed(config, bert_config)),
+      job_lib.Plan(num_train_steps, num_warmup_steps, dict(
+          train_batch_size=config.train_batch_size,
+          predict_batch_size=tuning.predict_batch_size)))
 
   if config.do_train:
     train_file = os.path.join(job.output_dir, "train.tf_record")
@@ -304,10 +307,8 @@ def run(f, config):
     logging.info("***** Training on %d examples (%d windows), batch %d per worker, %d updates "
                  "*****", len(train_examples), num_features, config.train_batch_size,
                  num_train_steps)
-    lifecycle.train(config, job, finetuning.train_input_fn(
-        config, train_file, finetuning.int_feature_spec(
-            config.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), workers), num_train_steps,
-                    loss_names=())
+    job.train(finetuning.train_input_fn(config, train_file, finetuning.int_feature_spec(
+        config.max_seq_length, SEQUENCE_FEATURES, TRAIN_SCALARS), workers), loss_names=())
 
   if tuning.do_predict and job.is_chief:
     examples = predict_examples
@@ -318,9 +319,8 @@ def run(f, config):
     logging.info("***** Answering %d questions (%d windows), batch %d *****", len(examples),
                  len(features), tuning.predict_batch_size)
     spec = finetuning.int_feature_spec(config.max_seq_length, SEQUENCE_FEATURES, PREDICT_SCALARS)
-    outputs = job_lib.predict(job.estimator, finetuning.predict_input_fn(
-        config, eval_file, spec, tuning.predict_batch_size), job.run_logger,
-                              tuning.predict_batch_size)
+    outputs = job.predict(finetuning.predict_input_fn(
+        config, eval_file, spec, tuning.predict_batch_size), tuning.predict_batch_size)
     results = [RawResult(int(out["unique_ids"]), [float(x) for x in out["start_logits"].flat],
                          [float(x) for x in out["end_logits"].flat])
                for out, _ in zip(outputs, features)]
@@ -338,7 +338,7 @@ def run(f, config):
   return 0
 
 
-main = lifecycle.script_main(PROGRAM, run, DEFAULTS)
+main = entry.script_main(PROGRAM, run, DEFAULTS)
 
 
 if __name__ == "__main__":

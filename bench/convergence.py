@@ -20,7 +20,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from utils.runlog import dllogger_setup  # noqa: E402
-from utils.training import job as job_lib  # noqa: E402
+from utils.training import estimator as estimator_lib  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -110,8 +110,8 @@ def main(argv=None):
     raise SystemExit("run(s) %s failed: see %s" % (failed, args.output_dir))
   losses = {p: training_losses(os.path.join(args.output_dir, p, "bert_dllog.json"))
             for p in PRECISIONS}
-  evals = {p: job_lib.read_eval_results(os.path.join(args.output_dir, p, "eval_results.txt"))
-           for p in PRECISIONS}
+  evals = {p: estimator_lib.read_eval_results(
+      os.path.join(args.output_dir, p, "eval_results.txt")) for p in PRECISIONS}
   steps = sorted(set(losses["fp32"]) & set(losses["bf16"]))
   print("| update | fp32 MLM loss | bf16 MLM loss | bf16 - fp32 |")
   print("|---|---|---|---|")

@@ -49,7 +49,7 @@ def finetune_command(task_dir, data_dir, config_path, seed, init_checkpoint=None
 
 def run_finetunes(runs, work_dir, parallel=2):
   """Runs the fine-tuning jobs {name: argv} two at a time (one thread each); {name: accuracy}."""
-  from utils.training import job as job_lib  # pylint: disable=g-import-not-at-top
+  from utils.training import estimator as estimator_lib  # pylint: disable=g-import-not-at-top
 
   def one(name):
     out_dir = os.path.join(work_dir, name)
@@ -60,7 +60,7 @@ def run_finetunes(runs, work_dir, parallel=2):
                                    timeout=FINETUNE_TIMEOUT_SECONDS)
     if returncode != 0:
       raise SystemExit("fine-tuning %s failed (%d): see %s.log" % (name, returncode, out_dir))
-    results = job_lib.read_eval_results(os.path.join(out_dir, "eval_results.txt"))
+    results = estimator_lib.read_eval_results(os.path.join(out_dir, "eval_results.txt"))
     if "eval_accuracy" not in results:
       raise SystemExit("%s/eval_results.txt has no eval_accuracy" % out_dir)
     return name, results["eval_accuracy"]

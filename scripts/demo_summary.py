@@ -69,7 +69,7 @@ def main(argv=None):
   args = parse_args(argv)
   from utils.model import evaluation  # pylint: disable=g-import-not-at-top
   from utils.runlog import plot  # pylint: disable=g-import-not-at-top
-  from utils.training import job  # pylint: disable=g-import-not-at-top
+  from utils.training import estimator  # pylint: disable=g-import-not-at-top
   plot.plot_log(args.run_log, args.plot)
   with open(args.vocab_file) as f:
     vocab_size = sum(1 for _ in f)
@@ -77,7 +77,7 @@ def main(argv=None):
   eval_files = sorted(glob.glob(os.path.join(args.eval_files_dir, "*.tfrecord")))
   records = evaluation.read_pretraining_records(eval_files, args.max_seq_length,
                                                 args.max_predictions_per_seq)
-  print(accuracy_line(job.read_eval_results(args.eval_results)["masked_lm_accuracy"],
+  print(accuracy_line(estimator.read_eval_results(args.eval_results)["masked_lm_accuracy"],
                       evaluation.unigram_accuracy(records)))
   with open(args.quality_result) as f:
     print(benchmark_line(json.load(f), args.python))

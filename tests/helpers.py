@@ -318,7 +318,7 @@ def job_config(args=(), defaults=None):
 
 
 def start_lines(output, program):
-  """The lines of a script's output that hold its start line (`lifecycle.start_line`: after the
+  """The lines of a script's output that hold its start line (`start_line.start_line`: after the
   log prefix, "<program>: precision ...")."""
   return [line for line in output.splitlines() if "] %s: precision " % program in line]
 
@@ -333,14 +333,17 @@ def expected_start_line(script, args, num_train_steps, num_warmup_steps, num_wor
     num_workers: the job's workers.
 
   Returns:
-    str, `lifecycle.start_line` of the command line.
+    str, `start_line.start_line` of the command line.
   """
+  from utils.runlog import start_line  # pylint: disable=import-outside-toplevel
   from utils.runtime import cpu  # pylint: disable=import-outside-toplevel
-  from utils.training import lifecycle  # pylint: disable=import-outside-toplevel
+  from utils.training import job as job_lib  # pylint: disable=import-outside-toplevel
   config = job_config(args, script.DEFAULTS)
-  return lifecycle.start_line(script.PROGRAM, config, num_workers,
-                              lifecycle.compute_device(config.use_tpu, config.tpu_name, 0),
-                              cpu.bf16_units(), num_train_steps, num_warmup_steps)
+  sizes = job_lib.start_line_sizes(config, num_workers,
+                                   job_lib.Plan(num_train_steps, num_warmup_steps))
+  return start_line.start_line(script.PROGRAM, config.precision.name,
+                               start_line.compute_device(config.use_tpu, config.tpu_name, 0),
+                               cpu.bf16_units(), sizes)
 
 
 def run_script_in_process(script, args):

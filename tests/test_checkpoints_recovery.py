@@ -17,7 +17,7 @@ from utils.checkpoints import contents
 from utils.checkpoints import recovery
 from utils.core import errors
 from utils.runtime import disk_space
-from utils.training import lifecycle
+from utils.training import messages
 
 _tf1 = tf.compat.v1
 
@@ -179,8 +179,9 @@ def test_resume_from_step_zero_starts_afresh(tmp_path):
 
 def test_divergence_advice_without_an_earlier_checkpoint_says_start_again(tmp_path):
   helpers.write_checkpoints(tmp_path, [2])
-  message = str(lifecycle.nan_loss_error(2, str(tmp_path), 1.0, bad_step=2))
+  config = helpers.job_config(["--output_dir=%s" % tmp_path, "--learning_rate=1.0"])
+  message = str(messages.nan_loss_error(config, 2, bad_step=2))
   assert "--resume_from_step=0" in message
   # The newest checkpoint is from before the divergence: the same command resumes from it.
-  message = str(lifecycle.nan_loss_error(2, str(tmp_path), 1.0, bad_step=3))
+  message = str(messages.nan_loss_error(config, 2, bad_step=3))
   assert "running the same command again resumes from the newest checkpoint (step 2" in message

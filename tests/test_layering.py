@@ -98,7 +98,7 @@ def _violations():
 
 def test_every_library_module_belongs_to_a_layer():
   names = [name for name, _ in _library_files()]
-  assert "utils.training.lifecycle" in names and "modeling" in names
+  assert "utils.training.job" in names and "modeling" in names
   assert all(_owner(name) is not None for name in names if name != "utils")
 
 

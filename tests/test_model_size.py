@@ -15,7 +15,7 @@ from tests import test_run_pretraining
 from utils.core import errors
 from utils.model import pretraining
 from utils.model import size
-from utils.training import lifecycle
+from utils.training import job as job_lib
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = 1 << 30
@@ -156,11 +156,11 @@ def test_flag_check_counts_the_jobs_batch_and_precision(tmp_path, args, fits):
   config, path = _job(tmp_path, values, *args)
   bert_config = modeling.BertConfig.from_json_file(str(path))
   if fits:
-    lifecycle.check_model_fits(config, bert_config, 24 * GIB)
+    job_lib.check_model_fits(config, bert_config, 24 * GIB)
   else:
     with pytest.raises(errors.UsageError, match=r"--bert_config_file: %s: \w+=\d+ does not fit "
                        r"this machine: the model needs about 33\.3 GB" % path):
-      lifecycle.check_model_fits(config, bert_config, 24 * GIB)
+      job_lib.check_model_fits(config, bert_config, 24 * GIB)
 
 
 def test_load_bert_config_refuses_with_the_machines_memory(tmp_path):
@@ -168,7 +168,7 @@ def test_load_bert_config_refuses_with_the_machines_memory(tmp_path):
                                      max_position_embeddings=512,
                                      hidden_size=1024, num_attention_heads=16), "--do_train")
   with pytest.raises(errors.UsageError, match="%s: num_hidden_layers=1000000 does not fit" % path):
-    lifecycle.load_bert_config(config)
+    job_lib.load_bert_config(config)
 
 
 # ---------------------------------------------------------------------------------------------

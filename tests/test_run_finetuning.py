@@ -75,7 +75,7 @@ def all_succeed(commands, timeout=300):
 def assert_start_line(stderr, script, command, precision, num_train_steps, num_warmup_steps):
   """The run of `command` (the script's file name, then its flags) printed its start line exactly
   once, naming `precision` and its flag, with this machine's device and CPU units
-  (tests/test_training_lifecycle.py has the exact strings)."""
+  (tests/test_runlog_start_line.py has the exact strings)."""
   lines = helpers.start_lines(stderr, script.PROGRAM)
   assert len(lines) == 1, stderr[-3000:]
   assert "] %s: precision %s" % (script.PROGRAM, precision) in lines[0], lines[0]

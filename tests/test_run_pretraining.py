@@ -247,7 +247,7 @@ def _bf16_warnings(stderr):
 
 def _assert_start_line(stderr, args, precision, num_train_steps, num_warmup_steps):
   """The run's output holds its start line exactly once, naming `precision` and its flag, with
-  this machine's device and CPU units (tests/test_training_lifecycle.py has the exact strings)."""
+  this machine's device and CPU units (tests/test_runlog_start_line.py has the exact strings)."""
   lines = helpers.start_lines(stderr, "run_pretraining.py")
   assert len(lines) == 1, stderr[-3000:]
   assert "] run_pretraining.py: precision %s" % precision in lines[0], lines[0]

@@ -33,7 +33,7 @@ from tests import test_run_pretraining as job
 from utils.core import errors
 from utils.runlog import golden
 from utils.runtime import output_lock
-from utils.training import lifecycle
+from utils.training import watched_training
 
 # Long enough that a signal sent after update FIRST_LOGGED lands well before the end.
 UPDATES = 300
@@ -300,10 +300,10 @@ def test_removing_a_save_in_flight_keeps_every_complete_checkpoint(tmp_path):
     (out / name).write_text("x")
   (out / "model.ckpt-8_temp").mkdir()
   (out / "model.ckpt-8_temp" / "part-00000-of-00001.data-00000-of-00001.tempstate1").write_text("x")
-  removed = lifecycle.remove_save_in_flight(str(out))
+  removed = watched_training.remove_save_in_flight(str(out))
   assert [os.path.basename(path) for path in removed] == ["model.ckpt-8_temp"]
   assert sorted(os.listdir(out)) == sorted(complete)
-  assert lifecycle.remove_save_in_flight(str(out)) == []  # nothing in flight: nothing to do
+  assert watched_training.remove_save_in_flight(str(out)) == []  # nothing in flight: nothing to do
 
 
 def test_a_signal_after_the_stop_is_saved_ends_the_run_as_the_stop_does(data, tmp_path):
@@ -505,16 +505,16 @@ def test_save_checkpoints_secs_bad_values(data, tmp_path, flags, message):
 def test_run_config_gets_the_seconds(tmp_path):
   """The Estimator's RunConfig saves by time, and the saver hook the job adds does too."""
   from utils.runtime import workers as workers_lib  # pylint: disable=g-import-not-at-top
-  from utils.training import job as job_lib  # pylint: disable=g-import-not-at-top
+  from utils.training import estimator as estimator_lib  # pylint: disable=g-import-not-at-top
   workers = workers_lib.Workers(size=1, rank=0, local_rank=0, local_size=1, hvd=None)
-  estimator = job_lib.build_estimator(lambda features, labels, mode: None, str(tmp_path / "model"),
-                                      tf.compat.v1.ConfigProto(), workers, True, 1000, 3,
-                                      save_checkpoints_secs=7)
+  config = helpers.job_config(["--save_checkpoints_secs=7", "--keep_checkpoint_max=3"])
+  estimator = estimator_lib.build_estimator(config, workers, lambda features, labels, mode: None,
+                                            str(tmp_path / "model"), True)
   assert estimator.config.save_checkpoints_secs == 7
   assert estimator.config.save_checkpoints_steps is None
   from utils.training import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
-  hooks = job_lib.training_hooks(workers, hooks_lib.UpdateSource(), str(tmp_path / "model"), 1000,
-                                 save_checkpoints_secs=7)
+  hooks = watched_training.training_hooks(config, workers.size, hooks_lib.UpdateSource(),
+                                          str(tmp_path / "model")).in_order()
   assert isinstance(hooks[0], hooks_lib.UpdateSource)  # first: the others read it
   (saver,) = [h for h in hooks if isinstance(h, hooks_lib.PeriodicCheckpointSaverHook)]
   timer = saver._timer  # pylint: disable=protected-access

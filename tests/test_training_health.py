@@ -15,7 +15,7 @@ from tests import helpers
 from utils.checkpoints import recovery
 from utils.training import health
 from utils.training import hooks
-from utils.training import lifecycle
+from utils.training import messages
 
 _tf1 = tf.compat.v1
 RunValues = collections.namedtuple("RunValues", ["results"])
@@ -64,7 +64,8 @@ def test_health_names_the_weights_that_went_bad_and_the_checkpoint_before(tmp_pa
       (1, pytest.approx(9.6), True), (2, pytest.approx(9.7), True)]
   step, prefix, record = recovery.newest_good_checkpoint(str(tmp_path), hook.bad_step)
   assert step == 1 and prefix.endswith("model.ckpt-1")
-  message = str(lifecycle.nan_loss_error(2, str(tmp_path), 1e6, bad_step=hook.bad_step))
+  config = helpers.job_config(["--output_dir=%s" % tmp_path, "--learning_rate=1e6"])
+  message = str(messages.nan_loss_error(config, 2, bad_step=hook.bad_step))
   assert "from the weights of step 2 on" in message
   assert "resume from %s (loss 9.6, gradient norm 2.4)" % prefix in message
   assert "--resume_from_step=1" in message

@@ -1,317 +1,145 @@
-"""utils/training/job.py: the Estimator job skeleton on a one-weight linear model, numbers from
-numpy."""
+"""utils/training/job.py: the job every Estimator script opens, in process (its output directory,
+run log, start line, Estimator and the checks before them), and the model configuration every
+script refuses before any graph (end to end, the three scripts).
 
+The scripts' end-to-end tests train, evaluate and predict with real jobs
+(tests/test_run_pretraining.py, tests/test_run_finetuning.py).
+"""
+
+import json
 import os
-import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.client import session as session_lib
 
 from tests import helpers
-from utils.checkpoints import contents as ckpt
-from utils.runlog import dllogger_setup
+from utils.checkpoints import contents
 from utils.core import errors
-from utils.runtime import hvd_utils
+from utils.runlog import start_line
+from utils.runtime import output_lock
 from utils.runtime import workers as workers_lib
-from utils.training import flags as job_flags
-from utils.training import hooks as hooks_lib
-from utils.training import job
+from utils.training import job as job_lib
 
-_tf1 = tf.compat.v1
-X = np.array([[1.0], [2.0], [3.0], [4.0]], np.float32)
-Y = 2.0 * X
-LEARNING_RATE = 0.01
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ONE_WORKER = workers_lib.Workers(hvd=None, rank=0, size=1, local_rank=0, local_size=1)
 
 
-def model_fn(features, labels, mode, params):
-  """y = w x, squared error, plain gradient descent."""
-  del params
-  w = _tf1.get_variable("w", [], tf.float32, initializer=_tf1.zeros_initializer())
-  prediction = w * features["x"]
-  if mode == tf.estimator.ModeKeys.PREDICT:
-    return tf.estimator.EstimatorSpec(mode=mode, predictions={"y": prediction})
-  loss = tf.reduce_mean(tf.square(prediction - labels))
-  if mode == tf.estimator.ModeKeys.EVAL:
-    return tf.estimator.EstimatorSpec(mode=mode, loss=loss)
-  train_op = _tf1.train.GradientDescentOptimizer(LEARNING_RATE).minimize(
-      loss, global_step=_tf1.train.get_global_step())
-  return tf.estimator.EstimatorSpec(mode=mode, loss=loss, train_op=train_op)
+@pytest.mark.e2e
+def test_every_script_refuses_heads_that_do_not_divide_the_hidden_size(tmp_path):
+  config = tmp_path / "heads.json"
+  config.write_text(json.dumps(dict(
+      vocab_size=100, hidden_size=128, num_hidden_layers=2, num_attention_heads=3,
+      intermediate_size=256, max_position_embeddings=64, type_vocab_size=2)))
+  common = ["--bert_config_file=%s" % config, "--max_seq_length=64", "--do_train"]
+  # The data flags name files that are never read: the config is refused first.
+  scripts = {
+      "run_pretraining.py": ["--input_file=%s" % (tmp_path / "none.tfrecord"),
+                             "--max_predictions_per_seq=5"],
+      "run_classifier.py": ["--task_name=mrpc", "--data_dir=%s" % tmp_path,
+                            "--vocab_file=%s" % (tmp_path / "vocab.txt")],
+      "run_squad.py": ["--train_file=%s" % (tmp_path / "train.json"), "--max_query_length=12",
+                       "--vocab_file=%s" % (tmp_path / "vocab.txt")],
+  }
+  procs = {script: subprocess.Popen(
+      [sys.executable, script, "--output_dir=%s" % (tmp_path / script)] + common + extra,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+           for script, extra in scripts.items()}
+  for script, proc in procs.items():
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 2, (script, stderr[-3000:])
+    assert ("%s: error: --bert_config_file: %s: bert config: 'hidden_size' (128) must be a "
+            "multiple of 'num_attention_heads' (3)" % (script, config)) in stderr, stderr[-3000:]
+    assert "Traceback" not in stderr and "Running training" not in stderr
+    assert not (tmp_path / script).exists()
 
 
-def input_fn(params=None):
-  del params
-  return tf.data.Dataset.from_tensors(({"x": X}, Y)).repeat()
+def test_the_start_line_sizes_are_the_configs():
+  # 2 per worker x 3 accumulation x 2 workers, 5e-05 per worker (the start line's own tests,
+  # tests/test_runlog_start_line.py, have the text of these sizes).
+  config = helpers.job_config(["--train_batch_size=2", "--num_accumulation_steps=3",
+                               "--learning_rate=5e-5"])
+  sizes = job_lib.start_line_sizes(config, 2, job_lib.Plan(6, 1, max_sequences_per_pack=3))
+  assert sizes == start_line.Sizes(num_workers=2, batch_size=2, accumulation_steps=3,
+                                   global_batch_size=12, learning_rate=5e-5,
+                                   job_learning_rate=1e-4, num_train_steps=6,
+                                   num_warmup_steps=1, max_sequences_per_pack=3)
+  line = start_line.start_line("run_squad.py", config.precision.name, start_line.CPU_DEVICE,
+                               [], job_lib.start_line_sizes(config, 2, job_lib.Plan(6, 1)))
+  assert line == ("run_squad.py: precision fp32 (default); device CPU; 2 workers; global batch "
+                  "12 = 2 x 3 accumulation x 2 workers; learning rate 0.0001 = 5e-05 per worker "
+                  "x 2 workers; 6 updates, 1 of warmup")
 
 
-def numpy_weight(steps):
-  w = 0.0
-  for _ in range(steps):
-    w -= LEARNING_RATE * np.mean(2.0 * (w * X - Y) * X)
-  return w
+def _model():
+  """A tiny BERT whose head is never built: opening a job builds no graph."""
+  return job_lib.Model(head_fn=None, bert_config=helpers.tiny_config())
 
 
-def _estimator_in(directory):
-  """A one-worker job's (workers, output directory, Estimator) writing to `directory`."""
-  environ = {}
-  workers = workers_lib.start_workers(False, environ=environ)
-  assert workers == workers_lib.Workers(hvd=None, rank=0, size=1, local_rank=0, local_size=1)
-  assert environ == {"TF_OVERRIDE_GLOBAL_THREADPOOL": "1"}
-  output_dir, saves, _ = workers_lib.worker_output_dir(workers, str(directory), False, False)
-  assert output_dir == str(directory) and saves
-  assert tf.io.gfile.isdir(output_dir)
-  config = workers_lib.session_config(workers, intra_op_threads=1, inter_op_threads=1)
-  estimator = job.build_estimator(model_fn, output_dir, config, workers, saves,
-                                  save_checkpoints_steps=2, keep_checkpoint_max=3,
-                                  random_seed=job_flags.DEFAULT_SEED)
-  return workers, output_dir, estimator
+def _open(out, *args, resume_check=None):
+  """`Job.open` of one worker training 6 updates into `out`, with the shared flags `args`."""
+  config = helpers.job_config(["--output_dir=%s" % out, "--do_train", "--learning_rate=1e-3"]
+                              + list(args))
+  return job_lib.Job.open(config, "run_pretraining.py", ONE_WORKER, _model(),
+                          job_lib.Plan(6, 1), resume_check=resume_check)
 
 
-@pytest.fixture
-def single_worker_job(tmp_path):
-  return _estimator_in(tmp_path / "out")
-
-
-def test_train_evaluate_predict(single_worker_job, tmp_path, caplog):
-  workers, output_dir, estimator = single_worker_job
-  hooks = job.training_hooks(workers, hooks_lib.UpdateSource(), output_dir,
-                             save_checkpoints_steps=2)
-  job.train(estimator, input_fn, 4, output_dir, hooks)
-  assert job.checkpoint_step(output_dir) == 4
-  assert tf.io.gfile.exists(output_dir + "/model.ckpt-2.index")
-  w = numpy_weight(4)
-  assert tf.train.load_variable(output_dir, "w") == pytest.approx(w, rel=1e-6)
-
-  # The checkpoints already hold the step: nothing is trained.
+def test_open_takes_the_output_dir_and_logs_the_start_line_then_close(tmp_path, caplog):
+  out = tmp_path / "out"
   with caplog.at_level("INFO"):
-    job.train(estimator, input_fn, 4, output_dir, hooks)
-  assert "nothing to train" in caplog.text
-
-  log_path = str(tmp_path / "log.json")
-  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  result = job.evaluate(estimator, input_fn, 3, logger, 4, output_dir)
-  loss = np.mean((w * X - Y) ** 2)
-  assert result["loss"] == pytest.approx(loss, rel=1e-5) and result["global_step"] == 4
-  lines = open(output_dir + "/eval_results.txt").read().splitlines()
-  assert [line.split(" = ")[0] for line in lines] == ["global_step", "loss"]
-  assert float(lines[1].split(" = ")[1]) == pytest.approx(loss, rel=1e-5)
-
-  predictions = list(job.predict(estimator, lambda params: tf.data.Dataset.from_tensors(
-      {"x": X}), logger, 4))
-  assert [p["y"][0] for p in predictions] == pytest.approx(list(w * X[:, 0]), rel=1e-6)
-  logger.close()
-  # One timing summary each for the evaluation and the prediction.
-  records = [dllogger_setup.parse_log_line(line) for line in open(log_path)]
-  assert [(r["step"], r["data"]["eval_batches"]) for r in records] == [([], 3), ([], 1)]
-
-
-def test_input_errors_are_explained(single_worker_job, tmp_path):
-  _, output_dir, estimator = single_worker_job
-  broken = tmp_path / "broken.tfrecord"
-  broken.write_bytes(b"\x00" * 40)
-
-  def broken_input_fn(params):
-    del params
-    records = tf.data.TFRecordDataset(str(broken))
-    return records.map(lambda r: ({"x": tf.zeros([1, 1])}, tf.zeros([1, 1])))
-
-  explain = lambda error: ValueError("named: " + type(error).__name__)  # noqa: E731
-  with pytest.raises(ValueError, match="named: DataLossError"):
-    job.train(estimator, broken_input_fn, 2, output_dir, [], explain_input_error=explain)
-  logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
-  with pytest.raises(ValueError, match="named: DataLossError"):
-    job.evaluate(estimator, broken_input_fn, 1, logger, 1, output_dir,
-                 explain_input_error=explain)
+    job = _open(out, "--save_checkpoints_steps=2", "--keep_checkpoint_max=3")
+  try:
+    assert job.output_dir == str(out) and job.saves_checkpoints and job.checkpoint_dir == str(out)
+    assert job.is_chief and job.micro_steps_done == 0 and job.plan == job_lib.Plan(6, 1)
+    assert os.path.exists(out / output_lock.LOCK_FILE_NAME)
+    assert job.log_path == str(out / "bert_dllog.json")
+    assert job.estimator.model_dir == str(out)
+    assert job.estimator.config.save_checkpoints_steps == 2
+    assert job.estimator.config.keep_checkpoint_max == 3
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("run_pretraining.py: precision ")]
+    assert len(lines) == 1 and lines[0].endswith(
+        "; 1 worker; global batch 32 = 32 x 1 accumulation x 1 worker; learning rate 0.001 = "
+        "0.001 per worker x 1 worker; 6 updates, 1 of warmup"), lines
+  finally:
+    job.output_lock.release()
+    with caplog.at_level("INFO"):
+      job.close()
+  assert "outputs: checkpoints in %s, dllogger log %s" % (out, job.log_path) in caplog.text
 
 
-def test_run_reporting_errors_turns_usage_errors_into_exit_code_2(capsys):
-  def failing(flag_values):
-    errors.require(flag_values > 1, "--flag must be > 1, got %d", flag_values)
-    return 0
-
-  assert errors.run_reporting_errors("script.py", failing, 5) == 0
-  assert errors.run_reporting_errors("script.py", failing, 0) == 2
-  assert capsys.readouterr().err == "script.py: error: --flag must be > 1, got 0\n"
-
-
-def test_verbose_adds_the_traceback_and_a_stopped_worker_prints_one_line(capsys):
-  def failing():
-    try:
-      raise KeyError("inner")
-    except KeyError as e:
-      raise errors.UsageError("bad input record: f: record 3: x") from e
-
-  assert errors.run_reporting_errors("script.py", failing, verbose=True) == 2
-  err = capsys.readouterr().err
-  assert err.startswith("Traceback") and "KeyError: 'inner'" in err
-  assert err.endswith("\nscript.py: error: bad input record: f: record 3: x\n")
-
-  def stopped():
-    raise errors.StoppedByAnotherWorker("rank 0 stopped: another rank ended")
-
-  assert errors.run_reporting_errors("script.py", stopped) == 1
-  assert capsys.readouterr().err == "script.py: error: rank 0 stopped: another rank ended\n"
+def test_a_deterministic_resume_from_a_checkpoint_without_micro_steps_is_refused(tmp_path):
+  out = tmp_path / "out"
+  out.mkdir()
+  contents.write_checkpoint(str(out / "model.ckpt-4"), {"global_step": np.int64(4)})
+  tf.compat.v1.train.update_checkpoint_state(str(out), str(out / "model.ckpt-4"))
+  with pytest.raises(errors.UsageError, match="^--deterministic_run: checkpoint .*model.ckpt-4 "
+                     "has no 'micro_step' variable"):
+    _open(out, "--deterministic_run", resume_check=job_lib.ResumeCheck(2))
 
 
-def test_horovod_shutdown_stops_training_quietly(tmp_path):
-  # The error a rank's collective raises once another rank has ended (Horovod's own text).
-  shutdown = tf.errors.UnknownError(
-      None, None, "Horovod has been shut down. This was caused by an exception on one of the "
-      "ranks or an attempt to allreduce, allgather or broadcast a tensor after one of the ranks "
-      "finished execution.")
-
-  class Estimator(object):
-    def train(self, **unused_kwargs):
-      raise shutdown
-
-  with pytest.raises(errors.StoppedByAnotherWorker) as raised:
-    job.train(Estimator(), None, 2, str(tmp_path), [],
-              explain_input_error=lambda e: AssertionError("not an input error"))
-  assert raised.value.__cause__ is shutdown
-  assert str(raised.value).endswith(", and Horovod shut down with it (a line of that rank, if it "
-                                    "printed one, says why); no checkpoint was saved yet")
+def test_the_init_checkpoint_must_have_the_models_shapes(tmp_path):
+  helpers.write_checkpoints(tmp_path / "init", [3])
+  contents.write_checkpoint(str(tmp_path / "init" / "model.ckpt-3"), {
+      "bert/embeddings/word_embeddings": np.zeros([5, 8], np.float32),
+      "global_step": np.int64(3)})
+  config = helpers.job_config(["--init_checkpoint=%s" % (tmp_path / "init"),
+                               "--bert_config_file=bert_config.json"])
+  with pytest.raises(errors.UsageError) as raised:
+    job_lib.checked_init_checkpoint(config, helpers.tiny_config())
+  assert str(raised.value) == (
+      "--init_checkpoint=%s: variable bert/embeddings/word_embeddings has shape [5, 8] in the "
+      "checkpoint but [99, 32] in the model of --bert_config_file=bert_config.json"
+      % (tmp_path / "init" / "model.ckpt-3"))
+  assert job_lib.checked_init_checkpoint(helpers.job_config(), helpers.tiny_config()) is None
 
 
-def test_the_line_of_a_rank_whose_peer_ended_names_it_and_the_checkpoint(tmp_path):
-  here, there = "nodeA", "nodeB"
-  processes = [hvd_utils.RankProcess(here, os.getpid()), hvd_utils.RankProcess(here, 4242),
-               hvd_utils.RankProcess(there, 5151), hvd_utils.RankProcess(there, 5252)]
-  gone = {4242}
-  assert hvd_utils.lost_ranks(processes, here, process_gone=gone.__contains__) == [1]
-  assert hvd_utils.describe_lost_ranks(processes, here, gone.__contains__) == (
-      "rank 1 (pid 4242 on nodeA) ended")
-  # No rank of this host ended: the others are named as those that may have.
-  assert hvd_utils.describe_lost_ranks(processes, here, lambda pid: False) == (
-      "ranks 2, 3 (on nodeB) may have ended")
-  assert hvd_utils.describe_lost_ranks([], here) == "another rank ended"
-  assert hvd_utils.own_rank(processes, here, os.getpid()) == 0
-  assert hvd_utils.own_rank(processes, there, 5252) == 3
-  # A rank whose own process is gone (this test's fake pid) is named; the checkpoint a rerun
-  # resumes from is the directory's newest.
-  ckpt.write_checkpoint(str(tmp_path / "model.ckpt-40"), {"global_step": np.int64(40)})
-  tf.compat.v1.train.update_checkpoint_state(str(tmp_path), str(tmp_path / "model.ckpt-40"))
-  error = job.another_worker_ended(str(tmp_path), [processes[0], hvd_utils.RankProcess(
-      here, 2 ** 22 + 17)], here)
-  assert str(error) == ("rank 0 stopped: rank 1 (pid %d on nodeA) ended, and Horovod shut down "
-                        "with it (a line of that rank, if it printed one, says why); nothing was "
-                        "saved after checkpoint 40, which the same command resumes from"
-                        % (2 ** 22 + 17))
-
-
-def test_a_gloo_connection_lost_in_a_horovod_op_is_a_lost_rank():
-  lost = tf.errors.UnknownError(None, None, "[gloo/transport/tcp/pair.cc:589] Read error "
-                                "[127.0.0.1]:58261: Connection reset by peer\n\t [[{{node "
-                                "HorovodAllreduce_gradients_x_0}}]]")
-  assert hvd_utils.is_shutdown_error(lost)
-  # A collective with a name of its own (hooks.StopOnSignalHook's) names no Horovod op: the source
-  # path of Horovod's Gloo says where it came from (the words of a failed CI run).
-  named = tf.errors.UnknownError(None, None, "[/tmp/pip-install-nf81qluq/horovod_7a0f6ae15f7d4b13a"
-                                 "c7fa29189e91ff6/third_party/compatible17_gloo/gloo/transport/tcp/"
-                                 "pair.cc:589] Read error [127.0.0.1]:3482: Connection reset by "
-                                 "peer\n\t [[{{node stop_signal_combined}}]]")
-  assert hvd_utils.is_shutdown_error(named)
-  # The same words from something that is not a Horovod op: not a lost rank.
-  assert not hvd_utils.is_shutdown_error(OSError("Connection reset by peer"))
-
-
-class _Recorder(tf.estimator.SessionRunHook):
-  """Notes ("logged", global step) after every run, as a log hook writes its line."""
-
-  def __init__(self, events):
-    self.events = events
-
-  def before_run(self, run_context):
-    return _tf1.train.SessionRunArgs(_tf1.train.get_global_step())
-
-  def after_run(self, run_context, run_values):
-    # The step fetched is the one before the update: this run's update is the next.
-    self.events.append(("logged", int(run_values.results) + 1))
-
-
-class _SaveRecorder(tf.estimator.SessionRunHook):
-  """A checkpoint health hook's stand-in: its listener notes ("saved", step) at every save."""
-
-  def __init__(self, events):
-    recorder = self
-
-    class Listener(_tf1.train.CheckpointSaverListener):
-      def after_save(self, session, global_step_value):
-        recorder.events.append(("saved", int(global_step_value)))
-
-    self.events = events
-    self.listener = Listener()
-
-
-def test_an_update_is_logged_before_its_checkpoint_is_saved(single_worker_job):
-  # A run killed between the two then resumes from the checkpoint before, and its log has every
-  # update's line (tests/test_run_pretraining_deterministic.py kills a real run).
-  workers, output_dir, estimator = single_worker_job
-  events = []
-  hooks = job.training_hooks(workers, hooks_lib.UpdateSource(), output_dir,
-                             save_checkpoints_steps=2, log_hook=_Recorder(events),
-                             health_hook=_SaveRecorder(events))
-  job.train(estimator, input_fn, 4, output_dir, hooks)
-  saved = [event for event in events if event[0] == "saved"]
-  assert [step for _, step in saved] == [2, 4]
-  for event in saved:
-    assert events.index(("logged", event[1])) < events.index(event), events
-
-
-def _training_runs_fetches(monkeypatch, estimator, output_dir, hooks, steps):
-  """Trains to `steps`; returns, per training run (one whose targets hold the train op), the set
-  of tensor names the session fetched, as the session saw them (after every hook added its own)."""
-  runs = []
-  original = session_lib.BaseSession._do_run
-
-  def recording(self, handle, target_list, fetch_list, *args):
-    targets = {op.name for op in target_list}
-    if "GradientDescent" in targets:
-      runs.append(frozenset(t.name for t in fetch_list) | targets)
-    return original(self, handle, target_list, fetch_list, *args)
-
-  monkeypatch.setattr(session_lib.BaseSession, "_do_run", recording)
-  job.train(estimator, input_fn, steps, output_dir, hooks)
-  monkeypatch.undo()
-  return runs
-
-
-def test_every_training_run_fetches_the_same_tensors(single_worker_job, tmp_path, monkeypatch):
-  # The session then builds one executor for training instead of one per combination of what
-  # the Estimator's summary saver (every 2 steps here) and loss logger fetch.
-  workers, output_dir, estimator = single_worker_job
-  hooks = job.training_hooks(workers, hooks_lib.UpdateSource(), output_dir,
-                             save_checkpoints_steps=2)
-  assert sum(isinstance(h, hooks_lib.SteadyFetchesHook) for h in hooks) == 1
-  runs = _training_runs_fetches(monkeypatch, estimator, output_dir, hooks, 6)
-  assert len(runs) == 6 and len(set(runs)) == 1, runs
-  # The summary saver still wrote its loss at the steps it writes it at (the runs of global steps
-  # 0, 2 and 4, recorded after them) and the weights are plain gradient descent's.
-  events = helpers.read_scalars(output_dir)
-  assert [step for step, _ in events["loss"]] == [1, 3, 5]
-  assert tf.train.load_variable(output_dir, "w") == pytest.approx(numpy_weight(6), rel=1e-6)
-
-  # Without the hook the same job fetches three different sets: what it is there for.
-  _, other_dir, other = _estimator_in(tmp_path / "without")
-  runs = _training_runs_fetches(
-      monkeypatch, other, other_dir,
-      [h for h in job.training_hooks(workers, hooks_lib.UpdateSource(), other_dir,
-                                     save_checkpoints_steps=2)
-       if not isinstance(h, hooks_lib.SteadyFetchesHook)], 6)
-  assert len(runs) == 6 and len(set(runs)) == 3, runs
-
-
-def test_init_checkpoint_that_cannot_be_read(tmp_path):
-  missing = str(tmp_path / "none")
-  message = "--init_checkpoint=%s cannot be read" % missing
-  with pytest.raises(errors.UsageError, match=re.escape(message)):
-    job.check_init_checkpoint(missing)
-
-
-def test_eval_results_read_back_what_was_written(tmp_path):
-  path = str(tmp_path / "eval_results.txt")
-  job.write_eval_results(path, {"masked_lm_accuracy": 0.25, "global_step": 600, "loss": 6.5})
-  with open(path) as f:
-    assert f.read() == "global_step = 600\nloss = 6.5\nmasked_lm_accuracy = 0.25\n"
-  assert job.read_eval_results(path) == {"global_step": 600.0, "loss": 6.5,
-                                         "masked_lm_accuracy": 0.25}
+@pytest.mark.parametrize("hidden,head,counts,seed", [
+    (0.1, 0.0, False, 7), (0.0, 0.0, False, None), (0.0, 0.1, False, 7), (0.0, 0.0, True, 7)])
+def test_dropout_seed_of_a_deterministic_run(hidden, head, counts, seed):
+  bert_config = helpers.tiny_config(hidden_dropout_prob=hidden, attention_probs_dropout_prob=0.0)
+  config = helpers.job_config(["--deterministic_run", "--seed=7"])
+  assert job_lib.dropout_seed(config, bert_config, head, counts) == seed
+  assert job_lib.dropout_seed(helpers.job_config(), bert_config, head, counts) is None

@@ -7,6 +7,7 @@ import dataclasses
 from absl import flags
 import pytest
 
+import optimization
 from tests import helpers
 from utils.core import errors
 from utils.training import flags as job_flags
@@ -111,3 +112,29 @@ def test_flag_error_marks_whole_names_only():
   error = job_config.flag_error(ValueError("amp and manual_fp16 cannot be combined (example)"))
   assert isinstance(error, errors.UsageError)
   assert str(error) == "--amp and --manual_fp16 cannot be combined (example)"
+
+
+def test_the_optimizers_settings_are_views_of_the_config():
+  values = config("--optimizer_type=adam", "--learning_rate=0.5", "--manual_fp16",
+                  "--init_loss_scale=128", "--num_accumulation_steps=4",
+                  "--allreduce_post_accumulation", "--tpu_estimator")
+  # The learning rate is per worker: the schedule's is that x the workers.
+  assert values.schedule(3, 100, 10) == optimization.Schedule("adam", 1.5, 100, 10)
+  # A run that does not train still has one update in its schedule.
+  assert values.schedule(1, 0, 0).num_train_steps == 1
+  assert values.precision == optimization.Precision(manual_fp16=True, amp=False,
+                                                    init_loss_scale=128, bf16=False)
+  assert values.precision.name == "fp16" and config("--bf16").precision.name == "bf16"
+  assert config().precision.name == "fp32"
+  assert values.accumulation == optimization.Accumulation(4, True)
+  assert values.distribution(None) == optimization.Distribution(hvd=None, use_tpu=False,
+                                                                tpu_estimator=True)
+  assert values.distribution(None).uses_tpu_estimator
+  assert not config().distribution(None).uses_tpu_estimator
+
+
+def test_refuse_names_the_first_unused_flag_given():
+  config("--learning_rate=0.5").refuse(["num_accumulation_steps"], "run_squad.py")
+  with pytest.raises(errors.UsageError,
+                     match="^--num_accumulation_steps is not a flag of run_squad.py$"):
+    config("--num_accumulation_steps=2").refuse(["num_accumulation_steps"], "run_squad.py")

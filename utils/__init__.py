@@ -7,7 +7,8 @@
   runtime/      the process: command-line entry, Horovod, session config, output-dir lock, workers,
                 the data generator's worker pool, free disk space, stop signals, the CPU's bf16
                 units
-  runlog/       the run's log: dllogger lines, the training meter, plots, golden losses
+  runlog/       the run's log: dllogger lines, the training meter, plots, golden losses, the
+                scripts' start line
   data/         pretraining records: the input pipeline, record checks, the data generator's
                 instances (sampling, masking, serialising) and record encoder, the vocabulary
                 trainer and its command `python -m utils.data.vocabulary` (the module's
@@ -17,7 +18,8 @@
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
                 checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
                 directory (safetensors, torch pickles), the encoder SavedModel
-  training/     the Estimator job: the script lifecycle, shared flags, model_fn, hooks,
+  training/     the Estimator job: the scripts' entry, shared flags and their config, the job
+                (set-up, Estimator calls, training a signal stops, its errors), model_fn, hooks,
                 determinism
   finetuning/   the fine-tuning application: SQuAD and classification data, scoring, records, the
                 fine-tuning flags and their typed configuration
@@ -28,16 +30,16 @@ A module imports its own package and the layers listed before it, never a later 
 package of its own layer (runtime, runlog and data are siblings), and no library module imports an
 entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `tests/`);
 `tests/test_layering.py` checks both. No library module reads absl's global `FLAGS` except
-`training/lifecycle.script_main`, which is each script's `main`: it reads the shared flags once
-into a typed, frozen `training/job_config.JobConfig` for the lifecycle's steps, and passes the
-parsed flags to the script, which reads its own once at the top of its `run` (the fine-tuning
-scripts into `finetuning/config.FinetuningConfig` and a frozen dataclass of the script's flags)
-and passes those down; everything below takes typed configurations or plain values, never the
-flags object (`training/flags.py` and `finetuning/flags.py` define the shared flags, and read
-none). A module's `if __name__ == "__main__":` block is a command's, not the library's: it imports
-and reads what the command needs (`data/vocabulary.py`'s imports `runtime/cli.py` and reads the
-command's flags). Horovod is imported by `runtime/hvd_utils.py` only, and is optional everywhere.
-docs/DESIGN.md section 2 describes the layout.
+`training/entry.script_main`, which is each script's `main`: it reads the shared flags once
+into a typed, frozen `training/job_config.JobConfig` for the job's steps, and passes the parsed
+flags to the script, which reads its own once at the top of its `run` (the fine-tuning scripts
+into `finetuning/config.FinetuningConfig` and a frozen dataclass of the script's flags) and passes
+those down; everything below takes typed configurations or plain values, never the flags object
+(`training/flags.py` and `finetuning/flags.py` define the shared flags, and read none). A module's
+`if __name__ == "__main__":` block is a command's, not the library's: it imports and reads what
+the command needs (`data/vocabulary.py`'s imports `runtime/cli.py` and reads the command's flags).
+Horovod is imported by `runtime/hvd_utils.py` only, and is optional everywhere. docs/DESIGN.md
+section 2 describes the layout.
 """
 
 # The layers, lowest first: each a tuple of (package, its modules or packages); packages of one

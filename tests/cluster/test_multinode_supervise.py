@@ -139,7 +139,7 @@ def test_the_job_continues_on_host_a_with_the_same_global_batch(lost_host_run):
   assert " -np 1 -H hostA:1 --gloo --disable-cache /" in launches[1]
   assert "--network-interface dropped" in text
   assert "--num_accumulation_steps=2" in launches[1] and "--learning_rate=0.002" in launches[1]
-  # The relaunched script's own account of its settings (utils/training/lifecycle.py).
+  # The relaunched script's own account of its settings (utils/runlog/start_line.py).
   assert "; 2 workers; global batch 4 = 2 x 1 accumulation x 2 workers; " in text
   assert "; 1 worker; global batch 4 = 2 x 2 accumulation x 1 worker; " in text
   assert "; learning rate 0.002 = 0.001 per worker x 2 workers; " in text

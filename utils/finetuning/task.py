@@ -5,7 +5,7 @@ refusal of an --export_dir in use. Each function takes the typed configurations
 plain values, never the flags object.
 
 The job (config, workers, output directory, model_fn around the task's head, estimator, training)
-is the lifecycle every Estimator script follows (`utils/training/lifecycle.py`); a task supplies a
+is the one every Estimator script opens and runs (`utils/training/job.py`); a task supplies a
 head (`utils/model/heads.py`) and its data.
 
 Reduced precision follows TF's official BERT fine-tuning: the encoder's matmuls run in fp16, the

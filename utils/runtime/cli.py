@@ -55,7 +55,7 @@ BENIGN_NATIVE_LINES = (
 # gone), whose status is also raised into Python, where the script ends with its own line (or, for
 # an error it does not know, a traceback that holds the same status); and Horovod's report of its
 # background loop's exception when a rank is lost (each rank left names it in one line:
-# `job.another_worker_ended`).
+# `estimator.another_worker_ended`).
 REPORTED_NATIVE_LINES = (
     "Horovod background loop uncaught exception",
     "OP_REQUIRES failed at ",

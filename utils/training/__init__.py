@@ -1,7 +1,10 @@
 """The Estimator job every script runs.
 
-The flags the Estimator scripts share (`flags`), the one script lifecycle (`lifecycle`: flag
-checks, config, settings, output directory, estimator, train / evaluate / predict, exit), the
-model_fn around a task head (`model_fn`), the Estimator calls (`job`), the SessionRunHooks
-(`hooks`) and deterministic-mode state (`determinism`). Imports every layer below it.
+The flags the Estimator scripts share (`flags`) and their values (`job_config`), the scripts'
+`main` (`entry`), the job a script opens and runs (`job`: model configuration, output directory,
+settings, estimator, train / evaluate / predict, close), the model_fn around a task head
+(`model_fn`), the Estimator calls (`estimator`), training that a signal stops at an update
+boundary (`watched_training`), the errors a job ends with (`messages`), the SessionRunHooks
+(`hooks`), checkpoint health (`health`) and deterministic-mode state (`determinism`). Imports
+every layer below it.
 """

@@ -6,7 +6,7 @@ importing several scripts into one process defines nothing twice. The names, mea
 are those of the original release and NVIDIA's scripts; where the scripts' defaults differ
 (--max_seq_length: 512 for pretraining, 384 for SQuAD, 128 for classification; --optimizer_type:
 LAMB for pretraining, AdamWeightDecay for fine-tuning), each script passes its own to
-`apply_script_defaults`, which the lifecycle calls before the flags are used (and, from the
+`apply_script_defaults`, which `entry.script_main` calls before the flags are used (and, from the
 command line, before they are parsed, so `--help` shows them). Nothing here reads a parsed value:
 `utils/training/job_config.py` reads them once into a `JobConfig`, with the rules of their values.
 

@@ -1,12 +1,13 @@
 """The shared flags of an Estimator script as one typed, frozen value, read once from the parsed
-flags by the script's `main` (`lifecycle.script_main`) and passed down: nothing below the script
+flags by the script's `main` (`entry.script_main`) and passed down: nothing below the script
 reads the flags object.
 
 `JobConfig` has a field for every flag of `utils/training/flags.py`, of the flag's type, plus
 `given`, the names of the flags that were on the command line (two rules depend on it:
 --save_checkpoints_secs excludes a given --save_checkpoints_steps, and a script refuses shared flags
 it has no use for when they are given). `check` holds every rule about their values that needs no
-file; the scripts add the rules of their own flags.
+file; the scripts add the rules of their own flags. The optimizer's settings are views of it
+(`schedule`, `precision`, `accumulation`, `distribution`), built where they are used.
 """
 
 import dataclasses
@@ -98,6 +99,59 @@ class JobConfig:
     """The schedule's peak learning rate over `num_workers` workers: --learning_rate is per worker
     (NVIDIA's convention), so the job's is that x workers."""
     return self.learning_rate * num_workers
+
+  def schedule(self, num_workers, num_train_steps, num_warmup_steps):
+    """The optimizer and its learning-rate schedule.
+
+    Args:
+      num_workers: the job's workers (the schedule's rate is `job_learning_rate`).
+      num_train_steps: optimizer updates (0 when the run does not train).
+      num_warmup_steps: warmup updates.
+
+    Returns:
+      `optimization.Schedule`.
+    """
+    # A run that does not train still builds its model_fn: the schedule needs an update.
+    return optimization.Schedule(self.optimizer_type, self.job_learning_rate(num_workers),
+                                 max(num_train_steps, 1), num_warmup_steps)
+
+  @property
+  def precision(self):
+    """The `optimization.Precision` of --manual_fp16, --amp, --bf16 and --init_loss_scale."""
+    return optimization.Precision(manual_fp16=self.manual_fp16, amp=self.amp,
+                                  init_loss_scale=self.init_loss_scale, bf16=self.bf16)
+
+  @property
+  def accumulation(self):
+    """The `optimization.Accumulation` of --num_accumulation_steps and
+    --allreduce_post_accumulation."""
+    return optimization.Accumulation(self.num_accumulation_steps,
+                                     self.allreduce_post_accumulation)
+
+  def distribution(self, hvd):
+    """The `optimization.Distribution` of the job.
+
+    Args:
+      hvd: the `horovod.tensorflow` module under Horovod (`workers_lib.Workers.hvd`), else None.
+
+    Returns:
+      `optimization.Distribution` (--use_tpu, --tpu_estimator).
+    """
+    return optimization.Distribution(hvd=hvd, use_tpu=self.use_tpu,
+                                     tpu_estimator=self.tpu_estimator)
+
+  def refuse(self, names, script_name):
+    """Refuses flags of the shared set that a script has no use for, when they were given.
+
+    Args:
+      names: the flags the script has no use for.
+      script_name: e.g. "run_squad.py".
+
+    Raises:
+      errors.UsageError: naming the first such flag given.
+    """
+    for name in names:
+      errors.require(name not in self.given, "--%s is not a flag of %s", name, script_name)
 
   def check(self, actions):
     """Every rule about the shared flags' values that needs no file access.

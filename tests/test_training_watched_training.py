@@ -1,8 +1,9 @@
-"""utils/training/lifecycle.py's stop before the first update, in this process: a real signal to
-this process, the exit injected. While the main thread sits in a blocking call (as in TensorFlow's
-session set-up, where no Python handler of it runs), the watcher's thread writes the run log's
-STOP line, releases --output_dir's lock, prints the one line and exits with 75. Once the first
-update began, a signal lets it finish (the hook that says so raises for one that came before).
+"""utils/training/watched_training.py's stop before the first update, in this process: a real
+signal to this process, the exit injected. While the main thread sits in a blocking call (as in
+TensorFlow's session set-up, where no Python handler of it runs), the watcher's thread writes the
+run log's STOP line, releases --output_dir's lock, prints the one line and exits with 75. Once the
+first update began, a signal lets it finish (the hook that says so raises for one that came
+before). The hooks of a run come as one record, in the order they run.
 """
 
 import json
@@ -11,26 +12,29 @@ import signal
 
 import pytest
 
+from tests import helpers
 from utils.runlog import dllogger_setup
 from utils.runtime import output_lock
 from utils.runtime import stop_signals
 from utils.runtime import workers as workers_lib
 from utils.training import hooks as hooks_lib
-from utils.training import lifecycle
+from utils.training import job as job_lib
+from utils.training import watched_training
 
 LINE = ("run_pretraining.py: stopped by SIGUSR1 before the first update: nothing to save; run "
         "the same command to resume")
 
 
 def _job(out):
-  """A `lifecycle.Job` of one worker in `out`: its real run log and lock."""
+  """A `job.Job` of one worker in `out`: its real run log and lock (no Estimator)."""
   out.mkdir()
   lock = output_lock.lock_output_dir(str(out))
   log_path = str(out / "bert_dllog.json")
   run_logger = dllogger_setup.open_run_log(log_path, 0, 0, stdout=False)
   workers = workers_lib.Workers(hvd=None, rank=0, size=1, local_rank=0, local_size=1)
-  return lifecycle.Job("run_pretraining.py", workers, str(out), True, run_logger, log_path,
-                       output_lock=lock)
+  return job_lib.Job(program="run_pretraining.py", config=helpers.job_config(), workers=workers,
+                     plan=job_lib.Plan(0), output_dir=str(out), saves_checkpoints=True,
+                     run_logger=run_logger, log_path=log_path, output_lock=lock)
 
 
 def _stop_records(log_path):
@@ -45,8 +49,8 @@ def test_a_signal_while_the_main_thread_is_blocked_before_the_first_update_ends_
   events, lines = [], []
   watcher = stop_signals.watch_signals(exit_at_once=events.append, announce=lines.append)
   try:
-    lifecycle.add_exit_cleanups(watcher, job)
-    lifecycle.end_before_updates(watcher, job)
+    watched_training.add_exit_cleanups(watcher, job)
+    watched_training.end_before_updates(watcher, job)
     os.kill(os.getpid(), signal.SIGUSR1)
     # Blocked in C (a lock's wait) like a session set-up: only the watcher's thread acts.
     assert watcher.wait_for_exit(10.0)
@@ -79,9 +83,9 @@ def test_the_updates_begin_hook_refuses_an_update_after_an_early_signal():
   early = _Watcher()
   early.state.on_signal(signal.SIGTERM)
   with pytest.raises(hooks_lib.StoppedBeforeFirstUpdate):
-    lifecycle.UpdatesBeginHook(early).before_run(None)
+    watched_training.UpdatesBeginHook(early).before_run(None)
   late = _Watcher()
-  hook = lifecycle.UpdatesBeginHook(late)
+  hook = watched_training.UpdatesBeginHook(late)
   hook.before_run(None)  # the first update begins
   assert late.state.on_signal(signal.SIGTERM) == stop_signals.STOP
   assert not late.state.stopped_before_updates
