@@ -512,11 +512,12 @@ def test_run_config_gets_the_seconds(tmp_path):
                                       save_checkpoints_secs=7)
   assert estimator.config.save_checkpoints_secs == 7
   assert estimator.config.save_checkpoints_steps is None
+  from utils.training import checkpoint_saver  # pylint: disable=g-import-not-at-top
   from utils.training import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
   hooks = job_lib.training_hooks(workers, hooks_lib.UpdateSource(), str(tmp_path / "model"), 1000,
                                  save_checkpoints_secs=7)
   assert isinstance(hooks[0], hooks_lib.UpdateSource)  # first: the others read it
-  (saver,) = [h for h in hooks if isinstance(h, hooks_lib.PeriodicCheckpointSaverHook)]
+  (saver,) = [h for h in hooks if isinstance(h, checkpoint_saver.PeriodicCheckpointSaverHook)]
   timer = saver._timer  # pylint: disable=protected-access
   assert timer._every_secs == 7 and timer._every_steps is None  # pylint: disable=protected-access
 

@@ -16,8 +16,8 @@
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
                 checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
                 directory (safetensors, torch pickles), the encoder SavedModel
-  training/     the Estimator job: the script lifecycle, shared flags, model_fn, hooks,
-                determinism
+  training/     the Estimator job: the script lifecycle, shared flags, model_fn, hooks (training
+                log, checkpoint saver, weight sync, evaluation timing, health), determinism
   finetuning/   the fine-tuning application: SQuAD and classification data, scoring, records
   (utils/*.py)  command-line tools: `python -m utils.export_release`, `utils.plot_log`,
                 `utils.regression`, `utils.check_records`

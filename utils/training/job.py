@@ -21,7 +21,10 @@ import tensorflow as tf
 from utils.checkpoints import contents as checkpoints
 from utils.core import errors
 from utils.runtime import hvd_utils
+from utils.training import checkpoint_saver
+from utils.training import eval_timing
 from utils.training import hooks as hooks_lib
+from utils.training import weight_sync
 
 _tf1 = tf.compat.v1
 
@@ -104,7 +107,7 @@ def training_hooks(workers, updates, checkpoint_dir, save_checkpoints_steps, sav
       read (first in the list).
     checkpoint_dir: where this worker saves checkpoints, or None when it saves none.
     save_checkpoints_steps: checkpoint interval.
-    save_graph_def: also write the graph (see `hooks.PeriodicCheckpointSaverHook`).
+    save_graph_def: also write the graph (see `checkpoint_saver.PeriodicCheckpointSaverHook`).
     log_hook: the job's training log hook, or None.
     force_weight_sync: --force_weight_sync (FORCE_WEIGHT_SYNC in the environment also turns it
       on): average the weights once per update (every accumulation's last iteration).
@@ -127,12 +130,12 @@ def training_hooks(workers, updates, checkpoint_dir, save_checkpoints_steps, sav
   if log_hook is not None:
     hooks.append(log_hook)
   if checkpoint_dir is not None:
-    hooks.append(hooks_lib.PeriodicCheckpointSaverHook(
+    hooks.append(checkpoint_saver.PeriodicCheckpointSaverHook(
         checkpoint_dir, save_steps=save_checkpoints_steps, save_graph_def=save_graph_def,
         listeners=[health_hook.listener] if health_hook is not None else None,
         save_secs=save_checkpoints_secs))
-  if hooks_lib.weight_sync_enabled(force_weight_sync):
-    hooks.append(hooks_lib.WeightSyncHook(updates))
+  if weight_sync.weight_sync_enabled(force_weight_sync):
+    hooks.append(weight_sync.WeightSyncHook(updates))
   if workers.size > 1:
     hooks.append(hvd_utils.broadcast_global_variables_hook(0))
   if stop_watcher is not None:
@@ -262,7 +265,7 @@ def evaluate(estimator, input_fn, steps, run_logger, batch_size, output_dir,
     batch_size: sequences per batch.
     output_dir: where eval_results.txt goes.
     explain_input_error: see `train`.
-    packed: packed input: the timing counts each batch's sequences (`hooks.EvalTimingHook`).
+    packed: packed input: the timing counts each batch's sequences (`eval_timing.EvalTimingHook`).
 
   Returns:
     dict of the evaluation results.
@@ -270,7 +273,7 @@ def evaluate(estimator, input_fn, steps, run_logger, batch_size, output_dir,
   try:
     result = estimator.evaluate(
         input_fn=input_fn, steps=steps,
-        hooks=[hooks_lib.EvalTimingHook(run_logger, batch_size, packed=packed)])
+        hooks=[eval_timing.EvalTimingHook(run_logger, batch_size, packed=packed)])
   except INPUT_ERRORS as e:
     raise _explained(e, explain_input_error)
   eval_path = os.path.join(output_dir, "eval_results.txt")
@@ -297,7 +300,7 @@ def predict(estimator, input_fn, run_logger, batch_size, explain_input_error=Non
   logging.info("***** Running prediction, batch %d *****", batch_size)
   try:
     for prediction in estimator.predict(
-        input_fn=input_fn, hooks=[hooks_lib.EvalTimingHook(run_logger, batch_size)],
+        input_fn=input_fn, hooks=[eval_timing.EvalTimingHook(run_logger, batch_size)],
         yield_single_examples=True):
       yield prediction
   except INPUT_ERRORS as e:
