@@ -229,11 +229,11 @@ def hf_directory(tmp_path_factory):
   """A transformers directory with pytorch_model.bin of a random CONFIG model that imports:
   the project's export of a checkpoint, its model.safetensors rewritten as a torch.save file."""
   # pylint: disable=g-import-not-at-top  (TensorFlow only for this end-to-end check)
-  from tests import helpers
+  from tests import helpers_hf
   from utils import export_release
   from utils.checkpoints import safetensors
   root = tmp_path_factory.mktemp("hf_source")
-  hf_dir = helpers.exported_hf_directory(root, CONFIG)
+  hf_dir = helpers_hf.exported_hf_directory(root, CONFIG)
   tensors = safetensors.read(str(hf_dir / "model.safetensors"))[0]
   assert tensors[HOSTILE_ENTRY].shape == (CONFIG["hidden_size"],)
   os.remove(str(hf_dir / "model.safetensors"))
