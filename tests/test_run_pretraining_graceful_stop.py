@@ -30,6 +30,7 @@ import run_pretraining
 from tests import helpers
 from tests import test_run_pretraining_deterministic as det
 from tests import test_run_pretraining as job
+from tests import test_run_pretraining_launchers as launchers
 from utils.core import errors
 from utils.runlog import golden
 from utils.runtime import output_lock
@@ -433,7 +434,7 @@ def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM, r
 
 @pytest.mark.parametrize("target", ["rank1", "launcher"])
 def test_horovodrun_stops_every_rank_at_the_same_update(data, tmp_path, target):
-  launcher = job._horovodrun()  # pylint: disable=protected-access
+  launcher = launchers._horovodrun()  # pylint: disable=protected-access
   # horovodrun --gloo sends SIGTERM to every worker on SIGTERM or SIGINT, and SIGKILL 5 s later
   # (GRACEFUL_TERMINATION_TIME_S): on a loaded machine rank 0 may still be exiting then, after its
   # checkpoint (the workers meet after it) and before its own stop line.
@@ -450,7 +451,7 @@ def test_horovodrun_stops_every_rank_at_the_same_update(data, tmp_path, target):
 # (docs/LONG_RUNS.md).
 @pytest.mark.parametrize("target,signum", [("rank0", signal.SIGTERM), ("rank1", signal.SIGUSR1)])
 def test_mpirun_stops_every_rank_at_the_same_update(data, tmp_path, target, signum):
-  launcher = job._mpirun()  # pylint: disable=protected-access
+  launcher = launchers._mpirun()  # pylint: disable=protected-access
   code, _, _ = _signal_and_check(data, tmp_path, launcher, target, signum)
   assert code == errors.STOP_EXIT_CODE  # mpirun exits with the first failed worker's status
 
@@ -524,7 +525,7 @@ def test_run_config_gets_the_seconds(tmp_path):
 
 def _launcher_commands(*options):
   """The phase-1 command the two-phase launcher prints with --dry_run, or its error."""
-  proc = subprocess.run(["bash", job.LAUNCHER, "--dry_run", "--python", sys.executable,
+  proc = subprocess.run(["bash", launchers.LAUNCHER, "--dry_run", "--python", sys.executable,
                          "--launcher", "none", "--phase1_data", "/d/128", "--phases", "1"]
                         + list(options), capture_output=True, text=True, timeout=60)
   return proc.returncode, [line[2:].split() for line in proc.stderr.splitlines()
