@@ -22,6 +22,7 @@ if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
 
 from utils.core import errors  # noqa: E402
+from scripts import process_launcher  # noqa: E402
 from scripts import supervisor  # noqa: E402
 
 PROGRAM = "supervise.py"
@@ -55,7 +56,7 @@ def parse_args(argv):
 
 
 def run(args):
-  launcher = supervisor.ProcessLauncher(verbose=args.verbose or "--verbose" in args.command)
+  launcher = process_launcher.ProcessLauncher(verbose=args.verbose or "--verbose" in args.command)
   launcher.install_signal_handlers()
 
   def log(line):

@@ -29,15 +29,20 @@ SLOWEST_FIRST = (
     # 151 s, and 177 s more for docs/FINETUNING.md's bench/quality.py block (its five jobs).
     "tests/test_doc_commands.py",  # 330 s
     "tests/test_run_pretraining_deterministic.py",  # 188 s
-    "tests/test_run_pretraining.py",  # 169 s
-    "tests/test_run_pretraining_graceful_stop.py",  # 115 s
-    "tests/test_checkpoints_huggingface.py",  # 96 s
+    # 169 s with the launchers' tests (about 50 s of it: test_run_pretraining_launchers.py).
+    "tests/test_run_pretraining.py",
+    # 115 s with the time-based checkpoints' tests (about 20 s of it:
+    # test_run_pretraining_checkpoints_by_time.py).
+    "tests/test_run_pretraining_graceful_stop.py",
+    # 96 s with test_checkpoints_huggingface_import.py's tests (about 20 s of it).
+    "tests/test_checkpoints_huggingface.py",
     "tests/test_run_finetuning.py",  # 93 s
     "tests/test_fault_drills.py",  # 75 s
     "tests/test_run_pretraining_recovery.py",  # 71 s
     "tests/test_supervise.py",  # 64 s
     "tests/test_demo.py",  # 61 s
     "tests/test_checkpoints.py",  # 58 s
+    "tests/test_run_pretraining_launchers.py",  # about 50 s (see test_run_pretraining.py)
 )
 
 

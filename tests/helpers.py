@@ -1,7 +1,7 @@
-"""Small helpers shared by the tests: random batches, weight randomisation, sessions, processes."""
+"""Small helpers shared by the tests: random batches, weight randomisation, sessions, processes
+(the Hugging Face hand-off's: helpers_hf.py)."""
 
 import contextlib
-import functools
 import io
 import json
 import logging as std_logging
@@ -468,44 +468,3 @@ def launch_horovod_workers(worker, inputs, tmp_path, num_workers=2):
       results.append(json.load(f))
     assert results[rank]["rank"] == rank and results[rank]["size"] == num_workers
   return results
-
-
-@functools.lru_cache(maxsize=None)
-def hf_python():
-  """The python of the transformers + PyTorch environment (`scripts/env_hf.sh`).
-
-  `make test` passes it in BERT_HF_PYTHON; otherwise scripts/env_hf.sh builds or finds it (about
-  1.5 minutes the first time on a machine, then cached).
-  """
-  path = os.environ.get("BERT_HF_PYTHON")
-  if path:
-    return path
-  proc = subprocess.run(["bash", os.path.join(REPO_ROOT, "scripts", "env_hf.sh")],
-                        capture_output=True, text=True, timeout=1800)
-  if proc.returncode != 0:
-    raise RuntimeError("scripts/env_hf.sh failed:\n%s" % proc.stderr[-5000:])
-  return proc.stdout.strip().splitlines()[-1]
-
-
-def exported_hf_directory(root, config):
-  """Exports a checkpoint of random weights of the model `config` as a transformers directory.
-
-  Args:
-    root: pathlib.Path of an empty directory; the checkpoint, its config and vocabulary go there.
-    config: dict of bert_config.json values.
-
-  Returns:
-    pathlib.Path of the directory (`root / "hf"`: model.safetensors, config.json, vocab.txt, ...).
-  """
-  # pylint: disable=import-outside-toplevel  (the hand-off tests only)
-  from utils.checkpoints import huggingface
-  from utils.checkpoints import release
-  shapes = release.model_weight_shapes(modeling.BertConfig.from_dict(config))
-  rng = np.random.RandomState(0)
-  contents.write_checkpoint(str(root / "model.ckpt-1"), {
-      name: rng.normal(0, 0.1, shape).astype(np.float32) for name, shape in shapes.items()})
-  (root / "bert_config.json").write_text(json.dumps(config))
-  (root / "vocab.txt").write_text("".join("t%d\n" % i for i in range(config["vocab_size"])))
-  huggingface.export(str(root / "model.ckpt-1"), str(root / "bert_config.json"),
-                     str(root / "vocab.txt"), str(root / "hf"))
-  return root / "hf"

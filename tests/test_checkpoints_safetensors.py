@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
+from tests import helpers_hf
 from utils import export_release
 from utils.checkpoints import safetensors
 from utils.core import errors
@@ -272,7 +273,7 @@ def hf_directory(tmp_path_factory):
   """A transformers directory of a random CONFIG model that imports: the project's export of a
   checkpoint."""
   root = tmp_path_factory.mktemp("hf_source")
-  hf_dir = helpers.exported_hf_directory(root, CONFIG)
+  hf_dir = helpers_hf.exported_hf_directory(root, CONFIG)
   assert export_release.main(["--from_huggingface=%s" % hf_dir,
                               "--output_dir=%s" % (root / "imported")]) == 0
   return hf_dir

@@ -19,13 +19,13 @@ from tests import helpers
 from tests.test_create_pretraining_data import make_corpus
 from tests.test_run_pretraining import REPO_ROOT
 from tests.test_run_pretraining import SCRIPT
-from tests.test_run_pretraining import _horovodrun
-from tests.test_run_pretraining import _mpirun
 from tests.test_run_pretraining import checkpoint_values
 from tests.test_run_pretraining import common_flags
 from tests.test_run_pretraining import data  # noqa: F401  (the module's data fixture)
 from tests.test_run_pretraining import read_dllog
 from tests.test_run_pretraining import run_job
+from tests.test_run_pretraining_launchers import _horovodrun
+from tests.test_run_pretraining_launchers import _mpirun
 from utils.data import vocabulary
 
 pytestmark = pytest.mark.e2e

@@ -18,6 +18,7 @@ import create_pretraining_data as cpd
 import pack_pretraining_data as ppd
 from tests import helpers
 from tests import test_create_pretraining_data as data_tests
+from tests import test_create_pretraining_data_failures as failure_tests
 from utils.data import instances
 from utils.data import packed_records
 from utils.data import vocabulary
@@ -312,7 +313,7 @@ def test_a_packer_killed_outright_leaves_no_partial_file_and_no_process(demo, tm
   seq128, _ = demo
   out = tmp_path / "out"
   out.mkdir()
-  data_tests.kill_mid_run_and_expect_nothing_left(
+  failure_tests.kill_mid_run_and_expect_nothing_left(
       [sys.executable, SCRIPT, "--input_file=%s" % ",".join(seq128), "--output_dir=%s" % out,
        "--chunk_sequences=1000", "--num_workers=2"], out, tmp_path / "stderr.txt")
 

@@ -21,6 +21,7 @@ import tensorflow as tf
 import pack_pretraining_data
 from tests import helpers
 from tests import test_run_pretraining as job
+from tests import test_run_pretraining_launchers as launchers
 from utils import regression
 from utils.runlog import dllogger_setup
 from utils.runlog import golden
@@ -159,10 +160,11 @@ def _mpirun():
   collective starves the one it waits for (docs/MULTINODE.md, Horovod settings: more workers than
   cores).
   """
-  return job._mpirun() + ["--mca", "mpi_yield_when_idle", "1"]  # pylint: disable=protected-access
+  launch = launchers._mpirun()  # pylint: disable=protected-access
+  return launch + ["--mca", "mpi_yield_when_idle", "1"]
 
 
-LAUNCHERS = {"gloo": job._horovodrun, "mpirun": _mpirun}  # pylint: disable=protected-access
+LAUNCHERS = {"gloo": launchers._horovodrun, "mpirun": _mpirun}  # pylint: disable=protected-access
 
 
 def test_fp32_one_process_bit_identical_with_dropout_on(data, tmp_path):

@@ -1,4 +1,4 @@
-"""Graceful stop and time-based checkpoints end to end (docs/LONG_RUNS.md).
+"""Graceful stop end to end (docs/LONG_RUNS.md).
 
 A signal (SIGTERM, SIGINT, SIGUSR1) to the training process, to one Horovod rank or to the
 launcher ends the job at one update boundary shared by every worker, with a checkpoint of that
@@ -6,8 +6,8 @@ update, the message "stopped by <signal> at update N; checkpoint written; run th
 resume" and exit status 75; the same command then continues with the losses of an uninterrupted
 deterministic run. A second signal exits at once (128 + its number), or, once the stop is saved,
 as the stop ends (its line, 75), leaving neither a save's `_temp` files nor the output
-directory's lock; one before the first update saves nothing. --save_checkpoints_secs writes
-checkpoints by time.
+directory's lock; one before the first update saves nothing. Checkpoints by time
+(--save_checkpoints_secs) are tests/test_run_pretraining_checkpoints_by_time.py's.
 
 The runs use the tiny deterministic configuration of
 tests/test_run_pretraining_deterministic.py (one with a large vocabulary where a save must be
@@ -24,12 +24,11 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-import run_pretraining
 from tests import helpers
 from tests import test_run_pretraining_deterministic as det
 from tests import test_run_pretraining as job
+from tests import test_run_pretraining_launchers as launchers
 from utils.core import errors
 from utils.runlog import golden
 from utils.runtime import output_lock
@@ -433,7 +432,7 @@ def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM, r
 
 @pytest.mark.parametrize("target", ["rank1", "launcher"])
 def test_horovodrun_stops_every_rank_at_the_same_update(data, tmp_path, target):
-  launcher = job._horovodrun()  # pylint: disable=protected-access
+  launcher = launchers._horovodrun()  # pylint: disable=protected-access
   # horovodrun --gloo sends SIGTERM to every worker on SIGTERM or SIGINT, and SIGKILL 5 s later
   # (GRACEFUL_TERMINATION_TIME_S): on a loaded machine rank 0 may still be exiting then, after its
   # checkpoint (the workers meet after it) and before its own stop line.
@@ -450,99 +449,9 @@ def test_horovodrun_stops_every_rank_at_the_same_update(data, tmp_path, target):
 # (docs/LONG_RUNS.md).
 @pytest.mark.parametrize("target,signum", [("rank0", signal.SIGTERM), ("rank1", signal.SIGUSR1)])
 def test_mpirun_stops_every_rank_at_the_same_update(data, tmp_path, target, signum):
-  launcher = job._mpirun()  # pylint: disable=protected-access
+  launcher = launchers._mpirun()  # pylint: disable=protected-access
   code, _, _ = _signal_and_check(data, tmp_path, launcher, target, signum)
   assert code == errors.STOP_EXIT_CODE  # mpirun exits with the first failed worker's status
-
-
-# ---------------------------------------------------------------------------------------------
-# --save_checkpoints_secs
-
-def test_checkpoints_by_time(data, tmp_path):
-  out = tmp_path / "out"
-  cmd = det.command(data, out, num_train_steps=100000, save_checkpoints_steps=None,
-                    save_checkpoints_secs=2, deterministic_run=None, display_loss_steps=50)
-  run = det.start(cmd, tmp_path / "out.out")
-  try:
-    wait_for_update(out / "bert_dllog.json", run[2], 1)
-    seen = {}  # checkpoint step -> when it was first seen
-    deadline = time.time() + 120
-    while len(seen) < 3 and time.time() < deadline:
-      assert run[2].poll() is None, (tmp_path / "out.out").read_text()[-4000:]
-      for step in checkpoint_steps(out):
-        seen.setdefault(step, time.time())
-      time.sleep(0.05)
-    run[2].send_signal(signal.SIGTERM)
-    finish(run)
-  finally:
-    helpers.kill_session(run[2])
-  assert len(seen) >= 3, seen
-  times = sorted(seen.values())
-  gaps = np.diff(times)
-  # Every 2 s of training (a save itself takes a moment): never by steps (1000 is the default).
-  assert all(1.0 < gap < 8.0 for gap in gaps), gaps
-  steps = sorted(seen)
-  assert steps[0] < 1000
-
-
-@pytest.mark.parametrize("flags,message", [
-    (dict(save_checkpoints_secs=60, save_checkpoints_steps=5),
-     "--save_checkpoints_secs and --save_checkpoints_steps exclude each other: give one"),
-    (dict(save_checkpoints_secs=0, save_checkpoints_steps=None),
-     "--save_checkpoints_secs must be >= 1 second, got 0"),
-    (dict(save_checkpoints_secs=-5, save_checkpoints_steps=None),
-     "--save_checkpoints_secs must be >= 1 second, got -5"),
-])
-def test_save_checkpoints_secs_bad_values(data, tmp_path, flags, message):
-  out = tmp_path / "out"
-  args = det.command(data, out, **flags)[2:]  # the flags, after python and the script
-  status, stderr = helpers.run_script_in_process(run_pretraining, args)
-  assert status == errors.USAGE_EXIT_CODE, stderr[-3000:]
-  assert stderr.strip().splitlines()[-1] == "run_pretraining.py: error: %s" % message
-  assert not out.exists()
-
-
-def test_run_config_gets_the_seconds(tmp_path):
-  """The Estimator's RunConfig saves by time, and the saver hook the job adds does too."""
-  from utils.runtime import workers as workers_lib  # pylint: disable=g-import-not-at-top
-  from utils.training import estimator as estimator_lib  # pylint: disable=g-import-not-at-top
-  workers = workers_lib.Workers(size=1, rank=0, local_rank=0, local_size=1, hvd=None)
-  config = helpers.job_config(["--save_checkpoints_secs=7", "--keep_checkpoint_max=3"])
-  estimator = estimator_lib.build_estimator(config, workers, lambda features, labels, mode: None,
-                                            str(tmp_path / "model"), True)
-  assert estimator.config.save_checkpoints_secs == 7
-  assert estimator.config.save_checkpoints_steps is None
-  from utils.training import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
-  hooks = watched_training.training_hooks(config, workers.size, hooks_lib.UpdateSource(),
-                                          str(tmp_path / "model")).in_order()
-  assert isinstance(hooks[0], hooks_lib.UpdateSource)  # first: the others read it
-  (saver,) = [h for h in hooks if isinstance(h, hooks_lib.PeriodicCheckpointSaverHook)]
-  timer = saver._timer  # pylint: disable=protected-access
-  assert timer._every_secs == 7 and timer._every_steps is None  # pylint: disable=protected-access
-
-
-def _launcher_commands(*options):
-  """The phase-1 command the two-phase launcher prints with --dry_run, or its error."""
-  proc = subprocess.run(["bash", job.LAUNCHER, "--dry_run", "--python", sys.executable,
-                         "--launcher", "none", "--phase1_data", "/d/128", "--phases", "1"]
-                        + list(options), capture_output=True, text=True, timeout=60)
-  return proc.returncode, [line[2:].split() for line in proc.stderr.splitlines()
-                           if line.startswith("+ ")], proc.stderr
-
-
-def test_two_phase_launcher_saves_by_time_unless_given_steps():
-  code, (command_,), _ = _launcher_commands()
-  assert code == 0 and "--save_checkpoints_secs=900" in command_
-  assert not any(arg.startswith("--save_checkpoints_steps") for arg in command_)
-  code, (command_,), _ = _launcher_commands("--save_checkpoints_secs", "120")
-  assert "--save_checkpoints_secs=120" in command_
-  code, (command_,), _ = _launcher_commands("--save_checkpoints_steps", "50")
-  assert "--save_checkpoints_steps=50" in command_
-  assert not any(arg.startswith("--save_checkpoints_secs") for arg in command_)
-  code, commands, stderr = _launcher_commands("--save_checkpoints_steps", "50",
-                                              "--save_checkpoints_secs=60")
-  assert code == 2 and not commands
-  assert "--save_checkpoints_secs and --save_checkpoints_steps exclude each other" in stderr
 
 
 if __name__ == "__main__":

@@ -19,12 +19,12 @@ import tensorflow as tf
 
 from tests import helpers
 from tests.cluster.conftest import require_root
-from tests.test_run_pretraining import _horovodrun
 from tests.test_run_pretraining import common_flags
 from tests.test_run_pretraining import data  # noqa: F401  (the module's data fixture)
 from tests.test_run_pretraining import read_dllog
 from tests.test_run_pretraining import SCRIPT
 from tests.test_run_pretraining import run_job
+from tests.test_run_pretraining_launchers import _horovodrun
 
 SEQ, PRED = 32, 5
 # A vocabulary large enough that a checkpoint (weights and LAMB moments) is 3.4 MB.

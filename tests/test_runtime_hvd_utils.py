@@ -81,7 +81,7 @@ for name in modules:
 assert len(modules) > 30, modules
 from utils.runlog import dllogger_setup
 from utils.runtime import hvd_utils, session_config
-from utils.training import hooks
+from utils.training import hooks, weight_sync
 assert (hvd_utils.hvd_size(), hvd_utils.hvd_rank(), hvd_utils.comm_local_rank()) == (1, 0, 0)
 assert hvd_utils.horovod_enabled() is False
 assert hvd_utils.broadcast_global_variables_hook() is None
@@ -93,7 +93,7 @@ except ImportError as e:
 config = session_config.build_session_config(use_horovod=False, environ={})
 logger = dllogger_setup.RunLogger(None, backend="builtin", stdout=False)
 hooks.TrainingLogHook(logger, hooks.UpdateSource(2), global_batch_size=8)
-assert hooks.weight_sync_enabled(False, environ={}) is False
+assert weight_sync.weight_sync_enabled(False, environ={}) is False
 assert "horovod.tensorflow" not in sys.modules or sys.modules["horovod.tensorflow"] is None
 print("works without horovod")
 """

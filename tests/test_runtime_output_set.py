@@ -1,5 +1,5 @@
 """utils/runtime/output_set.py: outputs published whole, what an interrupted run left removed.
-(The data tools' end-to-end uses: tests/test_create_pretraining_data.py,
+(The data tools' end-to-end uses: tests/test_create_pretraining_data_failures.py,
 tests/test_pack_pretraining_data.py.)"""
 
 from utils.runtime import output_set

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from tests import helpers
 from tests import test_run_pretraining as job
+from tests import test_run_pretraining_launchers as launchers
 from tests import test_run_pretraining_deterministic as det
 from tests import test_run_pretraining_graceful_stop as stop
 from tests.test_run_pretraining_deterministic import data  # noqa: F401 (a fixture)
@@ -85,7 +86,7 @@ def killed_rank_run(data, tmp_path_factory):  # noqa: F811
   uninterrupted run of the same command (run at the same time)."""
   root = tmp_path_factory.mktemp("supervise")
   out, reference = root / "out", root / "reference"
-  launch = job._horovodrun(2)  # pylint: disable=protected-access
+  launch = launchers._horovodrun(2)  # pylint: disable=protected-access
   cmd, ref_cmd = (det.command(data, str(directory), launch, num_train_steps=UPDATES,
                               save_checkpoints_steps=SAVE_STEPS, horovod=True)
                   for directory in (out, reference))

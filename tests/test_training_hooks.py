@@ -1,15 +1,14 @@
-"""utils/training/hooks.py: the training log hook, the eval timing hook and the weight-sync switch.
+"""utils/training/hooks.py: the training log hook (packed input: test_training_hooks_packed.py).
 
 The training log hook runs inside a real `MonitoredSession` on a small graph that has the named
-tensors of docs/DESIGN.md section 5: the losses, learning rate, gradient norm, loss scale and skipped-update
-count are fed per micro-step, the global step and `update_step` come from real
+tensors of docs/DESIGN.md section 5: the losses, learning rate, gradient norm, loss scale and
+skipped-update count are fed per micro-step, the global step and `update_step` come from real
 accumulation-counter variables. A scripted clock gives every micro-step a known duration; the
 expected log lines (and TensorBoard scalars) are computed here from those numbers.
 """
 
 import json
 import logging
-import os
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ import tensorflow as tf
 
 from tests import helpers
 from tests.helpers import ScriptedClock
-from utils.core import graph_names
 from utils.runlog import dllogger_setup
 from utils.training import hooks
 
@@ -438,202 +436,3 @@ def test_training_hook_logs_progress_with_eta(graph, tmp_path, caplog):
       # 58 updates left x 20.5 s = 1189 s.
       "update 42 of 100 (42.0%), elapsed 0:01:00, ETA 0:19:49",
   ]
-
-
-def build_eval_graph():
-  """An eval graph whose runs take a feed; returns (op, placeholder)."""
-  examples = _tf1.placeholder(tf.int32, [], name="examples_value")
-  return tf.identity(examples * 2), examples
-
-
-def test_eval_hook_throughput_skips_warmup_batches(graph, tmp_path):
-  rng = np.random.RandomState(6)
-  durations = [2.0, 1.0] + list(rng.uniform(0.05, 0.2, 5))
-  log_path = str(tmp_path / "eval.json")
-  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.EvalTimingHook(logger, eval_batch_size=16, warmup_batches=2,
-                              clock=clock_for(durations))
-  op, examples = build_eval_graph()
-  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
-    for _ in durations:
-      session.run(op, feed_dict={examples: 16})
-  records = read_records(log_path)
-  assert [r["step"] for r in records] == [[]]
-  data = records[0]["data"]
-  timed = np.array(durations[2:])
-  assert data["throughput_val"] == pytest.approx(16 * 5 / timed.sum())
-  assert data["eval_batches"] == 7 and data["timed_eval_batches"] == 5
-  assert data["eval_time"] == pytest.approx(timed.sum())
-  assert data["latency_avg_ms"] == pytest.approx(timed.mean() * 1000)
-  assert data["latency_p90_ms"] == pytest.approx(np.percentile(timed, 90) * 1000)
-  assert hook.batch_times == pytest.approx(durations)
-
-
-def test_eval_hook_of_packed_input_counts_each_batchs_sequences(graph, tmp_path):
-  durations = [2.0, 0.5, 0.25, 0.25]
-  log_path = str(tmp_path / "eval.json")
-  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.EvalTimingHook(logger, eval_batch_size=4, warmup_batches=1,
-                              clock=clock_for(durations), packed=True)
-  sequences = _tf1.placeholder(tf.float32, [], name="sequences_value")
-  counted = tf.identity(sequences, name=graph_names.BATCH_SEQUENCES)
-  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
-    for count in (9, 7, 5, 6):
-      session.run(counted, feed_dict={sequences: count})
-  data = read_records(log_path)[0]["data"]
-  # Rows of 4 holding 7, 5 and 6 sequences in the measured 0.5 + 0.25 + 0.25 s.
-  assert data["throughput_val"] == pytest.approx(18.0)
-
-
-def test_eval_hook_without_measured_batches(graph, tmp_path):
-  log_path = str(tmp_path / "eval.json")
-  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = hooks.EvalTimingHook(logger, eval_batch_size=4, clock=clock_for([0.3]))
-  op, examples = build_eval_graph()
-  with _tf1.train.MonitoredSession(hooks=[hook]) as session:
-    session.run(op, feed_dict={examples: 4})
-  data = read_records(log_path)[0]["data"]
-  assert data["throughput_val"] is None and data["latency_p99_ms"] is None
-  assert data["eval_batches"] == 1
-
-
-@pytest.mark.parametrize("flag,env,expected", [
-    (False, {}, False),
-    (True, {}, True),
-    (False, {"FORCE_WEIGHT_SYNC": "true"}, True),
-    (False, {"FORCE_WEIGHT_SYNC": "1"}, True),
-    (False, {"FORCE_WEIGHT_SYNC": "False"}, False),
-    (True, {"FORCE_WEIGHT_SYNC": "0"}, True),
-])
-def test_weight_sync_enabled(flag, env, expected):
-  assert hooks.weight_sync_enabled(flag, environ=env) is expected
-
-
-def test_weight_sync_rejects_bad_env_and_missing_horovod(graph):
-  with pytest.raises(ValueError, match="FORCE_WEIGHT_SYNC"):
-    hooks.weight_sync_enabled(False, environ={"FORCE_WEIGHT_SYNC": "sometimes"})
-  _tf1.get_variable("w", [2])
-  with pytest.raises(RuntimeError, match="hvd_init"):
-    hooks.WeightSyncHook(hooks.UpdateSource(2)).begin()
-
-
-def test_periodic_checkpoint_saver_skips_the_initial_save(tmp_path):
-  with tf.Graph().as_default():
-    step = tf.compat.v1.train.get_or_create_global_step()
-    tf.compat.v1.get_variable("w", initializer=tf.constant([1.0]))
-    train_op = step.assign_add(1)
-    hook = hooks.PeriodicCheckpointSaverHook(str(tmp_path), save_steps=3)
-    with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as sess:
-      assert tf.train.latest_checkpoint(str(tmp_path)) is None  # nothing at step 0
-      for _ in range(4):
-        sess.run(train_op)
-      saved = tf.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths
-      assert [p.rsplit("-", 1)[1] for p in saved] == ["3"]
-  # end() saves the last step; no graph files without save_graph_def.
-  assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-4")
-  assert not (tmp_path / "graph.pbtxt").exists()
-  assert not list(tmp_path.glob("*.meta"))
-
-
-# ---------------------------------------------------------------------------------------------
-# Packed input: the log counts sequences from the graph's batch_sequences and batch_tokens.
-
-COUNT_TENSORS = ("batch_sequences", "batch_tokens")
-# 2 workers x 4 rows x 2 accumulation = 16 rows per update, rows of 128 tokens. Per micro-step
-# this worker's sequences and tokens, and its seconds: updates of 1.5 + 2.5 = 4 s and 1 + 1 = 2 s.
-PACKED_COUNTS = [{"batch_sequences": 7.0, "batch_tokens": 480.0},
-                 {"batch_sequences": 9.0, "batch_tokens": 504.0},
-                 {"batch_sequences": 6.0, "batch_tokens": 384.0},
-                 {"batch_sequences": 8.0, "batch_tokens": 448.0}]
-PACKED_DURATIONS = [1.5, 2.5, 1.0, 1.0]
-
-
-def build_graph_with_counts(num_accumulation_steps):
-  """`build_graph` (fp16 tensors included) plus the fed count tensors of the pretraining graph."""
-  train_op, placeholders = build_graph(num_accumulation_steps)
-  for name in COUNT_TENSORS:
-    placeholders[name] = _tf1.placeholder(tf.float32, [], name=name + "_value")
-    tf.identity(placeholders[name], name=name)
-  return train_op, placeholders
-
-
-def packed_feeds():
-  feeds = random_feeds(np.random.RandomState(5), len(PACKED_COUNTS))
-  return [dict(feed, **counts) for feed, counts in zip(feeds, PACKED_COUNTS)]
-
-
-def test_training_hook_packed_logs_sequences_rows_and_padding(graph, tmp_path):
-  feeds = packed_feeds()
-  log_path = str(tmp_path / "log.json")
-  summary_dir = str(tmp_path / "train")
-  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = log_hook(logger, global_batch_size=16, accumulation=2, warmup_steps=0,
-                  summary_dir=summary_dir, clock=clock_for(PACKED_DURATIONS),
-                  max_sequences_per_pack=3, num_workers=2, seq_length=128)
-  train_op, placeholders = build_graph_with_counts(2)
-  run_micro_steps(hook, train_op, placeholders, feeds)
-  records = read_records(log_path)
-  assert [r["step"] for r in records] == [1, 2, []]
-  expected = expected_lines(feeds, PACKED_DURATIONS, 2, 16, display=1, fp16=True)
-  # Sequences: (7 + 9) x 2 workers = 32 in 4 s, (6 + 8) x 2 = 28 in 2 s; rows: 16 per update;
-  # tokens (480 + 504) x 2 = 1968 and (384 + 448) x 2 = 1664 of 16 x 128 = 2048 slots.
-  for (_, data), sequences, rows_per_sec, empty in zip(expected, (32.0, 28.0), (4.0, 8.0),
-                                                       (80.0, 384.0)):
-    data["throughput_train"] = rows_per_sec * sequences / 16
-    data.update(sequences_per_update=sequences, rows_per_sec=rows_per_sec, padding=empty / 2048)
-  for record, (_, data) in zip(records, expected):
-    assert_data_close(record["data"], data)
-  assert records[0]["data"]["throughput_train"] == 8.0
-  summary = records[-1]["data"]
-  assert summary["throughput_train"] == 10.0  # 60 sequences in 6 s
-  assert summary["rows_per_sec"] == pytest.approx(32 / 6.0)
-  assert summary["sequences_per_row"] == 60 / 32.0
-  assert summary["padding"] == pytest.approx(464.0 / 4096)
-  # TensorBoard: sequences/s (throughput_train) beside rows/s and the padding share.
-  scalars = helpers.read_scalars(summary_dir)
-  assert set(scalars) == set(helpers.SCALAR_LOG_KEYS) | {"rows_per_sec", "padding"}
-  assert scalars["throughput_train"] == [(1, 8.0), (2, 14.0)]
-  assert scalars["rows_per_sec"] == [(1, 4.0), (2, 8.0)]
-  assert [step for step, _ in scalars["padding"]] == [1, 2]
-  assert [v for _, v in scalars["padding"]] == pytest.approx([80.0 / 2048, 0.1875], rel=1e-6)
-
-
-def test_training_hook_unpacked_line_unchanged_with_the_count_tensors(graph, tmp_path):
-  # Every pretraining graph has the count tensors; an unpacked run logs exactly today's lines
-  # and TensorBoard tags: global batch / time, no new keys.
-  feeds = packed_feeds()
-  log_path = str(tmp_path / "log.json")
-  summary_dir = str(tmp_path / "train")
-  logger = dllogger_setup.RunLogger(log_path, backend="builtin", stdout=False)
-  hook = log_hook(logger, global_batch_size=16, accumulation=2, warmup_steps=0,
-                  summary_dir=summary_dir, clock=clock_for(PACKED_DURATIONS),
-                  num_workers=2, seq_length=128)
-  train_op, placeholders = build_graph_with_counts(2)
-  asked = []
-  before_run = hook.before_run
-  hook.before_run = lambda context: asked.append(before_run(context)) or asked[-1]
-  run_micro_steps(hook, train_op, placeholders, feeds)
-  records = read_records(log_path)
-  expected = expected_lines(feeds, PACKED_DURATIONS, 2, 16, display=1, fp16=True)
-  assert [r["step"] for r in records] == [1, 2, []]
-  for record, (_, data) in zip(records, expected):
-    assert_data_close(record["data"], data)
-  assert [r["data"]["throughput_train"] for r in records[:2]] == [4.0, 8.0]  # 16 rows / 4 s, 2 s
-  assert list(records[-1]["data"]) == ["throughput_train", "total_time", "update_steps",
-                                       "steady_update_steps", "steady_time", "skipped_updates"]
-  assert set(helpers.read_scalars(summary_dir)) == set(helpers.SCALAR_LOG_KEYS)
-  # Nor does it fetch (or compute) the counts: the hook's runs ask for nothing of their own.
-  assert len(asked) == 4 and asked == [None] * 4
-
-
-def test_training_hook_packed_needs_the_count_tensors(graph, tmp_path):
-  logger = dllogger_setup.RunLogger(str(tmp_path / "log.json"), backend="builtin", stdout=False)
-  hook = log_hook(logger, global_batch_size=16, accumulation=2, max_sequences_per_pack=3,
-                  num_workers=2, seq_length=128)
-  train_op, placeholders = build_graph(2)
-  with pytest.raises(ValueError, match="training log hook: packed input, but the graph has no "
-                                       "tensor named batch_sequences, batch_tokens"):
-    run_micro_steps(hook, train_op, placeholders, packed_feeds())
-  with pytest.raises(ValueError, match="seq_length must be an integer >= 1"):
-    log_hook(logger, global_batch_size=16, max_sequences_per_pack=3)
-  logger.close()

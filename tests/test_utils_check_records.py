@@ -1,7 +1,7 @@
 """The records pre-flight (utils/check_records.py): which files it checks, one line per bad file in
 the files' order, the summary, the exit codes; end to end, the real command.
 
-The checks of one file (`records.check_record_file`) are tests/test_data_records.py's.
+The checks of one file (`records.check_record_file`) are tests/test_data_records_file_check.py's.
 """
 
 import os

@@ -19,7 +19,8 @@
                 checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
                 directory (safetensors, torch pickles), the encoder SavedModel
   training/     the Estimator job: the scripts' entry, shared flags and their config, the job
-                (set-up, Estimator calls, training a signal stops, its errors), model_fn, hooks,
+                (set-up, Estimator calls, training a signal stops, its errors), model_fn, hooks
+                (training log, checkpoint saver, weight sync, evaluation timing, health),
                 determinism
   finetuning/   the fine-tuning application: SQuAD and classification data, scoring, records, the
                 fine-tuning flags and their typed configuration

@@ -45,6 +45,7 @@ in its own process:
       test), a list in OUT.json.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -314,63 +315,87 @@ def _split_dashes(rest):
   return rest[:index], rest[index + 1:]
 
 
+def _model_parser():
+  """The arguments of the `model` command (`train` and `load` start from them): --config,
+  --batch, --out, --seed."""
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--config", required=True)
+  parser.add_argument("--batch", required=True)
+  parser.add_argument("--out", required=True)
+  parser.add_argument("--seed", type=int, default=0)
+  return parser
+
+
+def _model_command(rest):
+  args = _model_parser().parse_args(rest)
+  _dump_model(args.config, args.batch, args.out, args.seed)
+
+
+def _train_command(rest):
+  parser = _model_parser()
+  parser.add_argument("--steps", type=int, default=20)
+  parser.add_argument("--lr", type=float, default=1e-3)
+  parser.add_argument("--warmup", type=int, default=0)
+  parser.add_argument("--train_steps", type=int, default=100)
+  args = parser.parse_args(rest)
+  _train(args.config, args.batch, args.out, args.seed, args.steps, args.lr, args.warmup,
+         args.train_steps)
+
+
+def _load_command(rest):
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--config", required=True)
+  parser.add_argument("--checkpoint", required=True)
+  parser.add_argument("--out", required=True)
+  args = parser.parse_args(rest)
+  _load(args.config, args.checkpoint, args.out)
+
+
+def _squad_features_command(rest):
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--out", required=True)
+  parser.add_argument("--logits_seed", type=int, default=None)
+  own, script_flags = _split_dashes(rest)
+  args = parser.parse_args(own)
+  _tf1.disable_eager_execution()
+  _squad_features(args.out, args.logits_seed, script_flags)
+
+
+def _on_our_modules_command(rest):
+  script, script_flags = rest[0], _split_dashes(rest[1:])[1]
+  _run_on_our_modules(script, script_flags)
+
+
+def _classifier_features_command(rest):
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--cases", nargs="+", required=True)
+  parser.add_argument("--out", required=True)
+  own, script_flags = _split_dashes(rest)
+  args = parser.parse_args(own)
+  _classifier_features(args.cases, args.out, script_flags)
+
+
+# The commands of the module docstring besides the original scripts', by name.
+_COMMANDS = {
+    "model": _model_command,
+    "train": _train_command,
+    "load": _load_command,
+    "squad_features": _squad_features_command,
+    "on_our_modules": _on_our_modules_command,
+    "classifier_features": _classifier_features_command,
+}
+# The original release's scripts, run with their own flags.
+_SCRIPTS = ("create_pretraining_data", "run_pretraining", "run_squad", "run_classifier",
+            "extract_features")
+
+
 def main(argv):
   if len(argv) < 2:
     raise SystemExit(__doc__)
   command, rest = argv[1], argv[2:]
-  if command == "model":
-    import argparse  # pylint: disable=g-import-not-at-top
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--batch", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(rest)
-    _dump_model(args.config, args.batch, args.out, args.seed)
-  elif command == "train":
-    import argparse  # pylint: disable=g-import-not-at-top
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--batch", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--warmup", type=int, default=0)
-    parser.add_argument("--train_steps", type=int, default=100)
-    args = parser.parse_args(rest)
-    _train(args.config, args.batch, args.out, args.seed, args.steps, args.lr, args.warmup,
-           args.train_steps)
-  elif command == "load":
-    import argparse  # pylint: disable=g-import-not-at-top
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(rest)
-    _load(args.config, args.checkpoint, args.out)
-  elif command == "squad_features":
-    import argparse  # pylint: disable=g-import-not-at-top
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--logits_seed", type=int, default=None)
-    own, script_flags = _split_dashes(rest)
-    args = parser.parse_args(own)
-    _tf1.disable_eager_execution()
-    _squad_features(args.out, args.logits_seed, script_flags)
-  elif command == "on_our_modules":
-    script, script_flags = rest[0], _split_dashes(rest[1:])[1]
-    _run_on_our_modules(script, script_flags)
-  elif command == "classifier_features":
-    import argparse  # pylint: disable=g-import-not-at-top
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cases", nargs="+", required=True)
-    parser.add_argument("--out", required=True)
-    own, script_flags = _split_dashes(rest)
-    args = parser.parse_args(own)
-    _classifier_features(args.cases, args.out, script_flags)
-  elif command in ("create_pretraining_data", "run_pretraining", "run_squad", "run_classifier",
-                   "extract_features"):
+  if command in _COMMANDS:
+    _COMMANDS[command](rest)
+  elif command in _SCRIPTS:
     if rest and rest[0] == "--":
       rest = rest[1:]
     _run_script(command, rest)

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from utils.training import hooks  # noqa: E402
+from utils.training import weight_sync  # noqa: E402
 from utils.runtime import hvd_utils  # noqa: E402
 
 _tf1 = tf.compat.v1
@@ -71,7 +72,7 @@ def run_scenario(scenario, rank):
     train_ops.append(local_only.assign_add(1.0))
     train_op = tf.group(*train_ops)
     updates = hooks.UpdateSource(scenario["num_accumulation_steps"])
-    sync_hook = hooks.WeightSyncHook(updates)
+    sync_hook = weight_sync.WeightSyncHook(updates)
     recorder = RecordingHook(variables, local_only)
     with _tf1.train.MonitoredSession(hooks=[updates, sync_hook, recorder]) as session:
       for _ in range(scenario["iterations"]):

@@ -108,6 +108,23 @@ def decide(checkpoint, checkpoint_shapes, model_shapes, optimizer_type=None,
   Returns:
     `Decision`.
   """
+  refusal = _refusal(checkpoint, checkpoint_shapes, model_shapes)
+  if refusal is not None:
+    return Decision(refusal=refusal)
+  notes, additions = _changes(checkpoint, checkpoint_shapes, model_shapes, optimizer_type,
+                              recorded_optimizer)
+  return Decision(notes=notes, additions=additions)
+
+
+def _not_in(shapes, role, other_shapes):
+  """Names of the variables of `role` in `shapes` (dict name -> shape) absent from
+  `other_shapes`."""
+  return [name for name in ckpt.by_role(shapes, role) if name not in other_shapes]
+
+
+def _refusal(checkpoint, checkpoint_shapes, model_shapes):
+  """The message saying why the model cannot resume `checkpoint` (the arguments are `decide`'s),
+  or None when it can."""
   fresh_start = ("To start this model from the checkpoint's weights, use "
                  "--init_checkpoint=%s with a fresh --output_dir (matching variables are loaded, "
                  "the others initialised)" % checkpoint)
@@ -119,38 +136,33 @@ def decide(checkpoint, checkpoint_shapes, model_shapes, optimizer_type=None,
                  "variables of the same shape only, so not from this checkpoint)")
     else:
       way_out = fresh_start
-    return Decision(refusal=(
-        "--output_dir holds a checkpoint of another model: %s does not match the model of "
-        "--bert_config_file (%d difference(s)):\n  %s\n%s; to resume that run, use the "
-        "--bert_config_file it was trained with." % (
-            checkpoint, len(mismatches), list_some(mismatches), way_out)))
-
-  def missing(role):
-    return [name for name in ckpt.by_role(model_shapes, role) if name not in checkpoint_shapes]
-
-  def dropped(role):
-    return [name for name in ckpt.by_role(checkpoint_shapes, role) if name not in model_shapes]
-
-  missing_moments = missing(ckpt.ROLE_MOMENT)
+    return ("--output_dir holds a checkpoint of another model: %s does not match the model of "
+            "--bert_config_file (%d difference(s)):\n  %s\n%s; to resume that run, use the "
+            "--bert_config_file it was trained with." % (
+                checkpoint, len(mismatches), list_some(mismatches), way_out))
+  missing_moments = _not_in(model_shapes, ckpt.ROLE_MOMENT, checkpoint_shapes)
   if missing_moments:
-    return Decision(refusal=(
-        "%s holds no optimizer moments (%s ... not in it): it is a weights-only checkpoint "
-        "(e.g. an exported bert_model.ckpt), which cannot be resumed. %s." % (
-            checkpoint, missing_moments[0], fresh_start)))
-  unknown = missing(ckpt.ROLE_STEP) + missing(ckpt.ROLE_OTHER)
+    return ("%s holds no optimizer moments (%s ... not in it): it is a weights-only checkpoint "
+            "(e.g. an exported bert_model.ckpt), which cannot be resumed. %s." % (
+                checkpoint, missing_moments[0], fresh_start))
+  unknown = (_not_in(model_shapes, ckpt.ROLE_STEP, checkpoint_shapes)
+             + _not_in(model_shapes, ckpt.ROLE_OTHER, checkpoint_shapes))
   if unknown:
-    return Decision(refusal=(
-        "%s lacks variable(s) the job's graph restores:\n  %s\nIt is not a training "
-        "checkpoint of this job. %s." % (checkpoint, list_some(unknown), fresh_start)))
+    return ("%s lacks variable(s) the job's graph restores:\n  %s\nIt is not a training "
+            "checkpoint of this job. %s." % (checkpoint, list_some(unknown), fresh_start))
   # Every model weight, moment and step is there and of the right shape; what is left are the
   # optimizer's own state variables, which the job may add or leave behind.
   common = [name for name in model_shapes if name in checkpoint_shapes]
   for name in common:
     if model_shapes[name] != checkpoint_shapes[name]:
-      return Decision(refusal="%s: variable %s has shape %s in the checkpoint but %s in the "
-                      "model. %s." % (checkpoint, name, checkpoint_shapes[name],
-                                      model_shapes[name], fresh_start))
+      return "%s: variable %s has shape %s in the checkpoint but %s in the model. %s." % (
+          checkpoint, name, checkpoint_shapes[name], model_shapes[name], fresh_start)
+  return None
 
+
+def _changes(checkpoint, checkpoint_shapes, model_shapes, optimizer_type, recorded_optimizer):
+  """What resuming `checkpoint` changes (the arguments are `decide`'s), once `_refusal` found
+  nothing: (log lines, one per change; names of the variables added at their initial values)."""
   notes, additions = [], []
   if (optimizer_type and recorded_optimizer and recorded_optimizer != optimizer_type
       and ckpt.by_role(model_shapes, ckpt.ROLE_MOMENT)):
@@ -158,25 +170,25 @@ def decide(checkpoint, checkpoint_shapes, model_shapes, optimizer_type=None,
         "resuming %s (trained with --optimizer_type=%s) with --optimizer_type=%s: the moments "
         "adam_m / adam_v are the same moving averages for both and are restored as they are"
         % (checkpoint, recorded_optimizer, optimizer_type))
-  added = missing(ckpt.ROLE_ACCUMULATION)
+  added = _not_in(model_shapes, ckpt.ROLE_ACCUMULATION, checkpoint_shapes)
   if added:
     additions += added
     notes.append(
         "accumulation turned on: %s has no gradient accumulators; %s are added at their initial "
         "values (zero: the first micro-step starts a cycle)" % (checkpoint, _count_names(added)))
-  elif dropped(ckpt.ROLE_ACCUMULATION):
+  elif _not_in(checkpoint_shapes, ckpt.ROLE_ACCUMULATION, model_shapes):
     notes.append(
         "accumulation turned off: the accumulators of %s (the sums of an update already applied) "
         "are not restored" % checkpoint)
-  added = missing(ckpt.ROLE_LOSS_SCALE)
+  added = _not_in(model_shapes, ckpt.ROLE_LOSS_SCALE, checkpoint_shapes)
   if added:
     additions += added
     notes.append("loss scaling turned on: %s has no loss scale; it starts at --init_loss_scale "
                  "as in a fresh run" % checkpoint)
-  elif dropped(ckpt.ROLE_LOSS_SCALE):
+  elif _not_in(checkpoint_shapes, ckpt.ROLE_LOSS_SCALE, model_shapes):
     notes.append("loss scaling turned off: the loss scale of %s is not restored (fp32 training)"
                  % checkpoint)
-  return Decision(notes=notes, additions=additions)
+  return notes, additions
 
 
 def read_recorded_optimizer(model_dir):

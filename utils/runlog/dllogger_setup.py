@@ -273,6 +273,14 @@ class RunLogger(object):
     self.close()
 
 
+def check_run_logger(logger):
+  """Raises ValueError unless `logger` has the `RunLogger` interface the hooks use (`log()` and
+  `enabled`)."""
+  if not (hasattr(logger, "log") and hasattr(logger, "enabled")):
+    raise ValueError("logger must be a dllogger_setup.RunLogger (log() and enabled), got %r"
+                     % (logger,))
+
+
 def open_run_log(log_path, rank, resumed_from_step, **kwargs):
   """The run log of a job that may be a restart: appends, and marks where a restart begins.
 

@@ -21,7 +21,7 @@ from utils.checkpoints import contents as checkpoints
 from utils.core import errors
 from utils.runtime import hvd_utils
 from utils.runtime import workers as workers_lib
-from utils.training import hooks as hooks_lib
+from utils.training import eval_timing
 
 _tf1 = tf.compat.v1
 
@@ -206,7 +206,7 @@ def evaluate(estimator, input_fn, steps, run_logger, batch_size, output_dir,
     batch_size: sequences per batch.
     output_dir: where eval_results.txt goes.
     explain_input_error: see `train`.
-    packed: packed input: the timing counts each batch's sequences (`hooks.EvalTimingHook`).
+    packed: packed input: the timing counts each batch's sequences (`eval_timing.EvalTimingHook`).
 
   Returns:
     dict of the evaluation results.
@@ -214,7 +214,7 @@ def evaluate(estimator, input_fn, steps, run_logger, batch_size, output_dir,
   try:
     result = estimator.evaluate(
         input_fn=input_fn, steps=steps,
-        hooks=[hooks_lib.EvalTimingHook(run_logger, batch_size, packed=packed)])
+        hooks=[eval_timing.EvalTimingHook(run_logger, batch_size, packed=packed)])
   except INPUT_ERRORS as e:
     raise _explained(e, explain_input_error)
   eval_path = os.path.join(output_dir, "eval_results.txt")
@@ -241,7 +241,7 @@ def predict(estimator, input_fn, run_logger, batch_size, explain_input_error=Non
   logging.info("***** Running prediction, batch %d *****", batch_size)
   try:
     for prediction in estimator.predict(
-        input_fn=input_fn, hooks=[hooks_lib.EvalTimingHook(run_logger, batch_size)],
+        input_fn=input_fn, hooks=[eval_timing.EvalTimingHook(run_logger, batch_size)],
         yield_single_examples=True):
       yield prediction
   except INPUT_ERRORS as e:

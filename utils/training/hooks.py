@@ -1,5 +1,5 @@
-"""SessionRunHooks of the pretraining job: the per-run facts, training log, eval timing, weight
-sync, checkpoints, the stop on a signal.
+"""SessionRunHooks of the training job that read every session run: the per-run facts, the training
+log, the stop on a signal, and the one set of fetches.
 
 Each hook gets everything it needs in its constructor and reads the graph tensors named in
 `utils/core/graph_names.py`. The hooks run on every worker (the graph is the same everywhere, so
@@ -18,24 +18,22 @@ collectives never stall); logging goes through a `dllogger_setup.RunLogger`, whi
   `display_loss_steps` updates; at the end a summary with the throughput average; for packed
   input, sequences (not rows) per second, rows/s and the padding share. What to log is computed by
   the TensorFlow-free `utils/runlog/meter.py`; the hook fetches and writes.
-* `EvalTimingHook`: per-batch evaluation times and the evaluation throughput.
-* `WeightSyncHook`: averages the trainable variables over all workers every
-  `num_accumulation_steps` iterations, before the train op (docs/DESIGN.md section 7).
-* `PeriodicCheckpointSaverHook`: a checkpoint every N updates or every N seconds, and at the end.
 * `StopOnSignalHook`: ends training at an update boundary, the same one on every worker, once a
   stop signal arrived (docs/LONG_RUNS.md).
+
+The job's other hooks have modules of their own: `checkpoint_saver.py` (a checkpoint every N
+updates or seconds and at the end), `weight_sync.py` (the variables averaged over the workers),
+`eval_timing.py` (the evaluation's batch times and throughput), `health.py` (checkpoint health).
 """
 
 import collections
 import time
 
 from absl import logging
-import numpy as np
 import tensorflow as tf
 
 import optimization
 from utils.core import checks
-from utils.core import env_flags
 from utils.core import graph_names
 from utils.core import updates as updates_lib
 from utils.runlog import dllogger_setup
@@ -68,10 +66,6 @@ SUMMARY_TAGS = collections.OrderedDict([
 BATCH_COUNT_TENSORS = (graph_names.BATCH_SEQUENCES, graph_names.BATCH_TOKENS)
 # Update steps left out of the throughput average at the start of a run (utils/runlog/meter.py).
 DEFAULT_WARMUP_STEPS = meter_lib.DEFAULT_WARMUP_STEPS
-# Evaluation batches left out of the evaluation throughput.
-DEFAULT_EVAL_WARMUP_BATCHES = 2
-# Environment variable that turns weight sync on (docs/DESIGN.md section 7).
-FORCE_WEIGHT_SYNC_ENV = "FORCE_WEIGHT_SYNC"
 
 
 def _graph_tensor(graph, name):
@@ -85,13 +79,6 @@ def _graph_tensor(graph, name):
 # The readable durations and progress of the training log (re-exported).
 format_duration = meter_lib.format_duration
 progress_message = meter_lib.progress_message
-
-
-def _check_logger(logger):
-  """Raises ValueError unless `logger` has the `RunLogger` interface the hooks use."""
-  if not (hasattr(logger, "log") and hasattr(logger, "enabled")):
-    raise ValueError("logger must be a dllogger_setup.RunLogger (log() and enabled), got %r"
-                     % (logger,))
 
 
 class UpdateSource(tf.estimator.SessionRunHook):
@@ -251,7 +238,7 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
     Raises:
       ValueError: for a bad argument, naming it.
     """
-    _check_logger(logger)
+    dllogger_setup.check_run_logger(logger)
     self.updates = updates
     self._meter = meter_lib.TrainingMeter(
         global_batch_size, display_loss_steps=display_loss_steps, warmup_steps=warmup_steps,
@@ -384,185 +371,6 @@ class TrainingLogHook(tf.estimator.SessionRunHook):
         logging.info("%s", line)
 
 
-class EvalTimingHook(tf.estimator.SessionRunHook):
-  """Times every evaluation batch; logs the evaluation throughput at the end.
-
-  The first `warmup_batches` batches are left out. The summary line (step []) holds
-  `throughput_val` (sequences/s over the measured batches), the batch counts, the measured time and
-  the mean, median, 90th and 99th percentile batch latencies in milliseconds.
-  """
-
-  def __init__(self, logger, eval_batch_size, warmup_batches=DEFAULT_EVAL_WARMUP_BATCHES,
-               clock=time.perf_counter, packed=False):
-    """Configures the hook.
-
-    Args:
-      logger: `dllogger_setup.RunLogger`.
-      eval_batch_size: sequences per evaluation batch (rows, for packed input).
-      warmup_batches: batches left out of the throughput.
-      clock: function returning seconds; `time.perf_counter` by default.
-      packed: packed input: each batch's sequences are counted (the graph tensor
-        `batch_sequences`), not taken as `eval_batch_size`.
-
-    Raises:
-      ValueError: for a bad argument, naming it.
-    """
-    _check_logger(logger)
-    checks.check_integer("eval_batch_size", eval_batch_size, 1)
-    checks.check_integer("warmup_batches", warmup_batches, 0)
-    self._logger = logger
-    self._eval_batch_size = eval_batch_size
-    self._warmup_batches = warmup_batches
-    self._clock = clock
-    self._packed = packed
-    self._reset()
-
-  def _reset(self):
-    """Clears the measurements."""
-    self._run_start = None
-    # Seconds of every batch, in order (warm-up included).
-    self.batch_times = []
-    self._timed_times = []
-    self._timed_sequences = 0.0
-
-  def begin(self):
-    """Clears the measurements of an earlier evaluation."""
-    self._reset()
-
-  def before_run(self, run_context):
-    self._run_start = self._clock()
-    if self._packed:
-      return _tf1.train.SessionRunArgs(graph_names.tensor_name(graph_names.BATCH_SEQUENCES))
-    return None
-
-  def after_run(self, run_context, run_values):
-    elapsed = self._clock() - self._run_start
-    self.batch_times.append(elapsed)
-    if len(self.batch_times) <= self._warmup_batches:
-      return
-    self._timed_times.append(elapsed)
-    self._timed_sequences += (float(run_values.results) if self._packed
-                              else self._eval_batch_size)
-
-  def summary(self):
-    """Evaluation timing so far.
-
-    Returns:
-      OrderedDict: throughput_val (sequences/s over the measured batches, or None), eval_batches,
-      timed_eval_batches, eval_time (seconds of the measured batches), latency_avg_ms,
-      latency_p50_ms, latency_p90_ms, latency_p99_ms (None without measured batches).
-    """
-    timed = np.asarray(self._timed_times, dtype=np.float64)
-    eval_time = float(timed.sum())
-    throughput = (self._timed_sequences / eval_time if timed.size and eval_time > 0 else None)
-    summary = collections.OrderedDict([
-        ("throughput_val", throughput),
-        ("eval_batches", len(self.batch_times)),
-        ("timed_eval_batches", int(timed.size)),
-        ("eval_time", eval_time),
-    ])
-    summary["latency_avg_ms"] = float(timed.mean() * 1000.0) if timed.size else None
-    for percent in (50, 90, 99):
-      summary["latency_p%d_ms" % percent] = (float(np.percentile(timed, percent) * 1000.0)
-                                              if timed.size else None)
-    return summary
-
-  def end(self, session):
-    """Logs the summary line (step [])."""
-    del session  # unused
-    summary = self.summary()
-    self._logger.log(step=dllogger_setup.SUMMARY_STEP, data=summary)
-    if self._logger.enabled and summary["throughput_val"] is not None:
-      logging.info("Evaluation throughput (sequences/s) = %.2f over %d batches",
-                   summary["throughput_val"], summary["timed_eval_batches"])
-
-
-def weight_sync_enabled(force_weight_sync, environ=None):
-  """Whether the weight-sync hook is wanted (docs/DESIGN.md section 7).
-
-  Args:
-    force_weight_sync: value of the `--force_weight_sync` flag.
-    environ: environment mapping; `os.environ` when None.
-
-  Returns:
-    True when the flag is set or FORCE_WEIGHT_SYNC is true/1/yes/on.
-
-  Raises:
-    ValueError: for a FORCE_WEIGHT_SYNC value that is not a boolean.
-  """
-  return bool(force_weight_sync) or env_flags.env_flag(FORCE_WEIGHT_SYNC_ENV, environ)
-
-
-class WeightSyncHook(tf.estimator.SessionRunHook):
-  """Averages the trainable variables over all workers every `num_accumulation_steps` iterations.
-
-  Iterations are the session's runs (the `UpdateSource`'s count), from 1; on iterations N, 2N, ...
-  (N = num_accumulation_steps: the micro-step that applies the update) the averaging runs in its own
-  `session.run` from `before_run`, so it completes before that iteration's train op. The averaging
-  ops (allreduce Average of each variable, assigned back) are built in `begin()`, inside the graph
-  being run. Every worker must run the hook (the allreduces are collectives).
-  """
-
-  def __init__(self, updates):
-    """Args: updates, the job's `UpdateSource` (earlier in the hook list): its runs and
-    num_accumulation_steps (iterations between two syncs)."""
-    self.updates = updates
-    self._sync_op = None
-    # Number of syncs run since `begin()`.
-    self.sync_count = 0
-
-  def begin(self):
-    """Builds the averaging ops for the trainable variables of the current graph.
-
-    Raises:
-      RuntimeError: without an initialised Horovod.
-      ValueError: when the graph has no trainable variables.
-    """
-    if not hvd_utils.horovod_enabled():
-      raise RuntimeError("weight sync needs Horovod: call hvd_utils.hvd_init() before training")
-    variables = _tf1.trainable_variables()
-    if not variables:
-      raise ValueError("weight sync: the graph has no trainable variables")
-    self._sync_op = hvd_utils.average_variables_op(variables)
-    self.sync_count = 0
-
-  def before_run(self, run_context):
-    iteration = self.updates.runs + 1  # the run about to start
-    if iteration % self.updates.num_accumulation_steps == 0:
-      run_context.session.run(self._sync_op)
-      self.sync_count += 1
-    return None
-
-
-class PeriodicCheckpointSaverHook(_tf1.train.CheckpointSaverHook):
-  """Saves a checkpoint every `save_steps` global steps (or `save_secs` seconds) and at the end,
-  not at the start.
-
-  The stock hook also writes a full checkpoint of the untrained weights when the session starts
-  (1.3 GB and ~3.6 s for BERT-base with its LAMB slots) and, with `save_graph_def`, the graph as
-  text and into the summaries (~1.8 s): a fresh run has nothing worth saving then, and a resumed
-  one already has that checkpoint. The Estimator uses this hook instead of adding its own.
-  """
-
-  def __init__(self, checkpoint_dir, save_steps=None, save_graph_def=False, save_secs=None,
-               listeners=None):
-    """Args: the directory, the step interval or (instead) the interval in seconds, counted
-    from the session's start, whether to write the graph (graph.pbtxt, the TensorBoard graph
-    and a .meta file per checkpoint), and CheckpointSaverListeners."""
-    if save_secs is not None:
-      save_steps = None
-    super().__init__(checkpoint_dir, save_steps=save_steps, save_secs=save_secs,
-                     save_graph_def=save_graph_def, listeners=listeners)
-
-  def after_create_session(self, session, coord):
-    global_step = session.run(self._global_step_tensor)
-    if self._save_graph_def:
-      graph = _tf1.get_default_graph()
-      tf.io.write_graph(graph.as_graph_def(add_shapes=True), self._checkpoint_dir, "graph.pbtxt")
-      self._summary_writer.add_graph(graph)
-    self._timer.update_last_triggered_step(global_step)
-
-
 class StoppedBeforeFirstUpdate(Exception):
   """A stop signal arrived before the run's first update (one worker): nothing to save."""
 
@@ -571,11 +379,11 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
   """Ends training at an update boundary once a stop signal arrived (docs/LONG_RUNS.md).
 
   `watcher` (a `utils.runtime.stop_signals.SignalWatcher`, or anything with `stop_requested` and
-  `signal_name`) is read after every session run; the update boundary is the `UpdateSource`'s. With several workers, every run also carries a
-  tiny collective: the maximum over the workers of their "stop requested" flags (fed as an int32
-  scalar), so all of them see the same combined flag after the same micro-step; each stops at the
-  first update boundary from there, the same update everywhere, and none is left waiting in an
-  allreduce. At `end()`, after the checkpoint saver (which comes earlier in the hook list and
+  `signal_name`) is read after every session run; the update boundary is the `UpdateSource`'s.
+  With several workers, every run also carries a tiny collective: the maximum over the workers of
+  their "stop requested" flags (fed as an int32 scalar), so all of them see the same combined flag
+  after the same micro-step; each stops at the first update boundary from there, the same update
+  everywhere, and none is left waiting in an allreduce. At `end()`, after the checkpoint saver (which comes earlier in the hook list and
   writes the final update's checkpoint), the workers meet once more so none exits while rank 0
   still writes (a launcher ends every worker when one exits non-zero). From there the stop is
   saved: `on_saved` is called, so that a launcher's signal to a worker that has not exited yet
@@ -685,4 +493,3 @@ class StopOnSignalHook(tf.estimator.SessionRunHook):
       session.run(self._barrier)
     if self._on_saved is not None:
       self._on_saved(self.stop_signal_name, self.stop_step)
-

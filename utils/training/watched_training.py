@@ -23,10 +23,12 @@ from utils.core import errors
 from utils.runlog import dllogger_setup
 from utils.runtime import hvd_utils
 from utils.runtime import stop_signals
+from utils.training import checkpoint_saver
 from utils.training import estimator as estimator_lib
 from utils.training import health as health_lib
 from utils.training import hooks as hooks_lib
 from utils.training import messages
+from utils.training import weight_sync as weight_sync_lib
 
 # How long the main thread waits for the watcher's thread to end the process after a signal before
 # the first update (`end_before_updates`): its clean-ups get at most 2 s; past this, something
@@ -47,8 +49,8 @@ class TrainingHooks:
       before its checkpoint: a run killed between the two resumes from the checkpoint before,
       whose later lines the resumed run's replace; in the other order the log would lack the line
       of the checkpoint's own update.
-    saver: `hooks.PeriodicCheckpointSaverHook` of a worker that saves checkpoints.
-    weight_sync: `hooks.WeightSyncHook` (--force_weight_sync or FORCE_WEIGHT_SYNC).
+    saver: `checkpoint_saver.PeriodicCheckpointSaverHook` of a worker that saves checkpoints.
+    weight_sync: `weight_sync.WeightSyncHook` (--force_weight_sync or FORCE_WEIGHT_SYNC).
     broadcast: Horovod's broadcast of rank 0's variables (several workers).
     stop: the stop on a signal (`hooks.StopOnSignalHook`): after the saver, so its `end()`
       follows the final checkpoint.
@@ -58,8 +60,8 @@ class TrainingHooks:
   steady_fetches: hooks_lib.SteadyFetchesHook
   health: typing.Optional[tf.estimator.SessionRunHook] = None
   log: typing.Optional[tf.estimator.SessionRunHook] = None
-  saver: typing.Optional[hooks_lib.PeriodicCheckpointSaverHook] = None
-  weight_sync: typing.Optional[hooks_lib.WeightSyncHook] = None
+  saver: typing.Optional[checkpoint_saver.PeriodicCheckpointSaverHook] = None
+  weight_sync: typing.Optional[weight_sync_lib.WeightSyncHook] = None
   broadcast: typing.Optional[tf.estimator.SessionRunHook] = None
   stop: typing.Optional[hooks_lib.StopOnSignalHook] = None
   updates_begin: typing.Optional[tf.estimator.SessionRunHook] = None
@@ -89,14 +91,14 @@ def training_hooks(config, num_workers, updates, checkpoint_dir, log=None, healt
   steady_fetches = hooks_lib.SteadyFetchesHook()
   saver = None
   if checkpoint_dir is not None:
-    saver = hooks_lib.PeriodicCheckpointSaverHook(
+    saver = checkpoint_saver.PeriodicCheckpointSaverHook(
         checkpoint_dir, save_steps=config.save_checkpoints_steps,
         save_graph_def=config.save_graph_def,
         listeners=[health.listener] if health is not None else None,
         save_secs=config.save_checkpoints_secs)
   weight_sync = None
-  if hooks_lib.weight_sync_enabled(config.force_weight_sync):
-    weight_sync = hooks_lib.WeightSyncHook(updates)
+  if weight_sync_lib.weight_sync_enabled(config.force_weight_sync):
+    weight_sync = weight_sync_lib.WeightSyncHook(updates)
   broadcast = hvd_utils.broadcast_global_variables_hook(0) if num_workers > 1 else None
   return TrainingHooks(updates=updates, steady_fetches=steady_fetches, health=health, log=log,
                        saver=saver, weight_sync=weight_sync, broadcast=broadcast, stop=stop,

@@ -1,8 +1,8 @@
-"""utils/training/hooks.py's weight sync with real Horovod processes (`horovodrun --gloo`).
+"""utils/training/weight_sync.py with real Horovod processes (`horovodrun --gloo`).
 
 Two workers under an outer timeout start from different weights; they write what they saw to JSON
 files and the expected weights are computed here with numpy. The single-process half is
-tests/test_training_hooks.py.
+tests/test_training_weight_sync.py.
 """
 
 import os
