@@ -29,13 +29,14 @@ def square_after_a_nap(task):
 
 
 def last_first(task):
-  """Task (i, directory) of 0..4 ends 0.3 s after task i + 1 has ended: 4 first, 0 last."""
+  """Task (i, directory) of 0..4 ends only after the parent has received task i + 1's result (the
+  test marks each result it receives with a file `received-<i>`): 4 first, 0 last, whatever the
+  load. A task gives up after 60 s, so a pool that held results back fails the test, not hangs it."""
   index, directory = task
-  if index < 4:
-    while not os.path.exists(os.path.join(directory, "done-%d" % (index + 1))):
-      time.sleep(0.01)
-  time.sleep(0.3)
-  open(os.path.join(directory, "done-%d" % index), "w").close()
+  deadline = time.time() + 60
+  while (index < 4 and time.time() < deadline
+         and not os.path.exists(os.path.join(directory, "received-%d" % (index + 1)))):
+    time.sleep(0.01)
   return index
 
 
@@ -120,7 +121,10 @@ def test_every_task_gives_its_result_with_its_index(num_workers):
 
 def test_results_come_as_the_tasks_finish(tmp_path):
   tasks = [(index, str(tmp_path)) for index in range(5)]
-  results = list(worker_pool.run_tasks(last_first, tasks, 5))
+  results = []
+  for result in worker_pool.run_tasks(last_first, tasks, 5):
+    results.append(result)
+    (tmp_path / ("received-%d" % result[1])).touch()
   assert results == [(4, 4), (3, 3), (2, 2), (1, 1), (0, 0)]
 
 
