@@ -213,13 +213,24 @@ def test_uses_the_dllogger_package_when_importable(tmp_path, fake_dllogger, caps
   calls = fake_dllogger.calls
   assert calls[0] == ("json", 1, log_path, False)
   assert calls[1] == ("stdout", 0)
-  assert calls[2] == ("log", 5, {"total_loss": 2.5}, 0)
-  assert calls[3] == ("log", (), {"throughput_train": 10.0}, 0)
+  assert calls[2:6] == [("log", 5, {"total_loss": 2.5}, 0), ("flush",),
+                        ("log", (), {"throughput_train": 10.0}, 0), ("flush",)]
   assert type(calls[2][2]["total_loss"]) is float  # numpy scalars converted before json
   records = [dllogger_setup.parse_log_line(line) for line in open(log_path)]
   assert [r["step"] for r in records] == [5, []]
   out = capsys.readouterr().out.splitlines()
   assert out == ["FAKE 5 total_loss : 2.5", "FAKE summary throughput_train : 10"]
+
+
+def test_a_line_of_the_dllogger_package_is_in_the_file_once_logged(tmp_path, fake_dllogger):
+  # Its JSONStreamBackend buffers the file (as the fake does): unflushed, the line of an update
+  # whose checkpoint is saved next (utils/training/job.py) would be lost to a kill.
+  log_path = tmp_path / "dllogger.json"
+  logger = dllogger_setup.RunLogger(str(log_path), stdout=False)
+  logger.log(step=5, data={"total_loss": 2.5})
+  assert [dllogger_setup.parse_log_line(line)["step"]
+          for line in log_path.read_text().splitlines()] == [5]
+  logger.close()
 
 
 def test_builtin_backend_is_used_when_asked_even_with_the_package(tmp_path, fake_dllogger,

@@ -187,6 +187,9 @@ class _DLLoggerBackend(object):
 
   def log(self, step, data):
     self._logger.log(step=step, data=data, verbosity=self._module.Verbosity.DEFAULT)
+    # dllogger's JSONStreamBackend buffers its file: flushed at once, an update's line is in the
+    # file before its checkpoint is saved, as with the built-in backend, and a kill loses none.
+    self._logger.flush()
 
   def flush(self):
     self._logger.flush()
