@@ -3,6 +3,7 @@ package."""
 
 import datetime
 import json
+import os
 import sys
 import textwrap
 
@@ -118,6 +119,37 @@ def test_read_log_of_a_resumed_run_is_the_training_history(tmp_path):
   steps, _ = dllogger_setup.read_log(log_path)
   assert steps == [(1, {"total_loss": 7.0}), (2, {"total_loss": 6.0}), (3, {"total_loss": 5.0}),
                    (4, {"total_loss": 4.0})]
+
+
+def test_a_last_line_cut_short_by_a_kill_is_removed_before_the_restart_line(tmp_path, caplog):
+  # A SIGKILL stops a write at a page boundary (a killed writer of 700-byte lines left 3 files in
+  # 200 ending part-way through a line, each cut at a multiple of 4096 bytes). Appended to such a
+  # line, the restart line could not be parsed: the earlier run's step 3, after its checkpoint 2,
+  # stayed in the history beside the resumed run's.
+  log_path = str(tmp_path / "bert_dllog.json")
+  first = dllogger_setup.open_run_log(log_path, 0, 0, backend="builtin", stdout=False)
+  for step in (1, 2, 3):
+    first.log(step=step, data={"total_loss": 7.0 - step, "note": "x" * 3000})
+  first.close()
+  with open(log_path, "rb") as log:
+    whole = log.read()
+  third = whole.rindex(b"\n", 0, len(whole) - 1) + 1
+  with open(log_path, "r+b") as log:
+    log.truncate(len(whole) - 1000)  # step 3's line, cut
+  second = dllogger_setup.open_run_log(log_path, 0, 2, backend="builtin", stdout=False)
+  second.log(step=3, data={"total_loss": 3.5})
+  second.close()
+  records = [dllogger_setup.parse_log_line(line) for line in open(log_path)]
+  assert None not in records  # every line whole
+  assert [r["step"] for r in records] == [1, 2, "RESTART", 3]
+  assert "removed its last %d bytes" % (len(whole) - 1000 - third) in caplog.text
+  steps, _ = dllogger_setup.read_log(log_path)
+  assert [(step, data["total_loss"]) for step, data in steps] == [(1, 6.0), (2, 5.0), (3, 3.5)]
+  # A log that is one cut line only is emptied, and still marked as a restart.
+  with open(log_path, "wb") as log:
+    log.write(b'DLLL {"timestamp": "17')
+  dllogger_setup.open_run_log(log_path, 0, 0, backend="builtin", stdout=False).close()
+  assert [dllogger_setup.parse_log_line(line)["step"] for line in open(log_path)] == ["RESTART"]
 
 
 def test_bad_input_is_rejected_with_a_clear_error(tmp_path):
