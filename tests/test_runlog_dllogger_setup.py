@@ -3,6 +3,7 @@ package."""
 
 import datetime
 import json
+import os
 import sys
 import textwrap
 
@@ -120,6 +121,37 @@ def test_read_log_of_a_resumed_run_is_the_training_history(tmp_path):
                    (4, {"total_loss": 4.0})]
 
 
+def test_a_last_line_cut_short_by_a_kill_is_removed_before_the_restart_line(tmp_path, caplog):
+  # A SIGKILL stops a write at a page boundary (a killed writer of 700-byte lines left 3 files in
+  # 200 ending part-way through a line, each cut at a multiple of 4096 bytes). Appended to such a
+  # line, the restart line could not be parsed: the earlier run's step 3, after its checkpoint 2,
+  # stayed in the history beside the resumed run's.
+  log_path = str(tmp_path / "bert_dllog.json")
+  first = dllogger_setup.open_run_log(log_path, 0, 0, backend="builtin", stdout=False)
+  for step in (1, 2, 3):
+    first.log(step=step, data={"total_loss": 7.0 - step, "note": "x" * 3000})
+  first.close()
+  with open(log_path, "rb") as log:
+    whole = log.read()
+  third = whole.rindex(b"\n", 0, len(whole) - 1) + 1
+  with open(log_path, "r+b") as log:
+    log.truncate(len(whole) - 1000)  # step 3's line, cut
+  second = dllogger_setup.open_run_log(log_path, 0, 2, backend="builtin", stdout=False)
+  second.log(step=3, data={"total_loss": 3.5})
+  second.close()
+  records = [dllogger_setup.parse_log_line(line) for line in open(log_path)]
+  assert None not in records  # every line whole
+  assert [r["step"] for r in records] == [1, 2, "RESTART", 3]
+  assert "removed its last %d bytes" % (len(whole) - 1000 - third) in caplog.text
+  steps, _ = dllogger_setup.read_log(log_path)
+  assert [(step, data["total_loss"]) for step, data in steps] == [(1, 6.0), (2, 5.0), (3, 3.5)]
+  # A log that is one cut line only is emptied, and still marked as a restart.
+  with open(log_path, "wb") as log:
+    log.write(b'DLLL {"timestamp": "17')
+  dllogger_setup.open_run_log(log_path, 0, 0, backend="builtin", stdout=False).close()
+  assert [dllogger_setup.parse_log_line(line)["step"] for line in open(log_path)] == ["RESTART"]
+
+
 def test_bad_input_is_rejected_with_a_clear_error(tmp_path):
   logger = dllogger_setup.RunLogger(str(tmp_path / "log.json"), backend="builtin", stdout=False)
   with pytest.raises(ValueError, match="step"):
@@ -213,13 +245,24 @@ def test_uses_the_dllogger_package_when_importable(tmp_path, fake_dllogger, caps
   calls = fake_dllogger.calls
   assert calls[0] == ("json", 1, log_path, False)
   assert calls[1] == ("stdout", 0)
-  assert calls[2] == ("log", 5, {"total_loss": 2.5}, 0)
-  assert calls[3] == ("log", (), {"throughput_train": 10.0}, 0)
+  assert calls[2:6] == [("log", 5, {"total_loss": 2.5}, 0), ("flush",),
+                        ("log", (), {"throughput_train": 10.0}, 0), ("flush",)]
   assert type(calls[2][2]["total_loss"]) is float  # numpy scalars converted before json
   records = [dllogger_setup.parse_log_line(line) for line in open(log_path)]
   assert [r["step"] for r in records] == [5, []]
   out = capsys.readouterr().out.splitlines()
   assert out == ["FAKE 5 total_loss : 2.5", "FAKE summary throughput_train : 10"]
+
+
+def test_a_line_of_the_dllogger_package_is_in_the_file_once_logged(tmp_path, fake_dllogger):
+  # Its JSONStreamBackend buffers the file (as the fake does): unflushed, the line of an update
+  # whose checkpoint is saved next (utils/training/job.py) would be lost to a kill.
+  log_path = tmp_path / "dllogger.json"
+  logger = dllogger_setup.RunLogger(str(log_path), stdout=False)
+  logger.log(step=5, data={"total_loss": 2.5})
+  assert [dllogger_setup.parse_log_line(line)["step"]
+          for line in log_path.read_text().splitlines()] == [5]
+  logger.close()
 
 
 def test_builtin_backend_is_used_when_asked_even_with_the_package(tmp_path, fake_dllogger,

@@ -187,6 +187,9 @@ class _DLLoggerBackend(object):
 
   def log(self, step, data):
     self._logger.log(step=step, data=data, verbosity=self._module.Verbosity.DEFAULT)
+    # dllogger's JSONStreamBackend buffers its file: flushed at once, an update's line is in the
+    # file before its checkpoint is saved, as with the built-in backend, and a kill loses none.
+    self._logger.flush()
 
   def flush(self):
     self._logger.flush()
@@ -285,9 +288,10 @@ def open_run_log(log_path, rank, resumed_from_step, **kwargs):
   """The run log of a job that may be a restart: appends, and marks where a restart begins.
 
   A job started again on the same output directory (after a crash or a kill) must keep the earlier
-  run's lines, the ones that tell what happened before the crash: the file is never truncated.
-  When it already holds lines, a line with step `RESTART_STEP` and data
-  {"resumed_from_step": resumed_from_step} separates the runs.
+  run's lines, the ones that tell what happened before the crash: the file is never truncated,
+  but for a last line that a kill cut short (`_remove_cut_line`). When it already holds lines, a
+  line with step `RESTART_STEP` and data {"resumed_from_step": resumed_from_step} separates the
+  runs.
 
   Args:
     log_path: file for the `DLLL` lines, or None (stdout only).
@@ -300,10 +304,58 @@ def open_run_log(log_path, rank, resumed_from_step, **kwargs):
   """
   restarted = bool(rank == 0 and log_path and os.path.isfile(log_path)
                    and os.path.getsize(log_path) > 0)
+  if restarted:
+    _remove_cut_line(log_path)
   logger = RunLogger(log_path, rank=rank, append=True, **kwargs)
   if restarted:
     logger.log(step=RESTART_STEP, data={"resumed_from_step": int(resumed_from_step)})
   return logger
+
+
+# Bytes read at a time when looking back for the start of a log's last line.
+_TAIL_CHUNK = 4096
+
+
+def _cut_line_start(log):
+  """Where the last line of `log` starts when it has no newline, or None when it has one.
+
+  Args:
+    log: the run log, opened in binary mode.
+
+  Returns:
+    int offset, or None (an empty file too).
+  """
+  end = log.seek(0, os.SEEK_END)
+  if end == 0:
+    return None
+  log.seek(end - 1)
+  if log.read(1) == b"\n":
+    return None
+  while end > 0:
+    start = max(0, end - _TAIL_CHUNK)
+    log.seek(start)
+    newline = log.read(end - start).rfind(b"\n")
+    if newline >= 0:
+      return start + newline + 1
+    end = start
+  return 0
+
+
+def _remove_cut_line(log_path):
+  """Removes the last line of the run log when a kill cut it short.
+
+  A write that crosses a page boundary stops there when the process is killed (SIGKILL) during
+  it: the line has no end, no reader can parse it, and the restart line appended to it would be
+  lost in it (with it the drop of the earlier run's lines after the checkpoint, `read_log`).
+  """
+  size = os.path.getsize(log_path)
+  with open(log_path, "r+b") as log:
+    start = _cut_line_start(log)
+    if start is None:
+      return
+    log.truncate(start)
+  logging.warning("%s: removed its last %d bytes, a line cut short when the run writing it was "
+                  "killed", log_path, size - start)
 
 
 def _import_dllogger(required):
