@@ -10,8 +10,11 @@ their output goes to files (a full pipe would stall a run).
 
 import json
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -195,11 +198,17 @@ def test_bf16_one_process_bit_identical(data, tmp_path):
   assert "loss_scaler" not in entries[0]
 
 
+class RunEndedFirst(AssertionError):
+  """The run ended before the update a test waited for was logged."""
+
+
 def _wait_for_step(log, proc, step, timeout=300):
   """Waits until the run log has a line of `step` or more."""
   deadline = time.time() + timeout
   while time.time() < deadline:
-    assert proc.poll() is None, "the run ended before it was killed"
+    if proc.poll() is not None:
+      raise RunEndedFirst("the run ended (exit %d) before update %d was logged"
+                          % (proc.returncode, step))
     if log.exists():
       # Only whole lines: the writer may be part-way through the last one.
       text = log.read_text()
@@ -230,8 +239,8 @@ def newest_readable_checkpoint(directory):
 
 def three_runs_one_killed(data, root, **overrides):
   """The one-process command run three times at once: "a" and "b" to the end; "killed" is
-  killed once update KILL_AFTER is logged and resumed (the same command again) while a and b
-  still train.
+  killed once update KILL_AFTER is logged (`_killed_mid_run`) and resumed (the same command
+  again) while a and b still train.
 
   Returns:
     dict: the output dirs "a", "b", "killed"; "newest_saved", the global step of the newest
@@ -240,12 +249,10 @@ def three_runs_one_killed(data, root, **overrides):
   """
   dirs = {name: root / name for name in ("a", "b", "killed")}
   started = {name: start(command(data, out, **overrides), root / ("%s.out" % name))
-             for name, out in dirs.items()}
+             for name, out in dirs.items() if name != "killed"}
   try:
-    killed = started["killed"][2]
-    _wait_for_step(dirs["killed"] / "bert_dllog.json", killed, KILL_AFTER)
-    helpers.kill_session(killed)
-    newest_saved = newest_readable_checkpoint(dirs["killed"])
+    newest_saved = _killed_mid_run(command(data, dirs["killed"], **overrides), dirs["killed"],
+                                   root / "killed.out")
     resumed = start(command(data, dirs["killed"], **overrides), root / "resumed.out")
     finish([started["a"], started["b"], resumed])
   finally:
@@ -254,6 +261,58 @@ def three_runs_one_killed(data, root, **overrides):
   return dict(dirs, newest_saved=newest_saved,
               resumed_output=(root / "resumed.out").read_text(),
               a_output=(root / "a.out").read_text())
+
+
+def _killed_mid_run(cmd, out, output, attempts=3):
+  """Runs `cmd` (into `out`) and SIGKILLs it once update KILL_AFTER is logged.
+
+  The run's last updates take about a second: a test process stalled that long by a loaded
+  machine can find the run already ended (or see it end under the kill), which kills nothing.
+  Such an attempt is started again from an empty `out`, up to `attempts` times.
+
+  Returns:
+    the global step of the newest readable checkpoint at the kill.
+  """
+  for _ in range(attempts):
+    shutil.rmtree(out, ignore_errors=True)
+    _, _, proc = start(cmd, output)
+    try:
+      _wait_for_step(out / "bert_dllog.json", proc, KILL_AFTER)
+    except RunEndedFirst:
+      continue
+    finally:
+      helpers.kill_session(proc)
+    if proc.returncode == -signal.SIGKILL:
+      return newest_readable_checkpoint(out)
+  raise AssertionError("the run ended before the kill %d times: %s" % (attempts,
+                                                                       output.read_text()[-3000:]))
+
+
+def test_a_run_that_ends_before_the_kill_is_started_again(tmp_path, monkeypatch):
+  """`_killed_mid_run` itself, on a stand-in for the script: an attempt that ends before update
+  KILL_AFTER is logged is run again from an empty directory; one killed mid-run is the result;
+  a run that never lasts until the kill fails the test with its output."""
+  attempts, out = tmp_path / "attempts", tmp_path / "out"
+  stand_in = textwrap.dedent("""
+      import json, os, sys, time
+      attempts, log = sys.argv[1], sys.argv[2]
+      with open(attempts, "a") as f:
+        f.write("x")
+      if os.path.getsize(attempts) == 1 or sys.argv[3] == "never":
+        sys.exit(0)  # over before the kill
+      os.makedirs(os.path.dirname(log), exist_ok=True)
+      with open(log, "w") as f:
+        f.write("DLLL " + json.dumps({"step": %d, "data": {}}) + "\\n")
+      time.sleep(60)
+  """ % KILL_AFTER)
+  monkeypatch.setattr(sys.modules[__name__], "newest_readable_checkpoint", lambda directory: 10)
+  cmd = [sys.executable, "-c", stand_in, str(attempts), str(out / "bert_dllog.json")]
+  assert _killed_mid_run(cmd + ["once"], out, tmp_path / "killed.out") == 10
+  assert attempts.read_text() == "xx"
+  attempts.unlink()
+  with pytest.raises(AssertionError, match="the run ended before the kill 3 times"):
+    _killed_mid_run(cmd + ["never"], out, tmp_path / "killed.out")
+  assert attempts.read_text() == "xxx"
 
 
 def assert_resumed_exactly(runs):
