@@ -214,14 +214,15 @@ class EndingStopHook(hooks_lib.StopOnSignalHook):
     """
     super().__init__(stop_requests, updates, job.workers.size, on_saved=self._saved)
     self._job = job
-    self._watcher = watcher
+    # Not `_watcher`: the base class reads its own (`stop_requests`) under that name.
+    self._signal_watcher = watcher
     self._stop_requests = stop_requests
     self.error = None
 
   def _saved(self, signal_name, stop_step):
     """The hook's `on_saved`: logs how the job ends and keeps its error in `error`."""
     def end_signals_so(error):
-      self._watcher.stop_saved(errors.ending_line(self._job.program, error),
+      self._signal_watcher.stop_saved(errors.ending_line(self._job.program, error),
                                errors.exit_code(error))
 
     if self.input_problem_rank is not None:
