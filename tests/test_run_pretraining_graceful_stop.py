@@ -421,7 +421,7 @@ def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM, r
   # The launchers forward SIGTERM and SIGINT as SIGTERM, SIGUSR1 as it is.
   assert name == ("SIGUSR1" if signum == signal.SIGUSR1 else "SIGTERM")
   assert FIRST_LOGGED <= update < UPDATES
-  assert code != 0
+  assert code != 0, output[-6000:]  # the output says which worker exited how
   assert checkpoint_steps(out) == [update]
   assert not os.path.exists(out / "worker_1") or checkpoint_steps(out / "worker_1") == []
   assert job.checkpoint_values(out)["micro_step"] == update * det.ACCUMULATION
