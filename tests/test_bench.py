@@ -14,7 +14,6 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import modeling
 from bench import flops

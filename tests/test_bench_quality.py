@@ -9,7 +9,6 @@ import json
 import os
 import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
 

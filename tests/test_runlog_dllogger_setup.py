@@ -3,7 +3,6 @@ package."""
 
 import datetime
 import json
-import os
 import sys
 import textwrap
 
