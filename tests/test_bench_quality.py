@@ -5,9 +5,7 @@ comparison's batches and tables.
 (Speed itself is measured by bench/, never asserted in tests.)
 """
 
-import json
 import os
-import time
 
 import pytest
 import tensorflow as tf
