@@ -35,6 +35,7 @@ import time
 
 from scripts import launch_command
 from utils.core import errors
+from utils.runtime import stop_signals
 
 # Host names that are this machine: alive without a probe.
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -74,7 +75,13 @@ def check_command(argv, max_restarts, min_workers):
 
 def effective_exit_code(returncode, output_tail):
   """The job's status as the rules see it: horovodrun's "Exit code: N" of its first failed worker
-  when it exited 1 and printed one, else the launcher's own status."""
+  when it exited 1 and printed one; 75 when the launcher exited 0 after a worker's stop line
+  (`stop_signals.stop_message`); else the launcher's own status."""
+  if returncode == 0 and any(stop_signals.STOP_MESSAGE.search(line)
+                             for line in output_tail):
+    # horovodrun 0.28.1 signalled itself may exit 0 though its workers stopped and exited 75: it
+    # reaps a worker's shell in two threads, and the loser reads status 0 (docs/LONG_RUNS.md).
+    return errors.STOP_EXIT_CODE
   if returncode == 1:
     for line in reversed(output_tail):
       match = _HOROVODRUN_EXIT.search(line)

@@ -25,6 +25,7 @@ import time
 import numpy as np
 import pytest
 
+from scripts import supervisor
 from tests import helpers
 from tests import test_run_pretraining_deterministic as det
 from tests import test_run_pretraining as job
@@ -421,7 +422,6 @@ def _signal_and_check(data, tmp_path, launcher, target, signum=signal.SIGTERM, r
   # The launchers forward SIGTERM and SIGINT as SIGTERM, SIGUSR1 as it is.
   assert name == ("SIGUSR1" if signum == signal.SIGUSR1 else "SIGTERM")
   assert FIRST_LOGGED <= update < UPDATES
-  assert code != 0, output[-6000:]  # the output says which worker exited how
   assert checkpoint_steps(out) == [update]
   assert not os.path.exists(out / "worker_1") or checkpoint_steps(out / "worker_1") == []
   assert job.checkpoint_values(out)["micro_step"] == update * det.ACCUMULATION
@@ -436,11 +436,23 @@ def test_horovodrun_stops_every_rank_at_the_same_update(data, tmp_path, target):
   # horovodrun --gloo sends SIGTERM to every worker on SIGTERM or SIGINT, and SIGKILL 5 s later
   # (GRACEFUL_TERMINATION_TIME_S): on a loaded machine rank 0 may still be exiting then, after its
   # checkpoint (the workers meet after it) and before its own stop line.
-  _, output, lines = _signal_and_check(data, tmp_path, launcher, target,
-                                       reporting=1 if target == "launcher" else 2)
-  assert "Exit code: 75" in output  # horovodrun exits 1, naming the workers' status
-  if len(lines) < 2:
-    assert "Process 0 exit with status code 137." in output, output[-4000:]
+  code, output, lines = _signal_and_check(data, tmp_path, launcher, target,
+                                          reporting=1 if target == "launcher" else 2)
+  # What horovodrun's thread of each worker read as its status ("Process N exit with ..." for
+  # all but 0), and horovodrun's own (1 naming the first non-zero one, else 0).
+  statuses = [int(s) for s in re.findall(r"Process \d exit with status code (\d+)\.", output)]
+  assert code == (1 if statuses else 0), "exit %d\n%s" % (code, output[-6000:])
+  if target == "rank1":
+    # The first worker to exit is read right (75); horovodrun then ends the other.
+    assert "Exit code: 75" in output, output[-6000:]
+  else:
+    # horovodrun, signalled itself, ends each worker's shell and reaps it in two threads: the
+    # loser reads 0 whatever the worker's status was (Horovod 0.28.1; docs/LONG_RUNS.md). Only
+    # a worker that did not get to its stop line is killed (137).
+    assert set(statuses) <= ({75, 137} if len(lines) < 2 else {75}), output[-6000:]
+  # Whatever horovodrun exits with, the supervisor reads a graceful stop from its output.
+  assert supervisor.effective_exit_code(code, output.splitlines()) in (
+      (errors.STOP_EXIT_CODE, 137) if len(lines) < 2 else (errors.STOP_EXIT_CODE,))
 
 
 # Under mpirun (Open MPI 4.1) the workers are signalled directly: mpirun itself answers SIGTERM and

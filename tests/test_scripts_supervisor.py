@@ -76,6 +76,26 @@ def test_a_signalled_job_that_stopped_gracefully_ends_with_75_under_horovodrun()
   assert any("status 75 (stopped, checkpoint written" in line for line in fake.lines)
 
 
+@pytest.mark.parametrize("signalled", [True, False])
+@pytest.mark.parametrize("stop", ["at update 5; checkpoint written",
+                                  "at update 5; no checkpoint written by this worker",
+                                  "before the first update: nothing to save"])
+def test_horovodrun_exit_0_after_a_worker_stop_line_is_a_graceful_stop(signalled, stop):
+  # horovodrun 0.28.1, signalled itself, can exit 0 though both workers stopped and exited 75.
+  tail = ["[1]<stderr>:run_pretraining.py: stopped by SIGTERM %s; run the same command to "
+          "resume\n" % stop, "[0]<stdout>:done\n"]
+  fake = Fake([process_launcher.LaunchResult(0, tail, signalled), 0])
+  assert fake.run(max_restarts=5) == 75
+  assert len(fake.launched) == 1
+  assert "not restarted" in fake.lines[-1]
+
+
+def test_exit_0_without_a_stop_line_is_a_finished_job():
+  fake = Fake([process_launcher.LaunchResult(0, ["[0]<stdout>:stopped by nothing\n"], False), 0])
+  assert fake.run(max_restarts=5) == 0
+  assert fake.lines[-1] == "the job finished"
+
+
 def test_failures_restart_with_exponential_backoff_until_success():
   fake = Fake([1, 137, 255, 0])
   assert fake.run(max_restarts=3, backoff_secs=5, max_backoff_secs=600) == 0

@@ -36,6 +36,7 @@ its status (the graceful stop's 75), without waiting for the main thread.
 """
 
 import os
+import re
 import signal
 import threading
 import time
@@ -417,6 +418,10 @@ def watch_signals(signals=STOP_SIGNALS, clock=time.monotonic, exit_at_once=_exit
   watcher = SignalWatcher(StopState(clock), signals, exit_at_once, announce, cleanup_seconds)
   watcher._install()  # pylint: disable=protected-access
   return watcher
+
+
+# A `stop_message` line (the process then exits STOP_EXIT_CODE), found in a launcher's output.
+STOP_MESSAGE = re.compile(r"stopped by SIG\w+ (at update \d+;|before the first update:) ")
 
 
 def stop_message(signal_name_value, update, checkpoint_written):
