@@ -228,17 +228,21 @@ def test_a_gloo_connection_lost_in_a_horovod_op_is_a_lost_rank():
 
 
 class _Recorder(tf.estimator.SessionRunHook):
-  """Notes ("logged", global step) after every run, as a log hook writes its line."""
+  """Notes ("logged", global step after the update) after every run, as a log hook writes its
+  line: the step read once at the session's start, plus one a run (each run is one update here).
+  The global step is not fetched with the run: that read races with the update's increment
+  (nothing orders them), so it gives the step before or after the update by chance."""
 
   def __init__(self, events):
     self.events = events
+    self.step = None
 
-  def before_run(self, run_context):
-    return _tf1.train.SessionRunArgs(_tf1.train.get_global_step())
+  def after_create_session(self, session, coord):
+    self.step = int(session.run(_tf1.train.get_global_step()))
 
   def after_run(self, run_context, run_values):
-    # The step fetched is the one before the update: this run's update is the next.
-    self.events.append(("logged", int(run_values.results) + 1))
+    self.step += 1
+    self.events.append(("logged", self.step))
 
 
 class _SaveRecorder(tf.estimator.SessionRunHook):
