@@ -15,6 +15,8 @@
                 `__main__` block)
   model/        what is built on `modeling.BertModel`: the pretraining heads, checkpoints scored on
                 held-out records
+  corpus/       raw text to the generator's input (a sibling of model/): dumps, folders and
+                files of documents read as documents, their sentences, shards
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
                 checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
                 directory (safetensors, torch pickles), the encoder SavedModel
@@ -50,7 +52,7 @@ LAYERS = (
     (("release", ("modeling", "optimization", "tokenization", "fused_layer_norm",
                    "fused_blocks", "gpu_environment")),),
     (("runtime", ("utils.runtime",)), ("runlog", ("utils.runlog",)), ("data", ("utils.data",))),
-    (("model", ("utils.model",)),),
+    (("model", ("utils.model",)), ("corpus", ("utils.corpus",))),
     (("checkpoints", ("utils.checkpoints",)),),
     (("training", ("utils.training",)),),
     (("finetuning", ("utils.finetuning",)),),
