@@ -24,6 +24,7 @@ from bench import sentence_split
 from bench import suite_cpu
 from bench import throughput
 from tests import helpers
+from utils.corpus import sentences
 
 
 def test_flops_formula_by_hand_for_bert_base():
@@ -309,3 +310,4 @@ def test_sentence_split_quick_run_reports_every_candidate(monkeypatch, capsys):
     assert results[name]["sentences"] == sample_sentences
     assert results[name]["kept"] == results[name]["paragraphs"]
     assert set(results[name]["mb_per_s"]) == {"sample", "5kB"}
+  assert results["sentences.py"]["version"] == sentences.SEGMENTER
