@@ -20,9 +20,11 @@ from bench import flops
 from bench import packing
 from bench import precision
 from bench import scaling
+from bench import sentence_split
 from bench import suite_cpu
 from bench import throughput
 from tests import helpers
+from utils.corpus import sentences
 
 
 def test_flops_formula_by_hand_for_bert_base():
@@ -264,3 +266,48 @@ def test_suite_cpu_records_the_processes_a_test_starts():
   tests = out.split("CPU s  processes  test\n")[1]
   assert sum("test_help_shows_the_scripts_defaults_and_the_shared_flags[" in line
              for line in tests.splitlines()) == 3
+
+
+def test_sentence_split_scores_boundaries_by_hand():
+  truth = ["Dr. Ames left.", "He came back at 4 p.m.", "It rained."]
+  # A boundary added after "Dr." and one missed after "p.m.": of the 2 true inner boundaries
+  # (after 12 and 29 non-space characters) 1 is found, of the 2 predicted (3, 12) 1 is true, and
+  # no sentence comes out exactly.
+  predicted = ["Dr.", "Ames left.", "He came back at 4 p.m. It rained."]
+  counts = sentence_split.score_paragraph(truth, predicted)
+  assert counts == {"exact": 0, "true_bounds": 2, "predicted_bounds": 2, "shared_bounds": 1,
+                    "kept": 1}
+  assert sentence_split.score_paragraph(truth, truth)["exact"] == 3
+  # Spaces do not count; a lost character does.
+  assert sentence_split.score_paragraph(truth, ["Dr. Ames  left.He came back at 4 p.m.",
+                                                "It rained."])["shared_bounds"] == 1
+  assert sentence_split.score_paragraph(truth, ["Dr. Ames left."])["kept"] == 0
+  figures, errors = sentence_split.accuracy(lambda text: predicted, [truth])
+  assert (figures["exact"], figures["wrong"], figures["precision"], figures["recall"]) == (
+      0, 3, 0.5, 0.5)
+  assert errors[0] == ("Dr. Ames left.", ["Dr.", "Ames left."])
+
+
+def test_sentence_split_quick_run_reports_every_candidate(monkeypatch, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    sentence_split.main(["--help"])
+  assert exit_info.value.code == 0 and "--quick" in capsys.readouterr().out
+
+  def missing():
+    raise ImportError("No module named 'absent_segmenter'")
+
+  monkeypatch.setattr(sentence_split, "CANDIDATES",
+                      sentence_split.CANDIDATES + (("absent", "absent_segmenter", missing),))
+  assert sentence_split.main(["--quick"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0].startswith("CPU: ")
+  rows = {line.split()[0]: line for line in lines[2:-1]}
+  assert set(rows) == {"pysbd", "syntok", "blingfire", "naive", "sentences.py", "absent"}
+  assert rows["absent"].split()[1:] == ["not", "installed"]
+  results = json.loads(lines[-1])["results"]
+  sample_sentences = sum(len(p) for p in sentence_split.read_labelled(sentence_split.SAMPLE))
+  for name in ("pysbd", "syntok", "blingfire", "naive regex", "sentences.py"):
+    assert results[name]["sentences"] == sample_sentences
+    assert results[name]["kept"] == results[name]["paragraphs"]
+    assert set(results[name]["mb_per_s"]) == {"sample", "5kB"}
+  assert results["sentences.py"]["version"] == sentences.SEGMENTER
