@@ -90,7 +90,8 @@ def test_the_repairs_mend_what_blingfire_gets_wrong(paragraph, expected):
 
 
 def test_segmenter_names_blingfire_and_its_installed_version():
-  assert sentences.SEGMENTER == "blingfire %s" % importlib.metadata.version("blingfire")
+  assert sentences.SEGMENTER == "blingfire %s, repairs %d" % (
+      importlib.metadata.version("blingfire"), sentences.REPAIRS_REVISION)
 
 
 @pytest.mark.parametrize("blank", ["", " ", "  \t ", "\u00a0"])

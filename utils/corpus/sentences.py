@@ -23,7 +23,11 @@ import re
 
 import blingfire
 
-SEGMENTER = "blingfire %s" % importlib.metadata.version("blingfire")
+# The repairs' revision: raise it with any change of the rules below, so that the pipeline's
+# settings hash (which includes SEGMENTER) redoes the sentences they split.
+REPAIRS_REVISION = 1
+SEGMENTER = "blingfire %s, repairs %d" % (importlib.metadata.version("blingfire"),
+                                          REPAIRS_REVISION)
 
 # Abbreviations written before a name that never end an encyclopedia sentence as written there.
 _TITLES = ("Capt", "Col", "Dr", "Fr", "Gen", "Lt", "Messrs", "Mr", "Mrs", "Ms", "Mt", "Prof",
