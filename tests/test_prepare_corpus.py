@@ -101,6 +101,8 @@ def test_a_bad_input_ends_with_exit_2_naming_the_file_and_position(written, tmp_
     ("--stage=bogus", "flag --stage=bogus: value should be one of"),
     ("--vocab_file=/nonexistent/vocab.txt", "--vocab_file: vocabulary file not found"),
     ("--input=/nonexistent/corpus.txt", "/nonexistent/corpus.txt: the input: no such file"),
+    ("--output_dir=", "--output_dir is required"),
+    ("stray_argument", "unexpected argument\\(s\\) stray_argument"),
 ])
 def test_a_bad_flag_ends_with_exit_2_naming_it(written, tmp_path, flag, message):
   proc = run_command(small_flags(written["inputs"][1:2], tmp_path / "out") + [flag], check=False)
@@ -109,42 +111,53 @@ def test_a_bad_flag_ends_with_exit_2_naming_it(written, tmp_path, flag, message)
   assert any(re.search(message, line) for line in last[-2:]), proc.stderr[-2000:]
 
 
-def _check_final_names(out, expected):
+def _check_final_names(out, expected, checked):
   """Every file under a final name is whole: the manifest's entries parse, every other file holds
-  the bytes of the uninterrupted run (a file removed while it is read is passed over)."""
+  the bytes of the uninterrupted run (a file removed while it is read is passed over).
+
+  Args:
+    out: the output directory.
+    expected: {relative path: bytes} of the uninterrupted run.
+    checked: set of (path, inode, size, mtime) already checked; updated.
+  """
   for directory, _, names in os.walk(str(out)):
     for name in names:
       path = os.path.join(directory, name)
-      relative = os.path.relpath(path, str(out))
       if name.endswith(manifest.TEMP_SUFFIX):
         continue
       try:
+        status = os.stat(path)
+        key = (path, status.st_ino, status.st_size, status.st_mtime_ns)
+        if key in checked:
+          continue
         with open(path, "rb") as reader:
           data = reader.read()
       except FileNotFoundError:
         continue
+      relative = os.path.relpath(path, str(out))
       if relative.startswith("manifest" + os.sep):
         json.loads(data.decode("utf-8"))
       else:
         assert data == expected.get(relative), "%s is not whole" % relative
+      checked.add(key)
 
 
 def _run_and_kill_during_the_records(args, out, expected, log):
   """Starts the command, watches its files, and kills it (SIGKILL) once two record units are
-  done. Returns whether it was killed before it ended."""
+  done. Returns whether the kill ended it (not its own end)."""
   with open(log, "w") as stderr:
     proc = subprocess.Popen([sys.executable, SCRIPT] + args, cwd=helpers.REPO_ROOT,
                             stdout=subprocess.DEVNULL, stderr=stderr)
   records = os.path.join(str(out), "manifest", "records")
+  checked = set()
   try:
     while proc.poll() is None:
-      _check_final_names(out, expected)
+      _check_final_names(out, expected, checked)
       done = [n for n in os.listdir(records) if n.endswith(".json")] if os.path.isdir(
           records) else []
       if len(done) >= 2:
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-        return True
+        return proc.wait(timeout=60) == -signal.SIGKILL
       time.sleep(0.002)
     return False
   finally:

@@ -27,6 +27,7 @@ import time
 
 from absl import logging
 
+import tokenization
 from utils.core import errors
 from utils.corpus import bad_input
 from utils.corpus import config as config_lib
@@ -63,6 +64,7 @@ class DataError(errors.UsageError):
 
 
 def _unit(stage, name, index, settings, spec):
+  """A Unit, its settings hashed."""
   return Unit(stage, name, index, manifest.settings_hash(settings), settings, spec)
 
 
@@ -88,11 +90,7 @@ def plan(config):
   """
   units = collections.OrderedDict()
   units["extract"] = _extract_units(config)
-  units["shard"] = [_unit("shard", shard_file(j, ""), j, dict(
-      stage="shard", eval_fraction=config.eval_fraction,
-      extract=[u.settings_hash for u in units["extract"]]), dict(
-          shard=j, extract=[u.name for u in units["extract"]]))
-                    for j in range(config.num_shards)]
+  units["shard"] = _shard_units(config, units["extract"])
   units["vocab"] = [_vocab_unit(config, units["shard"])]
   units["records"] = _record_units(config, units["shard"], units["vocab"][0])
   if config.pack:
@@ -114,6 +112,7 @@ def input_id(path):
 
 
 def _identity(path):
+  """[size, modification time in ns] of a file: a changed input is read again."""
   status = os.stat(path)
   return [status.st_size, status.st_mtime_ns]
 
@@ -152,12 +151,22 @@ def _file_groups(files):
   return groups + ([group] if group else [])
 
 
+def _shard_units(config, extract_units):
+  """One unit per shard j: bucket j of every extract unit, in input order."""
+  extract_hashes = [u.settings_hash for u in extract_units]
+  extract_names = [u.name for u in extract_units]
+  return [_unit("shard", shard_file(j, ""), j, dict(
+      stage="shard", eval_fraction=config.eval_fraction, extract=extract_hashes), dict(
+          shard=j, extract=extract_names)) for j in range(config.num_shards)]
+
+
 def vocab_path(config):
   """The vocabulary the records are written with: --vocab_file, else OUT/vocab.txt."""
   return config.vocab_file or os.path.join(config.output_dir, "vocab.txt")
 
 
 def _vocab_unit(config, shard_units):
+  """The vocabulary's unit: trained on the training shards, or the given file's identity."""
   if config.vocab_file:
     settings = dict(stage="vocab", vocab_file=os.path.abspath(config.vocab_file),
                     sha256=manifest.file_sha256(config.vocab_file))
@@ -192,6 +201,8 @@ def _record_units(config, shard_units, vocab_unit):
 
 
 def _extract(config, unit, tools):
+  """An input's (or a directory's group of files') documents into its bucket files; bad
+  documents skipped and counted with --skip_bad_documents."""
   del tools
   spec, out = unit.spec, config.output_dir
   skipped = []
@@ -217,6 +228,7 @@ def _extract(config, unit, tools):
 
 
 def _shard(config, unit, tools):
+  """Bucket j of every input into the train and held-out text of shard j."""
   del tools
   j, out = unit.spec["shard"], config.output_dir
   buckets = [os.path.join(out, "extracted", name, "bucket-%05d.txt" % j)
@@ -238,10 +250,10 @@ def train_text_files(config):
 
 
 def _vocab(config, unit, tools):
+  """OUT/vocab.txt trained on the training text; nothing to write for a given --vocab_file."""
   del unit, tools
   if config.vocab_file:
-    return [], dict(tokens=len(instances.cached_tokenizer(config.vocab_file,
-                                                          config.do_lower_case).vocab))
+    return [], dict(tokens=len(tokenization.load_vocab(config.vocab_file)))
   texts = train_text_files(config)
   if not texts:
     raise DataError("no training text to train a vocabulary on in %s: every document was "
@@ -253,6 +265,8 @@ def _vocab(config, unit, tools):
 
 
 def _records(config, unit, tools):
+  """The records of one phase, split and shard (`instances.process_file`, the file index j); no
+  file for a shard without text or records."""
   del tools
   phase, split, j = unit.spec["phase"], unit.spec["split"], unit.spec["shard"]
   text = os.path.join(config.output_dir, "text", split, shard_file(j, ".txt"))
@@ -271,6 +285,7 @@ def _records(config, unit, tools):
 
 
 def _pack(config, unit, tools):
+  """The packed records of one records file (`tools.pack_files`)."""
   phase, split, j = unit.spec["phase"], unit.spec["split"], unit.spec["shard"]
   records = os.path.join(config.output_dir, config_lib.phase_name(phase), split,
                          shard_file(j, ".tfrecord"))
