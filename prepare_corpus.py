@@ -19,6 +19,10 @@ Running the same command again does only what is not done; a changed setting red
 stages it affects. Several tasks (`--task_index/--num_tasks`, by default from Slurm's array or
 MPI's environment) share the units; the output does not depend on how many tasks or workers
 there are. Progress goes to stderr; the last line (stdout) sums up the corpus and its records.
+
+The records are sampled and masked as by create_pretraining_data.py, with its flags
+(--do_lower_case, --do_whole_word_mask, --dupe_factor, --masked_lm_prob, --short_seq_prob,
+--random_seed; `--helpfull` lists them under create_pretraining_data).
 """
 
 import os
@@ -42,7 +46,7 @@ def define_flags():
   (create_pretraining_data.py's `define_generator_flags`)."""
   flags.DEFINE_multi_string("input", None, "An input: a MediaWiki dump (.xml, .xml.bz2), a "
                             "directory of documents (.txt, .gz, .bz2), a one-document-per-line "
-                            "file or a file in the generator's format; repeat the flag for more.")
+                            "file or a file in the generator's format")
   flags.DEFINE_string("input_format", "auto", "The inputs' format: auto, or %s; one for every "
                       "input or a comma-separated list, one per --input."
                       % ", ".join(documents.FORMATS))

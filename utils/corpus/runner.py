@@ -12,7 +12,6 @@ each depending on the one before, waits for them).
 
 import collections
 import functools
-import os
 import time
 
 from absl import logging

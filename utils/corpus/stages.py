@@ -20,10 +20,8 @@ same whatever the number of tasks and workers.
 """
 
 import collections
-import functools
 import os
 import re
-import time
 
 from absl import logging
 
@@ -37,7 +35,6 @@ from utils.corpus import sentences
 from utils.corpus import shards
 from utils.data import instances
 from utils.data import vocabulary
-from utils.runtime import worker_pool
 
 # Part of every extract unit's settings: raise it when a change of this code changes the output.
 PIPELINE_VERSION = 1
