@@ -180,3 +180,17 @@ def test_a_file_that_is_not_gzip_is_named_as_corrupt(tmp_path):
 def test_text_paragraphs_split_at_blank_lines_and_collapse_whitespace():
   assert documents.text_paragraphs("a\nb\n \n\n c \t d \n") == ["a b", "c d"]
   assert documents.text_paragraphs("") == []
+
+
+def test_a_file_that_cannot_be_read_is_named(tmp_path):
+  folder = tmp_path / "folder"
+  write(folder / "fine.txt", "Fine.")
+  os.symlink(str(tmp_path / "gone.txt"), str(folder / "dangling.txt"))
+  skipped = []
+  docs = documents.iter_documents(str(folder), "directory", on_bad=skipped.append)
+  assert as_tuples(docs) == [("fine.txt", ["Fine."])]
+  assert [str(e) for e in skipped] == ["%s: the document: cannot be read: No such file or "
+                                       "directory" % (folder / "dangling.txt")]
+  with pytest.raises(bad_input.BadInput, match="folder: the file: cannot be read: Is a "
+                                               "directory"):
+    list(documents.iter_documents(str(folder), "documents_per_line"))

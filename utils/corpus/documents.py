@@ -64,7 +64,7 @@ def detect_format(path):
   it is "documents_per_line".
 
   Raises:
-    bad_input.BadInput: the path does not exist.
+    bad_input.BadInput: the path does not exist or cannot be read.
   """
   if os.path.isdir(path):
     return "directory"
@@ -74,15 +74,18 @@ def detect_format(path):
     return "wikidump"
   has_blank_line = has_long_block = False
   block_lines = 0
-  for line in _sniffed_lines(path):
-    if line.strip():
-      block_lines += 1
-      has_long_block = has_long_block or block_lines >= 2
-    else:
-      has_blank_line = True
-      block_lines = 0
-    if has_blank_line and has_long_block:
-      return "sentences_per_line"
+  try:
+    for line in _sniffed_lines(path):
+      if line.strip():
+        block_lines += 1
+        has_long_block = has_long_block or block_lines >= 2
+      else:
+        has_blank_line = True
+        block_lines = 0
+      if has_blank_line and has_long_block:
+        return "sentences_per_line"
+  except OSError as e:  # opening it (a stream error ends the lines)
+    raise bad_input.BadInput(path, "the input", "cannot be read: %s" % e.strerror)
   return "documents_per_line"
 
 
@@ -214,7 +217,11 @@ def _read_document_file(path):
     bad_input.BadInput: naming the file: not UTF-8 (byte offset and line), a compressed stream
       cut short or corrupt.
   """
-  with open(path, "rb") as raw:
+  try:
+    raw = open(path, "rb")
+  except OSError as e:
+    raise bad_input.BadInput(path, "the document", "cannot be read: %s" % e.strerror)
+  with raw:
     try:
       data = _decompressed(raw, path).read()
     except _STREAM_ERRORS as e:
@@ -261,7 +268,12 @@ def _numbered_lines(path):
   (number of the lines before, None, `CutShort`). A last line without its newline is given only
   once the stream has ended cleanly, so a line cut by a truncation is never taken as whole.
   """
-  with open(path, "rb") as raw:
+  try:
+    raw = open(path, "rb")
+  except OSError as e:
+    yield 0, None, CutShort(path, "the file", "cannot be read: %s" % e.strerror)
+    return
+  with raw:
     lines = iter(_decompressed(raw, path))
     number, offset, held = 0, 0, None
     while True:
