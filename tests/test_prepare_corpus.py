@@ -1,0 +1,246 @@
+"""prepare_corpus.py, the command: its output is the library's (tests/test_corpus_runner.py) for
+the same settings, packed too; bad input and bad flags end with exit 2 and one line; a run killed
+during its records continues where it stopped, never showing a partial file under a final name;
+mpirun's two ranks write the bytes of one process; the original release evaluates the records as
+our run_pretraining.py does."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests import corpus_data
+from tests import helpers
+from tests.test_original_compat import run_original
+from tests.test_run_pretraining_launchers import _mpirun
+from utils.corpus import config as config_lib
+from utils.corpus import manifest
+from utils.corpus import runner
+from utils.corpus import stages
+from utils.data import packed_records
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = os.path.join(helpers.REPO_ROOT, "prepare_corpus.py")
+
+
+def small_flags(inputs, out, **overrides):
+  """The command line of `corpus_data.make_config`'s settings (with `overrides` of flags)."""
+  values = dict(output_dir=str(out), phases=",".join(
+      "%d:%d" % phase for phase in corpus_data.PHASES), num_shards=corpus_data.NUM_SHARDS,
+                eval_fraction=corpus_data.EVAL_FRACTION, vocab_size=corpus_data.VOCAB_SIZE,
+                dupe_factor=2, num_workers=1, skip_bad_documents=True)
+  values.update(overrides)
+  args = ["--input=%s" % path for path in inputs]
+  for name, value in values.items():
+    if value is True or value is False:
+      args.append("--%s%s" % ("" if value else "no", name))
+    elif value is not None:
+      args.append("--%s=%s" % (name, value))
+  return args
+
+
+def run_command(args, check=True, launcher=(), timeout=300):
+  return helpers.run_python([SCRIPT] + args, check=check, launcher=launcher, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+  return corpus_data.write_inputs(str(tmp_path_factory.mktemp("inputs")))
+
+
+@pytest.fixture(scope="module")
+def reference(written, tmp_path_factory):
+  """The library's build of the inputs in this process: (output directory, summary)."""
+  out = tmp_path_factory.mktemp("reference")
+  summary = runner.run(corpus_data.make_config(written["inputs"], out),
+                       stages.Tools(pack_files=None))
+  return str(out), summary
+
+
+def test_the_command_writes_the_librarys_output_and_packs_it(written, reference, tmp_path):
+  out = tmp_path / "out"
+  proc = run_command(small_flags(written["inputs"], out, pack=True, num_workers=2))
+  expected = corpus_data.output_files(reference[0])
+  got = corpus_data.output_files(out)
+  assert {k: v for k, v in got.items() if "_packed" not in k} == expected
+  # The last line: the library's summary of the same corpus, then this run's time and speed.
+  counts = runner.summary_line(dict(reference[1], seconds=0, bytes_read=0,
+                                    units_done_earlier=0)).rsplit("; ", 1)[0]
+  assert proc.stdout.startswith(counts + "; ") and proc.stdout.count("\n") == 1
+  assert proc.stdout.strip().endswith(" MB/s of input")
+  assert "prepare_corpus: records: 12 units, 12 of this task" in proc.stderr
+  for phase in corpus_data.PHASES:
+    for split in ("train", "eval"):
+      directory = os.path.join(str(out), config_lib.phase_name(phase) + "_packed", split)
+      sequences = sum(packed_records.read_packed(os.path.join(directory, name))[
+          "next_sentence_weights"].sum() for name in sorted(os.listdir(directory)))
+      key = "%s %s" % (config_lib.phase_name(phase), split)
+      assert sequences == reference[1]["records"][key] > 0, key
+
+
+def test_a_bad_input_ends_with_exit_2_naming_the_file_and_position(written, tmp_path):
+  proc = run_command(small_flags(written["inputs"], tmp_path / "out", skip_bad_documents=False),
+                     check=False)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "prepare_corpus.py: error: %s: line 2 (byte 18): not UTF-8 text" % written["bad_file"])
+  assert "--helpshort" not in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--phases=128", "--phases: '128' is not LENGTH:PREDICTIONS"),
+    ("--eval_fraction=1", r"--eval_fraction must be in \[0, 1\), got 1"),
+    ("--masked_lm_prob=2", r"--masked_lm_prob must be in \(0, 1\], got 2.0"),
+    ("--stage=bogus", "flag --stage=bogus: value should be one of"),
+    ("--vocab_file=/nonexistent/vocab.txt", "--vocab_file: vocabulary file not found"),
+    ("--input=/nonexistent/corpus.txt", "/nonexistent/corpus.txt: the input: no such file"),
+    ("--output_dir=", "--output_dir is required"),
+    ("stray_argument", "unexpected argument\\(s\\) stray_argument"),
+])
+def test_a_bad_flag_ends_with_exit_2_naming_it(written, tmp_path, flag, message):
+  proc = run_command(small_flags(written["inputs"][1:2], tmp_path / "out") + [flag], check=False)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  last = [line for line in proc.stderr.splitlines() if line.strip()]
+  assert any(re.search(message, line) for line in last[-2:]), proc.stderr[-2000:]
+
+
+def _check_final_names(out, expected, checked):
+  """Every file under a final name is whole: the manifest's entries parse, every other file holds
+  the bytes of the uninterrupted run (a file removed while it is read is passed over).
+
+  Args:
+    out: the output directory.
+    expected: {relative path: bytes} of the uninterrupted run.
+    checked: set of (path, inode, size, mtime) already checked; updated.
+  """
+  for directory, _, names in os.walk(str(out)):
+    for name in names:
+      path = os.path.join(directory, name)
+      if name.endswith(manifest.TEMP_SUFFIX):
+        continue
+      try:
+        status = os.stat(path)
+        key = (path, status.st_ino, status.st_size, status.st_mtime_ns)
+        if key in checked:
+          continue
+        with open(path, "rb") as reader:
+          data = reader.read()
+      except FileNotFoundError:
+        continue
+      relative = os.path.relpath(path, str(out))
+      if relative.startswith("manifest" + os.sep):
+        json.loads(data.decode("utf-8"))
+      else:
+        assert data == expected.get(relative), "%s is not whole" % relative
+      checked.add(key)
+
+
+def _run_and_kill_during_the_records(args, out, expected, log):
+  """Starts the command, watches its files, and kills it (SIGKILL) once two record units are
+  done. Returns whether the kill ended it (not its own end)."""
+  with open(log, "w") as stderr:
+    proc = subprocess.Popen([sys.executable, SCRIPT] + args, cwd=helpers.REPO_ROOT,
+                            stdout=subprocess.DEVNULL, stderr=stderr)
+  records = os.path.join(str(out), "manifest", "records")
+  checked = set()
+  try:
+    while proc.poll() is None:
+      _check_final_names(out, expected, checked)
+      done = [n for n in os.listdir(records) if n.endswith(".json")] if os.path.isdir(
+          records) else []
+      if len(done) >= 2:
+        proc.send_signal(signal.SIGKILL)
+        return proc.wait(timeout=60) == -signal.SIGKILL
+      time.sleep(0.002)
+    return False
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+
+
+def test_a_run_killed_during_its_records_continues_where_it_stopped(written, tmp_path):
+  settings = dict(num_shards=6, dupe_factor=4)
+  reference = tmp_path / "reference"
+  runner.run(corpus_data.make_config(written["inputs"], reference, **settings),
+             stages.Tools(pack_files=None))
+  expected = corpus_data.output_files(reference)
+  for attempt in range(3):  # a loaded machine may let a run end before its kill
+    out = tmp_path / ("out-%d" % attempt)
+    args = small_flags(written["inputs"], out, **settings)
+    if _run_and_kill_during_the_records(args, out, expected, str(tmp_path / "killed.log")):
+      break
+  else:
+    pytest.fail("each of three runs ended before it could be killed during its records")
+  done = {name: os.stat(os.path.join(str(out), "manifest", stage, name)).st_mtime_ns
+          for stage in ("extract", "shard", "vocab", "records")
+          for name in os.listdir(os.path.join(str(out), "manifest", stage))
+          if manifest.read_entry(str(out), stage, name[:-len(".json")])["status"] == "done"}
+  records_done = len([name for name in done if name.startswith("seq")])
+  assert 2 <= records_done < 24
+  proc = run_command(args)
+  assert ("prepare_corpus: records: 24 units, 24 of this task (%d done earlier)" % records_done
+          in proc.stderr), proc.stderr[-3000:]
+  assert corpus_data.output_files(out) == expected
+  for name, mtime in done.items():  # not done again
+    stage = next(s for s in ("extract", "shard", "vocab", "records")
+                 if os.path.exists(os.path.join(str(out), "manifest", s, name)))
+    assert os.stat(os.path.join(str(out), "manifest", stage, name)).st_mtime_ns == mtime, name
+  assert not [n for _, _, names in os.walk(str(out)) for n in names
+              if n.endswith(manifest.TEMP_SUFFIX)]
+
+
+def test_two_mpirun_ranks_write_the_bytes_of_one_process(written, reference, tmp_path):
+  out = tmp_path / "out"
+  proc = run_command(small_flags(written["inputs"], out, barrier_timeout_secs=300),
+                     launcher=_mpirun(2), timeout=600)
+  assert corpus_data.output_files(out) == corpus_data.output_files(reference[0])
+  assert proc.stdout.count("prepare_corpus: 93 documents read") == 2, proc.stdout
+  # Each rank did its share: the three inputs two and one, the vocabulary one and none.
+  for share in ("extract: 3 units, 2 of this task", "extract: 3 units, 1 of this task",
+                "vocab: 1 units, 1 of this task", "vocab: 1 units, 0 of this task"):
+    assert share in proc.stderr, share
+
+
+def test_the_original_release_evaluates_the_records_as_run_pretraining_does(reference,
+                                                                            tmp_path):
+  phase = corpus_data.PHASES[1]
+  records = os.path.join(reference[0], config_lib.phase_name(phase), "train",
+                         stages.shard_file(0, ".tfrecord"))
+  data_dir = tmp_path / "eval"
+  data_dir.mkdir()
+  with open(records, "rb") as reader, open(str(data_dir / "shard.tfrecord"), "wb") as writer:
+    writer.write(reader.read())
+  config = helpers.tiny_config(vocab_size=corpus_data.VOCAB_SIZE, hidden_size=32,
+                               num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=phase.max_seq_length)
+  config_path = tmp_path / "bert_config.json"
+  config_path.write_text(config.to_json_string())
+  # The original's model code writes the checkpoint both evaluate: random weights.
+  np.savez(tmp_path / "batch.npz", **helpers.random_batch(
+      np.random.RandomState(3), 2, 16, config.vocab_size, 4))
+  run_original(["model", "--config", str(config_path), "--batch", str(tmp_path / "batch.npz"),
+                "--out", str(tmp_path), "--seed", "4"])
+  common = ["--bert_config_file=%s" % config_path,
+            "--init_checkpoint=%s" % (tmp_path / "bert_model.ckpt"),
+            "--max_seq_length=%d" % phase.max_seq_length,
+            "--max_predictions_per_seq=%d" % phase.max_predictions_per_seq, "--do_eval",
+            "--eval_batch_size=4", "--max_eval_steps=5"]
+  run_original(["run_pretraining", "--", "--input_file=%s" % (data_dir / "shard.tfrecord"),
+                "--output_dir=%s" % (tmp_path / "original"), "--use_tpu=False"] + common)
+  helpers.run_python([os.path.join(helpers.REPO_ROOT, "run_pretraining.py"),
+                      "--eval_files_dir=%s" % data_dir,
+                      "--output_dir=%s" % (tmp_path / "ours")] + common)
+  original = helpers.read_eval_results(tmp_path / "original" / "eval_results.txt")
+  ours = helpers.read_eval_results(tmp_path / "ours" / "eval_results.txt")
+  for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+              "next_sentence_loss", "loss"):
+    np.testing.assert_allclose(ours[key], original[key], atol=1e-5, err_msg=key)
+  assert original["masked_lm_loss"] > 1.0
