@@ -310,4 +310,5 @@ def test_sentence_split_quick_run_reports_every_candidate(monkeypatch, capsys):
     assert results[name]["sentences"] == sample_sentences
     assert results[name]["kept"] == results[name]["paragraphs"]
     assert set(results[name]["mb_per_s"]) == {"sample", "5kB"}
-  assert results["sentences.py"]["version"] == sentences.SEGMENTER
+  # The project's splitter is reported by the package under it; SEGMENTER adds its repairs.
+  assert sentences.SEGMENTER.startswith(results["sentences.py"]["version"] + ", repairs ")

@@ -1,8 +1,7 @@
 """utils/corpus/wikidump.py: pages and articles of a MediaWiki XML dump, plain or bz2 (one stream
 or several), and the errors of a cut, malformed or non-UTF-8 dump.
 
-The dump below is written as MediaWiki's export writes one (schema 0.11): the wikitext inside
-<text> is XML-escaped ("&lt;ref&gt;"), as dumps store it.
+The dump is tests/wiki_dump_data.py's, written as MediaWiki's export writes one.
 """
 
 import bz2
@@ -11,289 +10,10 @@ import tracemalloc
 
 import pytest
 
+from tests import wiki_dump_data as dump_data
 from utils.corpus import bad_input
 from utils.corpus import wikidump
 from utils.corpus import wikitext
-
-EXPORT_0_11 = "http://www.mediawiki.org/xml/export-0.11/"
-EXPORT_0_10 = "http://www.mediawiki.org/xml/export-0.10/"
-
-DUMP_HEADER = """\
-<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.11/" \
-xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" \
-xsi:schemaLocation="http://www.mediawiki.org/xml/export-0.11/ \
-http://www.mediawiki.org/xml/export-0.11.xsd" version="0.11" xml:lang="en">
-  <siteinfo>
-    <sitename>Wikipedia</sitename>
-    <dbname>enwiki</dbname>
-    <base>https://en.wikipedia.org/wiki/Main_Page</base>
-    <generator>MediaWiki 1.42.0-wmf.5</generator>
-    <case>first-letter</case>
-    <namespaces>
-      <namespace key="-2" case="first-letter">Media</namespace>
-      <namespace key="0" case="first-letter" />
-      <namespace key="1" case="first-letter">Talk</namespace>
-      <namespace key="2" case="first-letter">User</namespace>
-      <namespace key="6" case="first-letter">File</namespace>
-      <namespace key="14" case="first-letter">Category</namespace>
-    </namespaces>
-  </siteinfo>
-"""
-
-PARIS = """\
-  <page>
-    <title>Paris</title>
-    <ns>0</ns>
-    <id>22989</id>
-    <revision>
-      <id>1190000001</id>
-      <parentid>1189999999</parentid>
-      <timestamp>2024-01-02T03:04:05Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <comment>copyedit</comment>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="1668" sha1="0000000000000000000000000000000" xml:space="preserve">\
-{{Short description|Capital of France}}
-{{Infobox settlement
-| name = Paris
-| image_skyline = {{Multiple image
-  | image1 = Eiffel.jpg
-  }}
-| population_total = 2,102,650
-}}
-'''Paris''' ({{IPA-fr|paʁi|lang}}) is the [[capital city|capital]] and most populous city of \
-[[France]].&lt;ref name="insee"&gt;{{cite web |title=Populations |publisher=INSEE}}&lt;/ref&gt; \
-Its population was 2,102,650 in 2023.&lt;ref name="insee" /&gt;
-
-[[File:Paris - Eiffelturm und Marsfeld2.jpg|thumb|The [[Eiffel Tower]] seen from the \
-[[Champ de Mars]]]]
-The city is a centre of finance, diplomacy, commerce, culture, ''fashion''&amp;nbsp;and \
-gastronomy.&lt;!-- a hidden comment --&gt;
-
-== History ==
-{| class="wikitable"
-! Year !! Population
-|-
-| 1801 || 546,856
-|}
-The [[Parisii (Gaul)|Parisii]], a sub-tribe of the Celtic [[Senones]], inhabited the area \
-around the 3rd&amp;nbsp;century BC.
-
-=== Middle Ages ===
-By the end of the 12th century, Paris had become the political, economic, religious and \
-cultural capital of France.
-* [[Notre-Dame de Paris]] (1163)
-* [[Sainte-Chapelle]] (1248)
-
-== References ==
-{{Reflist}}
-* {{cite book |title=Paris}}
-Prose under the references.
-
-== External links ==
-* [https://www.paris.fr Official website]
-
-[[Category:Paris| ]]
-[[Category:Capitals in Europe]]
-[[de:Paris]]
-[[fr:Paris]]</text>
-      <sha1>0000000000000000000000000000000</sha1>
-    </revision>
-  </page>
-"""
-
-LUTETIA_REDIRECT = """\
-  <page>
-    <title>Lutetia</title>
-    <ns>0</ns>
-    <id>5001</id>
-    <redirect title="Paris" />
-    <revision>
-      <id>1190000002</id>
-      <timestamp>2023-05-06T07:08:09Z</timestamp>
-      <contributor>
-        <ip>192.0.2.1</ip>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="19" xml:space="preserve">#REDIRECT [[Paris]]</text>
-    </revision>
-  </page>
-"""
-
-TALK_PAGE = """\
-  <page>
-    <title>Talk:Paris</title>
-    <ns>1</ns>
-    <id>5002</id>
-    <revision>
-      <id>1190000003</id>
-      <timestamp>2023-05-06T07:08:09Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="44" xml:space="preserve">Should the lead mention the population? ~~~~</text>
-    </revision>
-  </page>
-"""
-
-USER_PAGE = """\
-  <page>
-    <title>User:Example editor</title>
-    <ns>2</ns>
-    <id>5003</id>
-    <revision>
-      <id>1190000004</id>
-      <timestamp>2023-05-06T07:08:09Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="26" xml:space="preserve">I edit articles on cities.</text>
-    </revision>
-  </page>
-"""
-
-# Two revisions, oldest first as dumps list them: the article is the last one's text.
-ATHENS = """\
-  <page>
-    <title>Athens</title>
-    <ns>0</ns>
-    <id>1216</id>
-    <revision>
-      <id>1000</id>
-      <timestamp>2020-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="29" xml:space="preserve">Athens is a city (old text).</text>
-    </revision>
-    <revision>
-      <id>2000</id>
-      <parentid>1000</parentid>
-      <timestamp>2024-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="170" xml:space="preserve">'''Athens''' ({{lang-el|Αθήνα}}, ''Athína'') is \
-the capital and largest city of [[Greece]]. Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.</text>
-    </revision>
-  </page>
-"""
-
-TOKYO = """\
-  <page>
-    <title>Tokyo</title>
-    <ns>0</ns>
-    <id>30057</id>
-    <revision>
-      <id>3000</id>
-      <timestamp>2024-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="190" xml:space="preserve">'''Tokyo''' (東京, ''Tōkyō''), officially the \
-'''Tokyo Metropolis''' (東京都, ''Tōkyō-to''), is the capital of \
-[[Japan]].&lt;ref&gt;{{cite web|url=http://example.org}}&lt;/ref&gt;</text>
-    </revision>
-  </page>
-"""
-
-# A redirect without a <redirect> element, in lower case, and an article whose text is empty.
-UNMARKED_REDIRECT = """\
-  <page>
-    <title>Paname</title>
-    <ns>0</ns>
-    <id>5004</id>
-    <revision>
-      <id>4000</id>
-      <timestamp>2024-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="19" xml:space="preserve">#redirect [[Paris]]</text>
-    </revision>
-  </page>
-"""
-
-EMPTY_ARTICLE = """\
-  <page>
-    <title>Empty</title>
-    <ns>0</ns>
-    <id>5005</id>
-    <revision>
-      <id>5000</id>
-      <timestamp>2024-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="0" xml:space="preserve" />
-    </revision>
-  </page>
-"""
-
-PAGES = (PARIS, LUTETIA_REDIRECT, TALK_PAGE, USER_PAGE, ATHENS, TOKYO, UNMARKED_REDIRECT,
-         EMPTY_ARTICLE)
-DUMP_FOOTER = "</mediawiki>\n"
-DUMP = DUMP_HEADER + "".join(PAGES) + DUMP_FOOTER
-
-# Expected by hand: (title, namespace, page id, redirect) of every page.
-EXPECTED_PAGES = [
-    ("Paris", 0, 22989, None),
-    ("Lutetia", 0, 5001, "Paris"),
-    ("Talk:Paris", 1, 5002, None),
-    ("User:Example editor", 2, 5003, None),
-    ("Athens", 0, 1216, None),
-    ("Tokyo", 0, 30057, None),
-    ("Paname", 0, 5004, None),
-    ("Empty", 0, 5005, None),
-]
-
-# Expected by hand: the paragraphs a reader sees in each article.
-EXPECTED_PARAGRAPHS = {
-    "Paris": [
-        "Paris is the capital and most populous city of France. Its population was 2,102,650 "
-        "in 2023.",
-        "The city is a centre of finance, diplomacy, commerce, culture, fashion and gastronomy.",
-        "The Parisii, a sub-tribe of the Celtic Senones, inhabited the area around the 3rd "
-        "century BC.",
-        "By the end of the 12th century, Paris had become the political, economic, religious "
-        "and cultural capital of France.",
-    ],
-    "Athens": [
-        "Athens (Athína) is the capital and largest city of Greece. Η Αθήνα είναι η πρωτεύουσα "
-        "της Ελλάδας.",
-    ],
-    "Tokyo": [
-        "Tokyo (東京, Tōkyō), officially the Tokyo Metropolis (東京都, Tōkyō-to), is the capital "
-        "of Japan.",
-    ],
-}
-
 
 def _lines_of_pages(xml):
   """The 1-based line of each "<page>" line of `xml`, counted on the text itself."""
@@ -318,20 +38,20 @@ def _expect_bad_input(path, pages_before=None):
 
 
 def test_reads_every_page_with_its_fields(tmp_path):
-  pages = list(wikidump.iter_pages(_write(tmp_path / "dump.xml", DUMP)))
-  assert [(p.title, p.namespace, p.page_id, p.redirect) for p in pages] == EXPECTED_PAGES
-  assert [p.line for p in pages] == _lines_of_pages(DUMP)
+  pages = list(wikidump.iter_pages(_write(tmp_path / "dump.xml", dump_data.DUMP)))
+  assert [(p.title, p.namespace, p.page_id, p.redirect) for p in pages] == dump_data.EXPECTED_PAGES
+  assert [p.line for p in pages] == _lines_of_pages(dump_data.DUMP)
   assert all(isinstance(p, wikidump.Page) for p in pages)
 
 
 def test_a_path_object_is_read_like_its_string(tmp_path):
   path = tmp_path / "dump.xml"
-  _write(path, DUMP)
+  _write(path, dump_data.DUMP)
   assert list(wikidump.iter_pages(path)) == list(wikidump.iter_pages(str(path)))
 
 
 def test_text_is_the_last_revisions_with_xml_entities_decoded(tmp_path):
-  pages = {p.title: p for p in wikidump.iter_pages(_write(tmp_path / "dump.xml", DUMP))}
+  pages = {p.title: p for p in wikidump.iter_pages(_write(tmp_path / "dump.xml", dump_data.DUMP))}
   assert pages["Athens"].text.startswith("'''Athens''' ({{lang-el|Αθήνα}}")
   assert "old text" not in pages["Athens"].text
   assert '[[France]].<ref name="insee">{{cite web' in pages["Paris"].text
@@ -342,25 +62,25 @@ def test_text_is_the_last_revisions_with_xml_entities_decoded(tmp_path):
 
 
 def test_articles_are_namespace_0_pages_with_text_that_are_not_redirects(tmp_path):
-  articles = list(wikidump.iter_articles(_write(tmp_path / "dump.xml", DUMP)))
+  articles = list(wikidump.iter_articles(_write(tmp_path / "dump.xml", dump_data.DUMP)))
   assert [a.title for a in articles] == ["Paris", "Athens", "Tokyo"]
 
 
 def test_articles_give_the_paragraphs_a_reader_sees(tmp_path):
-  articles = wikidump.iter_articles(_write(tmp_path / "dump.xml", DUMP))
-  assert {a.title: wikitext.article_paragraphs(a.text) for a in articles} == EXPECTED_PARAGRAPHS
+  articles = wikidump.iter_articles(_write(tmp_path / "dump.xml", dump_data.DUMP))
+  assert {a.title: wikitext.article_paragraphs(a.text) for a in articles} == dump_data.EXPECTED_PARAGRAPHS
 
 
 def test_export_schema_0_10_reads_the_same(tmp_path):
-  assert EXPORT_0_11 in DUMP
-  old = DUMP.replace(EXPORT_0_11, EXPORT_0_10).replace('version="0.11"', 'version="0.10"')
+  assert dump_data.EXPORT_0_11 in dump_data.DUMP
+  old = dump_data.DUMP.replace(dump_data.EXPORT_0_11, dump_data.EXPORT_0_10).replace('version="0.11"', 'version="0.10"')
   assert (list(wikidump.iter_pages(_write(tmp_path / "old.xml", old)))
-          == list(wikidump.iter_pages(_write(tmp_path / "new.xml", DUMP))))
+          == list(wikidump.iter_pages(_write(tmp_path / "new.xml", dump_data.DUMP))))
 
 
 def test_bz2_reads_the_same_as_xml(tmp_path):
-  plain = list(wikidump.iter_pages(_write(tmp_path / "dump.xml", DUMP)))
-  compressed = _write(tmp_path / "dump.xml.bz2", bz2.compress(DUMP.encode("utf-8")))
+  plain = list(wikidump.iter_pages(_write(tmp_path / "dump.xml", dump_data.DUMP)))
+  compressed = _write(tmp_path / "dump.xml.bz2", bz2.compress(dump_data.DUMP.encode("utf-8")))
   assert list(wikidump.iter_pages(compressed)) == plain
   assert [a.title for a in wikidump.iter_articles(compressed)] == ["Paris", "Athens", "Tokyo"]
 
@@ -371,17 +91,17 @@ def _multistream(streams):
 
 
 def test_multistream_bz2_gives_the_pages_of_every_stream(tmp_path):
-  first = DUMP_HEADER + "".join(PAGES[:3])
-  second = "".join(PAGES[3:]) + DUMP_FOOTER
+  first = dump_data.DUMP_HEADER + "".join(dump_data.PAGES[:3])
+  second = "".join(dump_data.PAGES[3:]) + dump_data.DUMP_FOOTER
   path = _write(tmp_path / "dump-multistream.xml.bz2", _multistream([first, second]))
   pages = list(wikidump.iter_pages(path))
-  assert [(p.title, p.namespace, p.page_id, p.redirect) for p in pages] == EXPECTED_PAGES
-  assert [p.line for p in pages] == _lines_of_pages(DUMP)
+  assert [(p.title, p.namespace, p.page_id, p.redirect) for p in pages] == dump_data.EXPECTED_PAGES
+  assert [p.line for p in pages] == _lines_of_pages(dump_data.DUMP)
 
 
 def test_a_bz2_cut_in_the_middle_names_the_last_whole_page(tmp_path):
-  first = DUMP_HEADER + "".join(PAGES[:3])
-  second = "".join(PAGES[3:]) + DUMP_FOOTER
+  first = dump_data.DUMP_HEADER + "".join(dump_data.PAGES[:3])
+  second = "".join(dump_data.PAGES[3:]) + dump_data.DUMP_FOOTER
   data = _multistream([first, second])
   first_size = len(bz2.compress(first.encode("utf-8")))
   cut = first_size + (len(data) - first_size) // 2
@@ -393,7 +113,7 @@ def test_a_bz2_cut_in_the_middle_names_the_last_whole_page(tmp_path):
 
 
 def test_a_one_stream_bz2_cut_in_the_middle_has_no_whole_page(tmp_path):
-  data = bz2.compress(DUMP.encode("utf-8"))
+  data = bz2.compress(dump_data.DUMP.encode("utf-8"))
   error = _expect_bad_input(_write(tmp_path / "cut.xml.bz2", data[:len(data) // 2]),
                             pages_before=[])
   assert error.problem == "the bz2 stream ends early"
@@ -401,7 +121,7 @@ def test_a_one_stream_bz2_cut_in_the_middle_has_no_whole_page(tmp_path):
 
 
 def test_data_that_is_not_bz2_is_bad_input(tmp_path):
-  error = _expect_bad_input(_write(tmp_path / "dump.xml.bz2", DUMP), pages_before=[])
+  error = _expect_bad_input(_write(tmp_path / "dump.xml.bz2", dump_data.DUMP), pages_before=[])
   assert error.problem.startswith("not bz2 data")
   assert error.position.startswith("compressed bytes 0 to ")
 
@@ -413,7 +133,7 @@ def test_a_file_that_is_not_xml_is_bad_input_at_line_and_column(tmp_path):
 
 
 def test_malformed_xml_is_named_by_line_and_column_after_the_pages_before_it(tmp_path):
-  broken = DUMP.replace("<title>Talk:Paris</title>", "<title>Talk:Paris</titel>")
+  broken = dump_data.DUMP.replace("<title>Talk:Paris</title>", "<title>Talk:Paris</titel>")
   lines = broken.split("\n")
   line = next(n for n, text in enumerate(lines, 1) if "</titel>" in text)
   column = lines[line - 1].index("titel>") + 1  # expat places a mismatched tag at its name
@@ -424,7 +144,7 @@ def test_malformed_xml_is_named_by_line_and_column_after_the_pages_before_it(tmp
 
 
 def test_xml_that_ends_early_names_the_last_whole_page(tmp_path):
-  cut = DUMP_HEADER + "".join(PAGES[:2]) + PAGES[2][:40]
+  cut = dump_data.DUMP_HEADER + "".join(dump_data.PAGES[:2]) + dump_data.PAGES[2][:40]
   error = _expect_bad_input(_write(tmp_path / "dump.xml", cut),
                             pages_before=["Paris", "Lutetia"])
   assert error.problem.startswith("not well-formed XML")
@@ -437,8 +157,8 @@ def test_a_root_other_than_mediawiki_is_bad_input(tmp_path):
 
 
 def test_bytes_that_are_not_utf8_are_named_by_line_and_column(tmp_path):
-  data = DUMP.encode("utf-8").replace("Η Αθήνα".encode("utf-8"), b"H \xff\xfe")
-  lines = DUMP.split("\n")
+  data = dump_data.DUMP.encode("utf-8").replace("Η Αθήνα".encode("utf-8"), b"H \xff\xfe")
+  lines = dump_data.DUMP.split("\n")
   line = next(n for n, text in enumerate(lines, 1) if "Η Αθήνα" in text)
   column = lines[line - 1].index("Η Αθήνα") + 3
   for path in (_write(tmp_path / "dump.xml", data),
@@ -447,19 +167,19 @@ def test_bytes_that_are_not_utf8_are_named_by_line_and_column(tmp_path):
                                                   "User:Example editor"])
     assert error.position == "line %d, column %d" % (line, column)
     assert error.problem == "not UTF-8 (byte ff), in page 5 'Athens' (line %d)" % (
-        _lines_of_pages(DUMP)[4])
+        _lines_of_pages(dump_data.DUMP)[4])
 
 
 def test_a_utf8_character_cut_by_the_files_end_is_bad_input(tmp_path):
-  data = (DUMP_HEADER + PARIS).encode("utf-8") + "Α".encode("utf-8")[:1]
+  data = (dump_data.DUMP_HEADER + dump_data.PARIS).encode("utf-8") + "Α".encode("utf-8")[:1]
   error = _expect_bad_input(_write(tmp_path / "dump.xml", data), pages_before=["Paris"])
   assert error.problem.startswith("not UTF-8")
 
 
 def test_a_page_whose_namespace_is_not_a_number_is_bad_input(tmp_path):
-  path = _write(tmp_path / "dump.xml", DUMP.replace("<ns>1</ns>", "<ns>x</ns>"))
+  path = _write(tmp_path / "dump.xml", dump_data.DUMP.replace("<ns>1</ns>", "<ns>x</ns>"))
   error = _expect_bad_input(path, pages_before=["Paris", "Lutetia"])
-  assert error.position == "page 3 'Talk:Paris' (line %d)" % _lines_of_pages(DUMP)[2]
+  assert error.position == "page 3 'Talk:Paris' (line %d)" % _lines_of_pages(dump_data.DUMP)[2]
   assert error.problem == "the page's <ns> is 'x', not a number"
 
 
@@ -476,7 +196,7 @@ def _generated_dump(pages):
       "      <format>text/x-wiki</format>\n      <text xml:space=\"preserve\">%s</text>\n"
       "    </revision>\n  </page>\n" % (i, i, i, "Article %d is about [[things]]. " % i * 12)
       for i in range(pages))
-  return DUMP_HEADER + body + DUMP_FOOTER
+  return dump_data.DUMP_HEADER + body + dump_data.DUMP_FOOTER
 
 
 def _peak_memory_reading(path):

@@ -1,0 +1,285 @@
+"""A small MediaWiki dump written as MediaWiki's export writes one (schema 0.11), and what a
+reader sees in it, written by hand: the pages' fields and the articles' paragraphs.
+
+The wikitext inside <text> is XML-escaped ("&lt;ref&gt;"), as dumps store it. Read by
+tests/test_corpus_wikidump.py and the raw-corpus tests.
+"""
+
+EXPORT_0_11 = "http://www.mediawiki.org/xml/export-0.11/"
+EXPORT_0_10 = "http://www.mediawiki.org/xml/export-0.10/"
+
+DUMP_HEADER = """\
+<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.11/" \
+xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" \
+xsi:schemaLocation="http://www.mediawiki.org/xml/export-0.11/ \
+http://www.mediawiki.org/xml/export-0.11.xsd" version="0.11" xml:lang="en">
+  <siteinfo>
+    <sitename>Wikipedia</sitename>
+    <dbname>enwiki</dbname>
+    <base>https://en.wikipedia.org/wiki/Main_Page</base>
+    <generator>MediaWiki 1.42.0-wmf.5</generator>
+    <case>first-letter</case>
+    <namespaces>
+      <namespace key="-2" case="first-letter">Media</namespace>
+      <namespace key="0" case="first-letter" />
+      <namespace key="1" case="first-letter">Talk</namespace>
+      <namespace key="2" case="first-letter">User</namespace>
+      <namespace key="6" case="first-letter">File</namespace>
+      <namespace key="14" case="first-letter">Category</namespace>
+    </namespaces>
+  </siteinfo>
+"""
+
+PARIS = """\
+  <page>
+    <title>Paris</title>
+    <ns>0</ns>
+    <id>22989</id>
+    <revision>
+      <id>1190000001</id>
+      <parentid>1189999999</parentid>
+      <timestamp>2024-01-02T03:04:05Z</timestamp>
+      <contributor>
+        <username>Example editor</username>
+        <id>4242</id>
+      </contributor>
+      <comment>copyedit</comment>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="1668" sha1="0000000000000000000000000000000" xml:space="preserve">\
+{{Short description|Capital of France}}
+{{Infobox settlement
+| name = Paris
+| image_skyline = {{Multiple image
+  | image1 = Eiffel.jpg
+  }}
+| population_total = 2,102,650
+}}
+'''Paris''' ({{IPA-fr|paʁi|lang}}) is the [[capital city|capital]] and most populous city of \
+[[France]].&lt;ref name="insee"&gt;{{cite web |title=Populations |publisher=INSEE}}&lt;/ref&gt; \
+Its population was 2,102,650 in 2023.&lt;ref name="insee" /&gt;
+
+[[File:Paris - Eiffelturm und Marsfeld2.jpg|thumb|The [[Eiffel Tower]] seen from the \
+[[Champ de Mars]]]]
+The city is a centre of finance, diplomacy, commerce, culture, ''fashion''&amp;nbsp;and \
+gastronomy.&lt;!-- a hidden comment --&gt;
+
+== History ==
+{| class="wikitable"
+! Year !! Population
+|-
+| 1801 || 546,856
+|}
+The [[Parisii (Gaul)|Parisii]], a sub-tribe of the Celtic [[Senones]], inhabited the area \
+around the 3rd&amp;nbsp;century BC.
+
+=== Middle Ages ===
+By the end of the 12th century, Paris had become the political, economic, religious and \
+cultural capital of France.
+* [[Notre-Dame de Paris]] (1163)
+* [[Sainte-Chapelle]] (1248)
+
+== References ==
+{{Reflist}}
+* {{cite book |title=Paris}}
+Prose under the references.
+
+== External links ==
+* [https://www.paris.fr Official website]
+
+[[Category:Paris| ]]
+[[Category:Capitals in Europe]]
+[[de:Paris]]
+[[fr:Paris]]</text>
+      <sha1>0000000000000000000000000000000</sha1>
+    </revision>
+  </page>
+"""
+
+LUTETIA_REDIRECT = """\
+  <page>
+    <title>Lutetia</title>
+    <ns>0</ns>
+    <id>5001</id>
+    <redirect title="Paris" />
+    <revision>
+      <id>1190000002</id>
+      <timestamp>2023-05-06T07:08:09Z</timestamp>
+      <contributor>
+        <ip>192.0.2.1</ip>
+      </contributor>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="19" xml:space="preserve">#REDIRECT [[Paris]]</text>
+    </revision>
+  </page>
+"""
+
+TALK_PAGE = """\
+  <page>
+    <title>Talk:Paris</title>
+    <ns>1</ns>
+    <id>5002</id>
+    <revision>
+      <id>1190000003</id>
+      <timestamp>2023-05-06T07:08:09Z</timestamp>
+      <contributor>
+        <username>Example editor</username>
+        <id>4242</id>
+      </contributor>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="44" xml:space="preserve">Should the lead mention the population? ~~~~</text>
+    </revision>
+  </page>
+"""
+
+USER_PAGE = """\
+  <page>
+    <title>User:Example editor</title>
+    <ns>2</ns>
+    <id>5003</id>
+    <revision>
+      <id>1190000004</id>
+      <timestamp>2023-05-06T07:08:09Z</timestamp>
+      <contributor>
+        <username>Example editor</username>
+        <id>4242</id>
+      </contributor>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="26" xml:space="preserve">I edit articles on cities.</text>
+    </revision>
+  </page>
+"""
+
+# Two revisions, oldest first as dumps list them: the article is the last one's text.
+ATHENS = """\
+  <page>
+    <title>Athens</title>
+    <ns>0</ns>
+    <id>1216</id>
+    <revision>
+      <id>1000</id>
+      <timestamp>2020-01-01T00:00:00Z</timestamp>
+      <contributor>
+        <username>Example editor</username>
+        <id>4242</id>
+      </contributor>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="29" xml:space="preserve">Athens is a city (old text).</text>
+    </revision>
+    <revision>
+      <id>2000</id>
+      <parentid>1000</parentid>
+      <timestamp>2024-01-01T00:00:00Z</timestamp>
+      <contributor>
+        <username>Example editor</username>
+        <id>4242</id>
+      </contributor>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="170" xml:space="preserve">'''Athens''' ({{lang-el|Αθήνα}}, ''Athína'') is \
+the capital and largest city of [[Greece]]. Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.</text>
+    </revision>
+  </page>
+"""
+
+TOKYO = """\
+  <page>
+    <title>Tokyo</title>
+    <ns>0</ns>
+    <id>30057</id>
+    <revision>
+      <id>3000</id>
+      <timestamp>2024-01-01T00:00:00Z</timestamp>
+      <contributor>
+        <username>Example editor</username>
+        <id>4242</id>
+      </contributor>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="190" xml:space="preserve">'''Tokyo''' (東京, ''Tōkyō''), officially the \
+'''Tokyo Metropolis''' (東京都, ''Tōkyō-to''), is the capital of \
+[[Japan]].&lt;ref&gt;{{cite web|url=http://example.org}}&lt;/ref&gt;</text>
+    </revision>
+  </page>
+"""
+
+# A redirect without a <redirect> element, in lower case, and an article whose text is empty.
+UNMARKED_REDIRECT = """\
+  <page>
+    <title>Paname</title>
+    <ns>0</ns>
+    <id>5004</id>
+    <revision>
+      <id>4000</id>
+      <timestamp>2024-01-01T00:00:00Z</timestamp>
+      <contributor>
+        <username>Example editor</username>
+        <id>4242</id>
+      </contributor>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="19" xml:space="preserve">#redirect [[Paris]]</text>
+    </revision>
+  </page>
+"""
+
+EMPTY_ARTICLE = """\
+  <page>
+    <title>Empty</title>
+    <ns>0</ns>
+    <id>5005</id>
+    <revision>
+      <id>5000</id>
+      <timestamp>2024-01-01T00:00:00Z</timestamp>
+      <contributor>
+        <username>Example editor</username>
+        <id>4242</id>
+      </contributor>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text bytes="0" xml:space="preserve" />
+    </revision>
+  </page>
+"""
+
+PAGES = (PARIS, LUTETIA_REDIRECT, TALK_PAGE, USER_PAGE, ATHENS, TOKYO, UNMARKED_REDIRECT,
+         EMPTY_ARTICLE)
+DUMP_FOOTER = "</mediawiki>\n"
+DUMP = DUMP_HEADER + "".join(PAGES) + DUMP_FOOTER
+
+# Expected by hand: (title, namespace, page id, redirect) of every page.
+EXPECTED_PAGES = [
+    ("Paris", 0, 22989, None),
+    ("Lutetia", 0, 5001, "Paris"),
+    ("Talk:Paris", 1, 5002, None),
+    ("User:Example editor", 2, 5003, None),
+    ("Athens", 0, 1216, None),
+    ("Tokyo", 0, 30057, None),
+    ("Paname", 0, 5004, None),
+    ("Empty", 0, 5005, None),
+]
+
+# Expected by hand: the paragraphs a reader sees in each article.
+EXPECTED_PARAGRAPHS = {
+    "Paris": [
+        "Paris is the capital and most populous city of France. Its population was 2,102,650 "
+        "in 2023.",
+        "The city is a centre of finance, diplomacy, commerce, culture, fashion and gastronomy.",
+        "The Parisii, a sub-tribe of the Celtic Senones, inhabited the area around the 3rd "
+        "century BC.",
+        "By the end of the 12th century, Paris had become the political, economic, religious "
+        "and cultural capital of France.",
+    ],
+    "Athens": [
+        "Athens (Athína) is the capital and largest city of Greece. Η Αθήνα είναι η πρωτεύουσα "
+        "της Ελλάδας.",
+    ],
+    "Tokyo": [
+        "Tokyo (東京, Tōkyō), officially the Tokyo Metropolis (東京都, Tōkyō-to), is the capital "
+        "of Japan.",
+    ],
+}
