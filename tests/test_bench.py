@@ -1,5 +1,6 @@
 """The benchmark helpers: the MFU FLOP formula, the allreduce traffic count, the suite's CPU account,
-the benchmarks' imports (without a cycle).
+the benchmarks' imports (without a cycle), the raw-corpus bench's synthetic dump, NVIDIA's text
+steps and its quick run.
 
 (Speed itself is measured by bench/, never asserted in tests.)
 """
@@ -18,13 +19,18 @@ import pytest
 import modeling
 from bench import flops
 from bench import packing
+from bench import nvidia_wiki_route
 from bench import precision
+from bench import prepare_corpus_speed
 from bench import scaling
 from bench import sentence_split
 from bench import suite_cpu
+from bench import synthetic_wiki
 from bench import throughput
 from tests import helpers
 from utils.corpus import sentences
+from utils.corpus import wikidump
+from utils.corpus import wikitext
 
 
 def test_flops_formula_by_hand_for_bert_base():
@@ -312,3 +318,88 @@ def test_sentence_split_quick_run_reports_every_candidate(monkeypatch, capsys):
     assert set(results[name]["mb_per_s"]) == {"sample", "5kB"}
   # The project's splitter is reported by the package under it; SEGMENTER adds its repairs.
   assert sentences.SEGMENTER.startswith(results["sentences.py"]["version"] + ", repairs ")
+
+
+def test_synthetic_dump_is_a_readable_export_of_marked_up_articles(tmp_path):
+  path = str(tmp_path / "dump.xml")
+  counts = synthetic_wiki.write_dump(path, 60_000, synthetic_wiki.sample_model(), seed=3)
+  assert counts["bytes"] == os.path.getsize(path) >= 60_000
+  pages = list(wikidump.iter_pages(path))
+  articles = list(wikidump.iter_articles(path))
+  assert (len(pages), len(articles)) == (counts["pages"], counts["articles"])
+  assert {page.namespace for page in pages} > {0} and any(page.redirect for page in pages)
+  with open(path, encoding="utf-8") as reader:
+    xml = reader.read()
+  for markup in ("{{Infobox", "&lt;ref name=", "{{cite ", "{| class=", "[[Category:", "== ",
+                 "* [[", "[[File:"):
+    assert markup in xml, markup
+  # Every article has prose once its markup is removed; the seed alone decides the bytes.
+  assert all(wikitext.article_paragraphs(article.text) for article in articles)
+  again = str(tmp_path / "again.xml")
+  synthetic_wiki.write_dump(again, 60_000, synthetic_wiki.sample_model(), seed=3)
+  with open(again, encoding="utf-8") as reader:
+    assert reader.read() == xml
+
+
+def test_nvidia_text_steps_by_hand(tmp_path):
+  extracted = tmp_path / "extracted" / "AA"
+  extracted.mkdir(parents=True)
+  (extracted / "wiki_00").write_text(
+      '<doc id="1" url="u" title="Alpha">\nAlpha\n\nAlpha is first. It leads.\n'
+      "Second line.\n</doc>\n"
+      '<doc id="2" url="u" title="Beta">\nBeta\n\nBeta is second.\n</doc>\n')
+  formatted = str(tmp_path / "formatted.txt")
+  assert nvidia_wiki_route.format_articles(str(tmp_path / "extracted"), formatted) == 2
+  with open(formatted) as reader:
+    assert reader.read() == "Alpha is first. It leads. Second line.\n\nBeta is second.\n\n"
+  articles = nvidia_wiki_route.read_articles(formatted)
+  # Article 1 (3 sentences) fills shard 0, so article 2 goes to shard 1, the smaller.
+  counts = nvidia_wiki_route.split_and_shard(articles, lambda text: text.split(". "),
+                                             str(tmp_path / "shards"), 2)
+  assert counts == dict(articles=2, sentences=4, shards=2)
+  with open(str(tmp_path / "shards" / "shard-00001.txt")) as reader:
+    assert reader.read() == "Beta is second.\n\n"
+  split = nvidia_wiki_route.punkt_tokenizer(" ".join(articles * 20))
+  assert split("Alpha is first. It leads.") == ["Alpha is first.", "It leads."]
+
+
+def test_original_generator_runs_on_every_workers_th_shard_with_the_phase_flags():
+  shards = ["s0", "s1", "s2", "s3", "s4"]
+  commands = prepare_corpus_speed.original_commands(shards, "v.txt", "out",
+                                                    prepare_corpus_speed.PHASES[1], 2)
+  assert [c[:5] for c in commands] == [[sys.executable, "-m", "tests.reference.original_bert",
+                                        "create_pretraining_data", "--"]] * 2
+  assert [c[5] for c in commands] == ["--input_file=s0,s2,s4", "--input_file=s1,s3"]
+  for flag in ("--max_seq_length=512", "--max_predictions_per_seq=80", "--dupe_factor=5",
+               "--vocab_file=v.txt"):
+    assert all(flag in command for command in commands)
+  # Ours: the same generator flags, one stage a process, each phase's records on their own.
+  ours = dict(prepare_corpus_speed.our_commands(
+      prepare_corpus_speed.parse_args([]), "d.xml", "o", 2, 8))
+  assert list(ours) == list(prepare_corpus_speed.OUR_STAGES)
+  assert "--phases=512:80" in ours["records seq512"] and "--stage=records" in ours["records seq512"]
+  assert all("--dupe_factor=5" in command for command in ours.values())
+
+
+@pytest.mark.e2e
+def test_prepare_corpus_speed_quick_run_reports_every_stage(tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    prepare_corpus_speed.main(["--help"])
+  assert exit_info.value.code == 0 and "--dump_mb" in capsys.readouterr().out
+  assert prepare_corpus_speed.main(["--quick", "--work_dir=%s" % tmp_path]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0].startswith("CPU: ") and "load average" in lines[0]
+  report = json.loads(lines[-1])
+  nvidia_steps = {"wikiextractor", "format", "split", "overall"}
+  for workers in ("1", "2"):
+    routes = report["runs"][workers]
+    assert set(routes["ours"]) == set(prepare_corpus_speed.OUR_STAGES) | {"overall"}
+    assert set(routes["nvidia"]) == nvidia_steps
+    for result in list(routes["ours"].values()) + list(routes["nvidia"].values()):
+      assert result["mb_per_s"] > 0 and result["peak_rss_mb"] > 0, result
+    assert routes["ours"]["records seq128"]["instances"] > 0
+    assert [row[0] for row in report["compared"][workers]] == ["text: XML -> sentence shards"]
+  assert set(report["memory"]) == {"0.1", "0.2"}
+  for stages in report["memory"].values():
+    assert set(stages) == set(prepare_corpus_speed.OUR_STAGES)
+    assert all(tree >= largest > 0 for tree, largest in stages.values())
