@@ -157,7 +157,8 @@ def timed_run(commands, start_line=None, log_path=os.devnull):
 
   Returns:
     dict: seconds (from the last process's start line to the last exit), startup_s (launch to that
-    line), peak_rss_mb (largest sum over the processes' trees), largest_process_mb, log (stderr).
+    line), peak_rss_mb (largest sum over the processes' trees), largest_process_mb, logs (each
+    process's stderr).
 
   Raises:
     RuntimeError: a process failed or never printed its start line (its log's end shown).
@@ -195,7 +196,7 @@ def timed_run(commands, start_line=None, log_path=os.devnull):
   started = launched if start_line is None else max(starts)
   return dict(seconds=round(finished - started, 3), startup_s=round(started - launched, 3),
               peak_rss_mb=round(peak[0] / 2 ** 20), largest_process_mb=round(peak[1] / 2 ** 20),
-              log=log)
+              logs=["".join(lines) for lines in logs])
 
 
 def our_commands(args, dump, out, workers, shards):
@@ -246,6 +247,12 @@ def original_commands(shard_files, vocab_file, output_dir, phase, workers):
   return commands
 
 
+def original_instances(logs):
+  """The instances the original generator's processes wrote, from their logs (each writes its
+  count twice, in TensorFlow's line and in absl's: the last one is taken)."""
+  return sum(int(re.findall(r"Wrote (\d+) total instances", log)[-1]) for log in logs)
+
+
 def run_nvidia(args, dump, work, workers, shards, vocab_file):
   """{step: timed_run's figures} of NVIDIA's route (the original generator's steps: "instances"
   written)."""
@@ -273,8 +280,7 @@ def run_nvidia(args, dump, work, workers, shards, vocab_file):
   for phase in PHASES:
     result = timed_run(original_commands(shard_files, vocab_file, records, phase, workers),
                        ORIGINAL_START, log)
-    result["instances"] = sum(int(n) for n in re.findall(r"Wrote (\d+) total instances",
-                                                         result["log"]))
+    result["instances"] = original_instances(result["logs"])
     results["original " + phase[0]] = result
   return results
 
@@ -282,7 +288,7 @@ def run_nvidia(args, dump, work, workers, shards, vocab_file):
 def add_rates(results, dump_bytes):
   """Each step's MB/s of the dump's XML; the route's overall figures under "overall"."""
   for result in results.values():
-    result.pop("log", None)
+    result.pop("logs", None)
     result["mb_per_s"] = round(dump_bytes / 1e6 / max(result["seconds"], 1e-9), 3)
   seconds = sum(result["seconds"] for result in results.values())
   results["overall"] = dict(seconds=round(seconds, 3),

@@ -373,6 +373,9 @@ def test_original_generator_runs_on_every_workers_th_shard_with_the_phase_flags(
   for flag in ("--max_seq_length=512", "--max_predictions_per_seq=80", "--dupe_factor=5",
                "--vocab_file=v.txt"):
     assert all(flag in command for command in commands)
+  log = ("INFO:tensorflow:Wrote 22511 total instances\n"
+         "I1128 11:27:58.234133 1 create_pretraining_data.py:162] Wrote 22511 total instances\n")
+  assert prepare_corpus_speed.original_instances([log, log.replace("22511", "7")]) == 22518
   # Ours: the same generator flags, one stage a process, each phase's records on their own.
   ours = dict(prepare_corpus_speed.our_commands(
       prepare_corpus_speed.parse_args([]), "d.xml", "o", 2, 8))
