@@ -76,6 +76,9 @@ def define_flags():
                     "(pack_pretraining_data.py's), under OUT/seq<L>_packed/.")
   flags.DEFINE_float("barrier_timeout_secs", config_lib.DEFAULT_BARRIER_TIMEOUT_SECS,
                      "Seconds a task waits for the other tasks' units of a stage.")
+  flags.DEFINE_bool("count_units", False, "Check the flags, print the number of units of each "
+                    "stage (a line `STAGE N` each) and exit without writing anything "
+                    "(scripts/slurm/prepare_corpus.sh sizes its array jobs by it).")
   create_pretraining_data.define_generator_flags()
   flags.mark_flags_as_required(["input", "output_dir"])
 
@@ -108,7 +111,8 @@ def pack_tools():
 
 
 def main(argv):
-  """Runs this task's stages; prints the summary line.
+  """Runs this task's stages; prints the summary line (with --count_units: the units of each
+  stage, nothing run).
 
   Returns:
     the exit status: None (0); 2 for bad input (one line naming the file and position). Bad flags
@@ -119,6 +123,10 @@ def main(argv):
     raise errors.UsageError("unexpected argument(s) %s (give inputs with --input)"
                             % " ".join(argv[1:]))
   config = read_config(flags.FLAGS, os.environ)
+  if flags.FLAGS.count_units:
+    for stage, units in stages.plan(config).items():
+      print("%s %d" % (stage, len(units)))
+    return None
   try:
     os.makedirs(config.output_dir, exist_ok=True)
   except OSError as e:
