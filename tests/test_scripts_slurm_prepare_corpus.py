@@ -56,7 +56,8 @@ def fake_slurm_env(tmp_path, **overrides):
     (bin_dir / command).chmod(0o755)
   env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
   env.update(PATH="%s:%s" % (bin_dir, os.environ["PATH"]), FAKE_SLURM_LOG=str(tmp_path / "calls"),
-             PYTHON=sys.executable, LOG_DIR=str(tmp_path), TASKS="4")
+             PYTHON=sys.executable, LOG_DIR=str(tmp_path), TASKS="4", CPUS_PER_TASK="2",
+             TIME_LIMIT="1:00:00")
   env.update({key: str(value) for key, value in overrides.items()})
   return env
 
@@ -77,13 +78,15 @@ def run(script, args, env):
 def test_help_shows_the_lines_to_edit_and_the_flags_it_sets():
   proc = run(SUBMIT, ["--help"], dict(os.environ))
   assert proc.returncode == 0, proc.stderr
-  for text in ('TASKS="${TASKS:-16}"', 'LOG_DIR="${LOG_DIR:-$PWD}"', "EDIT", "--dry_run",
-               "--kill-on-invalid-dep=yes", "--stage, --task_index, --num_tasks, --count_units"):
+  for text in ('TASKS="${TASKS:-16}"', 'CPUS_PER_TASK="${CPUS_PER_TASK:-8}"',
+               'TIME_LIMIT="${TIME_LIMIT:-24:00:00}"', 'LOG_DIR="${LOG_DIR:-$PWD}"', "EDIT",
+               "--dry_run", "--kill-on-invalid-dep=yes",
+               "--stage, --task_index, --num_tasks, --count_units"):
     assert text in proc.stdout, text
   batch_help = run(BATCH_SCRIPT, ["--help"], dict(os.environ))
   assert batch_help.returncode == 0, batch_help.stderr
-  for text in ("#SBATCH --requeue", "#SBATCH --open-mode=append", "#SBATCH --cpus-per-task=8",
-               "EDIT", "prepare_corpus.py --help"):
+  for text in ("#SBATCH --requeue", "#SBATCH --open-mode=append", "CPUS_PER_TASK", "EDIT",
+               "prepare_corpus.py --help"):
     assert text in batch_help.stdout, text
 
 
@@ -92,6 +95,8 @@ def test_help_shows_the_lines_to_edit_and_the_flags_it_sets():
     (["--num_tasks=4"], {}, "prepare_corpus.sh: --num_tasks is set by this script"),
     (["--task_index=1"], {}, "prepare_corpus.sh: --task_index is set by this script"),
     ([], {"TASKS": "0"}, "prepare_corpus.sh: TASKS must be a positive integer, got '0'"),
+    ([], {"CPUS_PER_TASK": "all"},
+     "prepare_corpus.sh: CPUS_PER_TASK must be a positive integer, got 'all'"),
     (["--phases=128"], {}, "prepare_corpus.py: error: --phases: '128' is not LENGTH:PREDICTIONS"),
     (["--input=/nonexistent/corpus.txt"], {},
      "prepare_corpus.py: error: /nonexistent/corpus.txt: the input: "),
@@ -118,7 +123,8 @@ def test_one_array_job_per_stage_each_after_the_one_before_then_the_check(writte
   for index, (call, (stage, units, array)) in enumerate(zip(submitted, stages)):
     output = ("prepare-corpus-%s-%%A_%%a.out" % stage if array else
               "prepare-corpus-%s-%%j.out" % stage)
-    expected = ["--parsable", "--job-name=prepare-corpus-" + stage]
+    expected = ["--parsable", "--job-name=prepare-corpus-" + stage, "--cpus-per-task=2",
+                "--time=1:00:00"]
     expected += (["--array=" + array] if array else []) + ["--output=%s/%s" % (tmp_path, output)]
     if index:
       expected += ["--dependency=afterok:%d" % (100 + index), "--kill-on-invalid-dep=yes"]

@@ -8,9 +8,9 @@
 #       --output_dir=/shared/corpus [flags of prepare_corpus.py ...] [--dry_run]
 #
 # Settings: the EDIT lines below, each also taken from the environment (e.g. `TASKS=64
-# scripts/slurm/prepare_corpus.sh ...`); each task's CPUs and time limit are the EDIT lines of
-# scripts/slurm/prepare_corpus.sbatch, the batch script of every job. sbatch's own environment
-# variables (SBATCH_PARTITION, SBATCH_ACCOUNT, SBATCH_QOS, ...) apply to every job.
+# scripts/slurm/prepare_corpus.sh ...`). Every job runs scripts/slurm/prepare_corpus.sbatch;
+# sbatch's own environment variables (SBATCH_PARTITION, SBATCH_ACCOUNT, SBATCH_QOS, ...) apply to
+# every job.
 #
 # What happens:
 # - The flags are checked and the stages' units counted first (`prepare_corpus.py
@@ -26,9 +26,13 @@
 # - `--dry_run` prints the sbatch commands (the job ids of the stages as <stage>) and submits
 #   nothing.
 
-# EDIT: the tasks of a stage at most (they run at once when the cluster has room for them), where
-# the jobs' output files go, the project's python (default: its environment, scripts/env.sh).
+# EDIT: the tasks of a stage at most (they run at once when the cluster has room for them), each
+# task's CPUs (its --num_workers) and time limit (the longest stage's share: a dump's extract is
+# one unit), where the jobs' output files go, the project's python (default: its environment,
+# scripts/env.sh).
 TASKS="${TASKS:-16}"
+CPUS_PER_TASK="${CPUS_PER_TASK:-8}"
+TIME_LIMIT="${TIME_LIMIT:-24:00:00}"
 LOG_DIR="${LOG_DIR:-$PWD}"
 PYTHON="${PYTHON:-}"
 
@@ -53,6 +57,7 @@ for arg in "$@"; do
   esac
 done
 [[ "$TASKS" =~ ^[1-9][0-9]*$ ]] || usage_error "TASKS must be a positive integer, got '$TASKS'"
+[[ "$CPUS_PER_TASK" =~ ^[1-9][0-9]*$ ]] || usage_error "CPUS_PER_TASK must be a positive integer, got '$CPUS_PER_TASK'"
 [ -d "$LOG_DIR" ] || usage_error "LOG_DIR: $LOG_DIR is not a directory"
 LOG_DIR="$(cd "$LOG_DIR" && pwd)"
 if [ -z "$PYTHON" ]; then
@@ -87,7 +92,8 @@ export REPO PYTHON
 previous=""
 while read -r stage count; do
   [ -n "$stage" ] || continue
-  sbatch_args=(--parsable --job-name="prepare-corpus-$stage")
+  sbatch_args=(--parsable --job-name="prepare-corpus-$stage" --cpus-per-task="$CPUS_PER_TASK"
+               --time="$TIME_LIMIT")
   if [ "$stage" = check ]; then
     tasks=1
     sbatch_args+=(--output="$LOG_DIR/prepare-corpus-$stage-%j.out")
