@@ -48,7 +48,7 @@ for arg in "$@"; do
     -h|--help)
       sed -n '2,/^PYTHON=/p' "${BASH_SOURCE[0]}"
       echo
-      echo "Arguments go to prepare_corpus.py (\`python prepare_corpus.py --help\` lists them), but for these, set here: --stage, --task_index, --num_tasks, --count_units."
+      echo "Arguments go to prepare_corpus.py (\`python prepare_corpus.py --help\` lists them), except the ones this script sets: --stage, --task_index, --num_tasks, --count_units."
       exit 0 ;;
     --dry_run) dry_run=1 ;;
     --stage*|--task_index*|--num_tasks*|--count_units*|--nocount_units)
@@ -108,7 +108,7 @@ while read -r stage count; do
     show "${command[@]}"
     job="<$stage>"
   else
-    job="$("${command[@]}")" || abandon "$stage"
+    job="$("${command[@]}" </dev/null)" || abandon "$stage"
     job="${job%%;*}"
     submitted+=("$job")
   fi

@@ -1,7 +1,7 @@
 """scripts/slurm/prepare_corpus.sh under a running Slurm (tests/cluster/slurm.py: slurmctld on
 hostA, a slurmd on each of the 2-host cluster's hosts), run as a user runs it, on hostA, with the
-flags of a one-machine `prepare_corpus.py` run; TASKS=2, so each stage's array job has a task on
-each host (whole nodes per job).
+flags of a one-machine `prepare_corpus.py` run; TASKS=2, so a stage of two units or more is an
+array of two tasks (a whole node each: they can run on both hosts at once).
 
 - Run to the end: every job COMPLETED, the two tasks of each stage shared its units, and the
   output is byte for byte that of `prepare_corpus.py` with the same flags on one machine.
@@ -147,13 +147,11 @@ def test_array_jobs_write_the_bytes_of_one_machine(slurm, inputs, one_machine, t
   seconds = time.time() - start
   assert_all_completed(slurm, jobs)
   assert corpus_data.output_files(out) == one_machine
-  # Each task did its share (units i mod 2), the two on different hosts.
+  # Each task did its share (units i mod 2).
   shares = collections.Counter((stage, task) for (stage, _), (task, _) in done_entries(
       out).items())
   assert shares == {("extract", 0): 2, ("extract", 1): 1, ("shard", 0): 2, ("shard", 1): 2,
                     ("vocab", 0): 1, ("records", 0): 8, ("records", 1): 8, ("check", 0): 1}
-  records = array_tasks(slurm, jobs["records"][0])
-  assert {records["0"]["NodeList"], records["1"]["NodeList"]} == {"hostA", "hostB"}
   assert "finished (exit 0)" in job_output(out, "records", jobs["records"][0], 1)
   print("five jobs, submit to the check's end: %.1f s" % seconds)
 
@@ -168,7 +166,7 @@ def wait_for_records_of_task(out, count, task, slurm, job_id, timeout=300):
       return len(done)
     assert int(slurm.job(job_id)["Restarts"]) == 0
     time.sleep(0.05)
-  raise AssertionError("task %d of job %d published no %d records units in %d s" % (
+  raise AssertionError("task %d of job %s had not published %d records units after %d s" % (
       task, job_id, count, timeout))
 
 
