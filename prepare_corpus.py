@@ -18,7 +18,9 @@ their units and the tasks: `utils/corpus/stages.py`, `utils/corpus/runner.py`.
 Running the same command again does only what is not done; a changed setting redoes only the
 stages it affects. Several tasks (`--task_index/--num_tasks`, by default from Slurm's array or
 MPI's environment) share the units; the output does not depend on how many tasks or workers
-there are. Progress goes to stderr; the last line (stdout) sums up the corpus and its records.
+there are; scripts/slurm/prepare_corpus.sh runs the same command as Slurm array jobs, one per
+stage (`--stage`), sized by `--count_units`. Progress goes to stderr; the last line (stdout) sums
+up the corpus and its records.
 
 The records are sampled and masked as by create_pretraining_data.py, with its flags
 (--do_lower_case, --do_whole_word_mask, --dupe_factor, --masked_lm_prob, --short_seq_prob,
@@ -76,6 +78,9 @@ def define_flags():
                     "(pack_pretraining_data.py's), under OUT/seq<L>_packed/.")
   flags.DEFINE_float("barrier_timeout_secs", config_lib.DEFAULT_BARRIER_TIMEOUT_SECS,
                      "Seconds a task waits for the other tasks' units of a stage.")
+  flags.DEFINE_bool("count_units", False, "Check the flags, print the number of units of each "
+                    "stage (a line `STAGE N` each) and exit without writing anything "
+                    "(scripts/slurm/prepare_corpus.sh sizes its array jobs by it).")
   create_pretraining_data.define_generator_flags()
   flags.mark_flags_as_required(["input", "output_dir"])
 
@@ -108,7 +113,8 @@ def pack_tools():
 
 
 def main(argv):
-  """Runs this task's stages; prints the summary line.
+  """Runs this task's stages; prints the summary line (with --count_units: the units of each
+  stage, nothing run).
 
   Returns:
     the exit status: None (0); 2 for bad input (one line naming the file and position). Bad flags
@@ -119,6 +125,10 @@ def main(argv):
     raise errors.UsageError("unexpected argument(s) %s (give inputs with --input)"
                             % " ".join(argv[1:]))
   config = read_config(flags.FLAGS, os.environ)
+  if flags.FLAGS.count_units:
+    for stage, units in stages.plan(config).items():
+      print("%s %d" % (stage, len(units)))
+    return None
   try:
     os.makedirs(config.output_dir, exist_ok=True)
   except OSError as e:

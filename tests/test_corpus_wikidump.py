@@ -85,15 +85,10 @@ def test_bz2_reads_the_same_as_xml(tmp_path):
   assert [a.title for a in wikidump.iter_articles(compressed)] == ["Paris", "Athens", "Tokyo"]
 
 
-def _multistream(streams):
-  """The text of each stream compressed on its own, concatenated: Wikipedia's multistream dump."""
-  return b"".join(bz2.compress(text.encode("utf-8")) for text in streams)
-
-
 def test_multistream_bz2_gives_the_pages_of_every_stream(tmp_path):
   first = dump_data.DUMP_HEADER + "".join(dump_data.PAGES[:3])
   second = "".join(dump_data.PAGES[3:]) + dump_data.DUMP_FOOTER
-  path = _write(tmp_path / "dump-multistream.xml.bz2", _multistream([first, second]))
+  path = _write(tmp_path / "dump-multistream.xml.bz2", dump_data.multistream([first, second]))
   pages = list(wikidump.iter_pages(path))
   assert [(p.title, p.namespace, p.page_id, p.redirect) for p in pages] == dump_data.EXPECTED_PAGES
   assert [p.line for p in pages] == _lines_of_pages(dump_data.DUMP)
@@ -102,7 +97,7 @@ def test_multistream_bz2_gives_the_pages_of_every_stream(tmp_path):
 def test_a_bz2_cut_in_the_middle_names_the_last_whole_page(tmp_path):
   first = dump_data.DUMP_HEADER + "".join(dump_data.PAGES[:3])
   second = "".join(dump_data.PAGES[3:]) + dump_data.DUMP_FOOTER
-  data = _multistream([first, second])
+  data = dump_data.multistream([first, second])
   first_size = len(bz2.compress(first.encode("utf-8")))
   cut = first_size + (len(data) - first_size) // 2
   path = _write(tmp_path / "cut.xml.bz2", data[:cut])

@@ -2,8 +2,11 @@
 the same settings, packed too; bad input and bad flags end with exit 2 and one line; a run killed
 during its records continues where it stopped, never showing a partial file under a final name;
 mpirun's two ranks write the bytes of one process; the original release evaluates the records as
-our run_pretraining.py does."""
+our run_pretraining.py does; a MediaWiki dump's articles reach the text shards sentence by
+sentence, nothing of its other pages and markup does, and a dump cut short stops the run or, with
+--skip_bad_documents, keeps its pages before the cut."""
 
+import bz2
 import json
 import os
 import re
@@ -17,6 +20,7 @@ import pytest
 
 from tests import corpus_data
 from tests import helpers
+from tests import wiki_dump_data
 from tests.test_original_compat import run_original
 from tests.test_run_pretraining_launchers import _mpirun
 from utils.corpus import config as config_lib
@@ -244,3 +248,141 @@ def test_the_original_release_evaluates_the_records_as_run_pretraining_does(refe
               "next_sentence_loss", "loss"):
     np.testing.assert_allclose(ours[key], original[key], atol=1e-5, err_msg=key)
   assert original["masked_lm_loss"] > 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# A MediaWiki dump end to end (tests/wiki_dump_data.py), and a dump cut short.
+# ---------------------------------------------------------------------------------------------
+
+# What a reader sees of the dump's three articles, sentence by sentence, written by hand.
+DUMP_ARTICLES = {
+    "Paris": [
+        "Paris is the capital and most populous city of France.",
+        "Its population was 2,102,650 in 2023.",
+        "The city is a centre of finance, diplomacy, commerce, culture, fashion and gastronomy.",
+        "The Parisii, a sub-tribe of the Celtic Senones, inhabited the area around the 3rd "
+        "century BC.",
+        "By the end of the 12th century, Paris had become the political, economic, religious and "
+        "cultural capital of France.",
+    ],
+    "Athens": [
+        "Athens (Athína) is the capital and largest city of Greece.",
+        "Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.",
+    ],
+    "Tokyo": [
+        "Tokyo (東京, Tōkyō), officially the Tokyo Metropolis (東京都, Tōkyō-to), is the capital of "
+        "Japan.",
+    ],
+}
+# Text of the dump that is not an article's prose: templates and their arguments, tables, refs,
+# files and their captions, comments, headings, the sections from References on, categories,
+# interlanguage links, markup, a redirect, a talk page, a user page, an old revision.
+NOT_PROSE = [
+    "Short description", "Capital of France", "Infobox", "Eiffel.jpg", "population_total", "IPA",
+    "paʁi", "cite web", "INSEE", "Populations", "Eiffelturm", "thumb", "Eiffel Tower",
+    "Champ de Mars", "hidden comment", "wikitable", "Year", "1801", "546,856", "History",
+    "Middle Ages", "Notre-Dame", "Sainte-Chapelle", "Reflist", "cite book", "Prose under the",
+    "External links", "Official website", "www.paris.fr", "Category", "Capitals in Europe",
+    "de:Paris", "fr:Paris", "lang-el", "example.org", "REDIRECT", "redirect", "Should the lead",
+    "~~~~", "I edit articles", "old text", "Census of Ruritania", "Villages of Ruritania", "[[",
+    "]]", "{{", "}}", "''", "<ref", "&lt;", "&amp;", "&nbsp;", "|",
+]
+# Villages 0-11 in the cut dump's first bz2 stream, 12-19 in its second, which is cut short.
+VILLAGES_KEPT, VILLAGES_CUT = range(0, 12), range(12, 20)
+
+
+def _write_dumps(root):
+  """The dump (.xml.bz2) and a multistream dump of villages cut in its second stream; returns
+  (the dump, the cut dump, the cut dump's size)."""
+  dump = os.path.join(root, "enwiki-test-pages-articles.xml.bz2")
+  with open(dump, "wb") as writer:
+    writer.write(bz2.compress(wiki_dump_data.DUMP.encode("utf-8")))
+  first = wiki_dump_data.DUMP_HEADER + "".join(map(wiki_dump_data.village_page, VILLAGES_KEPT))
+  second = "".join(map(wiki_dump_data.village_page, VILLAGES_CUT)) + wiki_dump_data.DUMP_FOOTER
+  data = wiki_dump_data.multistream([first, second])
+  first_size = len(bz2.compress(first.encode("utf-8")))
+  cut_size = first_size + (len(data) - first_size) // 2
+  cut = os.path.join(root, "villages-multistream.xml.bz2")
+  with open(cut, "wb") as writer:
+    writer.write(data[:cut_size])
+  return dump, cut, cut_size
+
+
+@pytest.fixture(scope="module")
+def dump_run(tmp_path_factory):
+  """The command on the dump and the cut dump, with --skip_bad_documents and without: dict
+  out, proc, strict (the run without), dump, cut, cut_size."""
+  root = tmp_path_factory.mktemp("dumps")
+  dump, cut, cut_size = _write_dumps(str(root))
+  out = root / "out"
+  flags = dict(num_shards=2, eval_fraction=0.2, dupe_factor=1)
+  proc = run_command(small_flags([dump, cut], out, **flags))
+  strict = run_command(small_flags([dump, cut], root / "strict", skip_bad_documents=False,
+                                   **flags), check=False)
+  return dict(out=str(out), proc=proc, strict=strict, dump=dump, cut=cut, cut_size=cut_size)
+
+
+def _text_documents(out):
+  """The documents of every text shard (train and eval), as lists of sentences."""
+  found = []
+  for split in ("train", "eval"):
+    directory = os.path.join(out, "text", split)
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
+      found += corpus_data.read_text_documents(os.path.join(directory, name))
+  return found
+
+
+def test_a_dumps_articles_reach_the_text_shards_sentence_by_sentence(dump_run):
+  documents = _text_documents(dump_run["out"])
+  for title, sentences in DUMP_ARTICLES.items():
+    assert sentences in documents, title
+  for number in VILLAGES_KEPT:
+    assert wiki_dump_data.village_sentences(number) in documents, number
+  # Nothing else: the three articles (the redirects, the talk and user pages and the empty
+  # article are not documents) and the villages before the cut.
+  assert len(documents) == len(DUMP_ARTICLES) + len(VILLAGES_KEPT)
+  summary = dump_run["proc"].stdout
+  assert summary.startswith("prepare_corpus: 15 documents read"), summary
+  assert re.search(r"records: seq32 train [1-9]\d*, seq32 eval [1-9]\d*, seq64 train [1-9]\d*",
+                   summary), summary
+
+
+def test_no_text_of_talk_pages_redirects_templates_or_refs_reaches_the_output(dump_run):
+  out = dump_run["out"]
+  texts = {path: data.decode("utf-8") for path, data in corpus_data.output_files(out).items()
+           if not path.endswith(".tfrecord")}
+  assert any(path.startswith("extracted" + os.sep) for path in texts)
+  assert any(path.startswith("text" + os.sep) for path in texts)
+  for path, text in texts.items():
+    found = [phrase for phrase in NOT_PROSE if phrase in text]
+    assert not found, (path, found)
+  # Nor the markup's words in the vocabulary trained on the text.
+  with open(os.path.join(out, "vocab.txt"), encoding="utf-8") as reader:
+    tokens = {line.strip().lstrip("#") for line in reader}
+  assert not tokens & {"infobox", "reflist", "wikitable", "redirect", "insee", "category",
+                       "cite", "thumb"}
+
+
+def test_a_cut_dump_keeps_its_pages_before_the_cut_and_counts_the_rest_skipped(dump_run):
+  out, proc = dump_run["out"], dump_run["proc"]
+  texts = "".join(data.decode("utf-8") for path, data in corpus_data.output_files(out).items()
+                  if path.startswith("text" + os.sep))
+  for number in VILLAGES_CUT:
+    assert "Village %d " % number not in texts
+  assert ", 0 duplicates dropped, 1 bad documents skipped; 2 shards of " in proc.stdout
+  position = "after page 12 'Village 11' (byte %d of the compressed file)" % dump_run["cut_size"]
+  assert ("skipped a bad document: %s: %s: the bz2 stream ends early" % (
+      dump_run["cut"], position)) in proc.stderr
+  entries = [manifest.read_entry(out, "extract", stages.input_id(path))
+             for path in (dump_run["dump"], dump_run["cut"])]
+  assert [(e["counts"]["documents"], e["counts"]["bad_documents"]) for e in entries] == [
+      (3, 0), (12, 1)]
+
+
+def test_without_skip_bad_documents_a_cut_dump_stops_the_run_with_exit_2(dump_run):
+  strict = dump_run["strict"]
+  assert strict.returncode == 2, strict.stderr[-3000:]
+  assert strict.stderr.strip().splitlines()[-1] == (
+      "prepare_corpus.py: error: %s: after page 12 'Village 11' (byte %d of the compressed "
+      "file): the bz2 stream ends early" % (dump_run["cut"], dump_run["cut_size"]))
+  assert strict.stdout == ""

@@ -1,9 +1,12 @@
 """A small MediaWiki dump written as MediaWiki's export writes one (schema 0.11), and what a
-reader sees in it, written by hand: the pages' fields and the articles' paragraphs.
+reader sees in it, written by hand: the pages' fields and the articles' paragraphs; more articles
+(`village_page`) and Wikipedia's multistream bz2 (`multistream`) for larger dumps.
 
 The wikitext inside <text> is XML-escaped ("&lt;ref&gt;"), as dumps store it. Read by
 tests/test_corpus_wikidump.py and the raw-corpus tests.
 """
+
+import bz2
 
 EXPORT_0_11 = "http://www.mediawiki.org/xml/export-0.11/"
 EXPORT_0_10 = "http://www.mediawiki.org/xml/export-0.10/"
@@ -283,3 +286,41 @@ EXPECTED_PARAGRAPHS = {
         "of Japan.",
     ],
 }
+
+# An article of its own for larger dumps (`village_page`): a template, a reference and a category
+# around two sentences that tell it from the others.
+VILLAGE = """\
+  <page>
+    <title>Village %(n)d</title>
+    <ns>0</ns>
+    <id>%(id)d</id>
+    <revision>
+      <id>%(id)d</id>
+      <timestamp>2024-01-01T00:00:00Z</timestamp>
+      <model>wikitext</model>
+      <format>text/x-wiki</format>
+      <text xml:space="preserve">{{Infobox settlement|name=Village %(n)d}}
+'''Village %(n)d''' is a village in [[Ruritania]] with %(people)d \
+inhabitants.&lt;ref&gt;{{cite book|title=Census of Ruritania}}&lt;/ref&gt; Its church was built \
+in %(year)d.
+
+[[Category:Villages of Ruritania]]</text>
+    </revision>
+  </page>
+"""
+
+
+def village_page(number):
+  """The <page> of article "Village <number>" (its sentences: `village_sentences`)."""
+  return VILLAGE % dict(n=number, id=90000 + number, people=100 + 7 * number, year=1100 + number)
+
+
+def village_sentences(number):
+  """The sentences a reader sees in `village_page(number)`, written by hand."""
+  return ["Village %d is a village in Ruritania with %d inhabitants." % (number, 100 + 7 * number),
+          "Its church was built in %d." % (1100 + number)]
+
+
+def multistream(streams):
+  """The text of each stream compressed on its own, concatenated: Wikipedia's multistream dump."""
+  return b"".join(bz2.compress(text.encode("utf-8")) for text in streams)
