@@ -47,8 +47,8 @@ GROUP_BYTES = 64 << 20
 # cleaned and split), but every share reads it all, so K grows with the dump only up to a few:
 # one share per DUMP_SHARE_BYTES of XML (about as long to clean as GROUP_BYTES of plain text
 # takes to split), a .bz2 file's size counted BZ2_XML_RATIO times (Wikipedia's dumps compress
-# about 4.5 to 1), at most MAX_DUMP_SHARES. Beyond that, a dump given in the parts Wikipedia
-# publishes is one input, and as many units, per part.
+# about 4.5 to 1), at most MAX_DUMP_SHARES. For more units than that, give a dump in the parts
+# Wikipedia publishes: each part is an input with shares of its own.
 DUMP_SHARE_BYTES = 16 << 20
 BZ2_XML_RATIO = 4
 MAX_DUMP_SHARES = 8
