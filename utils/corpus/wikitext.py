@@ -180,14 +180,16 @@ def _top_level(wikitext):
       yield token["text"]  # (a token is a dict of its fields: read without its __getattr__)
       index += 1
       continue
-    end = _subtree_end(token_list, index)
-    shown = None  # the text it shows when known from its tokens
     if kind is tokens.WikilinkOpen:
-      shown = _plain_link(token_list, index, end)
-    elif kind is tokens.TagOpenOpen and token.get("wiki_markup") is not None:
-      shown = _markup_piece(token["wiki_markup"])
-    if shown is not None:
-      yield shown
+      label, end = _plain_link(token_list, index)
+      if end:
+        yield label
+        index = end
+        continue
+    end = _subtree_end(token_list, index)
+    if kind is tokens.TagOpenOpen and token.get("wiki_markup") is not None and _markup_piece(
+        token["wiki_markup"]):
+      yield _markup_piece(token["wiki_markup"])
     elif not (kind in _HIDDEN or kind is tokens.TagOpenOpen and _is_hidden_tag(token_list,
                                                                                index)):
       yield builder.Builder().build(_shortened(token_list[index:end])).nodes[0]
@@ -217,9 +219,8 @@ def _shortened(token_list):
       kept += (tokens.CommentStart(), tokens.CommentEnd())
       continue
     if kind is tokens.WikilinkOpen and not links and not openings:
-      end = _subtree_end(token_list, index)
-      label = _plain_link(token_list, index, end)
-      if label is not None:
+      label, end = _plain_link(token_list, index)
+      if end:
         kept += (tokens.Text(text=label),) if label else (tokens.CommentStart(),
                                                           tokens.CommentEnd())
         index = end
@@ -249,33 +250,35 @@ def _subtree_end(token_list, start):
   raise parser.ParserError("the tokenizer left a %s unclosed" % opener.__name__)
 
 
-def _plain_link(token_list, start, end):
-  """What the link token_list[start:end] shows when it is written in plain text without "<"
-  ([[Paris]], [[Paris|the capital]], [[Paris, Texas|]], [[Category:Cities]]: "" for a link that
-  shows nothing), as `_walk_wikilink` finds it; None for any other link ("<": `_walk` would
-  clean its text of stray tags).
+def _plain_link(token_list, start):
+  """(what it shows, the index after it) of the link opened at `start` when it is written in
+  plain text without "<" ([[Paris]], [[Paris|the capital]], [[Paris, Texas|]],
+  [[Category:Cities]]: "" for a link that shows nothing), as `_walk_wikilink` finds it; (None, 0)
+  for any other link ("<": `_walk` would clean its text of stray tags).
   """
   title = token_list[start + 1]
   if type(title) is not tokens.Text or "<" in title["text"]:
-    return None
+    return None, 0
   title = title["text"]
-  if end - start == 3:  # [[title]]
-    label = None
-  elif type(token_list[start + 2]) is not tokens.WikilinkSeparator:
-    return None
-  elif end - start == 4:  # [[title|]]
-    label = ""
-  elif end - start == 5 and type(token_list[start + 3]) is tokens.Text:  # [[title|label]]
-    label = token_list[start + 3]["text"]
+  after = type(token_list[start + 2])
+  if after is tokens.WikilinkClose:  # [[title]]
+    label, end = None, start + 3
+  elif after is not tokens.WikilinkSeparator:
+    return None, 0
+  elif type(token_list[start + 3]) is tokens.WikilinkClose:  # [[title|]]
+    label, end = "", start + 4
+  elif (type(token_list[start + 3]) is tokens.Text
+        and type(token_list[start + 4]) is tokens.WikilinkClose):  # [[title|label]]
+    label, end = token_list[start + 3]["text"], start + 5
     if "<" in label:
-      return None
+      return None, 0
   else:
-    return None
+    return None, 0
   if _is_hidden_link(title):
-    return ""
+    return "", end
   if label is None or not label.strip():
-    return _title_label(title, piped=label is not None)
-  return label
+    return _title_label(title, piped=label is not None), end
+  return label, end
 
 
 def _is_hidden_tag(token_list, start):
@@ -309,16 +312,16 @@ def _walk_article(items, pieces):
   """
   end_section_level = None
   for item in items:
-    if isinstance(item, nodes.Heading):
+    if type(item) is str:
+      if end_section_level is None:
+        pieces.append(_text_piece(item))
+    elif isinstance(item, nodes.Heading):
       if end_section_level is not None and item.level > end_section_level:
         continue
       end_section_level = item.level if _heading_text(item) in END_SECTIONS else None
       pieces.append("\n\n")  # a heading is dropped, and ends the paragraph before it
     elif end_section_level is None:
-      if type(item) is str:
-        pieces.append(_text_piece(item))
-      else:
-        _walk(item, pieces)
+      _walk(item, pieces)
 
 
 def _heading_text(heading):
