@@ -1,12 +1,16 @@
 """Raw-text inputs for the corpus tests (tests/test_corpus_*.py, tests/test_prepare_corpus.py):
-one of every format but the dump, with duplicates across them and one file that is not UTF-8,
-and a configuration of prepare_corpus.py's settings at small sizes."""
+one of every format but the dump, with duplicates across them and one file that is not UTF-8; a
+MediaWiki dump of generated articles with duplicates among them; and a configuration of
+prepare_corpus.py's settings at small sizes."""
 
 import bz2
 import gzip
 import os
 import random
+import unicodedata
+from xml.sax import saxutils
 
+from tests import wiki_dump_data
 from utils.corpus import config as config_lib
 
 # The syllables of the words: WordPiece splits them into "##" pieces.
@@ -70,6 +74,48 @@ def write_inputs(root, num_documents=90, seed=0):
   _write(generator, "".join("\n".join(doc) + "\n\n" for doc in docs[2 * third:]))
   return dict(inputs=[folder, per_line, generator], documents=docs, duplicates=3,
               bad_file=bad_file)
+
+
+def _page(title, namespace, page_id, text, redirect=None):
+  """One <page> of an export, its wikitext XML-escaped."""
+  return ("  <page>\n    <title>%s</title>\n    <ns>%d</ns>\n    <id>%d</id>\n%s    <revision>\n"
+          "      <id>%d</id>\n      <text xml:space=\"preserve\">%s</text>\n    </revision>\n"
+          "  </page>\n" % (saxutils.escape(title), namespace, page_id,
+                          '    <redirect title="%s" />\n' % redirect if redirect else "",
+                          page_id + 1000, saxutils.escape(text)))
+
+
+def write_dump(path, num_articles=30, seed=1):
+  """Writes a MediaWiki dump (tests/wiki_dump_data.py's header) of generated articles.
+
+  Article i holds document i in light markup (an infobox, a <ref> with a citation template, a
+  category); a redirect and a talk page follow the first. Articles 5, 6 and 7 come again at the
+  end under other titles (exact duplicates once the markup is removed), and so does article 8,
+  whose last sentence ends in "café", with its "é" decomposed (U+0065 U+0301): the same text
+  once normalised (a duplicate), other bytes.
+
+  Returns:
+    dict: "path", "documents" (each a list of sentences, every distinct article once, in the
+    dump's order), "duplicates" (4).
+  """
+  rng = random.Random(seed)
+  words = sorted({"".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 3)))
+                  for _ in range(120)})
+  docs = [_sentences(rng, words, rng.randint(2, 9)) for _ in range(num_articles)]
+  docs[8][-1] = docs[8][-1][:-1] + " café."
+
+  def markup(i, doc):
+    return ("{{Infobox thing|name=%d}}\n%s<ref>{{cite web|title=%d}}</ref> %s\n\n"
+            "[[Category:Things]]" % (i, doc[0], i, " ".join(doc[1:])))
+
+  pages = [_page("Article %d" % i, 0, 10 + i, markup(i, doc)) for i, doc in enumerate(docs)]
+  pages[1:1] = [_page("Another name", 0, 5, "#REDIRECT [[Article 0]]", "Article 0"),
+                _page("Talk:Article 0", 1, 6, "A talk page. It is not an article.")]
+  for i in (5, 6, 7):
+    pages.append(_page("Copy of %d" % i, 0, 100 + i, markup(i, docs[i])))
+  pages.append(_page("Copy of 8", 0, 108, unicodedata.normalize("NFD", markup(8, docs[8]))))
+  _write(path, wiki_dump_data.DUMP_HEADER + "".join(pages) + wiki_dump_data.DUMP_FOOTER)
+  return dict(path=path, documents=docs, duplicates=4)
 
 
 def make_config(inputs, output_dir, **overrides):

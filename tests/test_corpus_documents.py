@@ -1,5 +1,6 @@
 """utils/corpus/documents.py: each format's documents, written out by hand; format detection; bad
-input named by file and position, or skipped and counted; compressed files cut short."""
+input named by file and position, or skipped and counted; compressed files cut short; a dump's
+articles in shares."""
 
 import bz2
 import gzip
@@ -8,6 +9,7 @@ import random
 
 import pytest
 
+from tests import corpus_data
 from utils.corpus import bad_input
 from utils.corpus import documents
 
@@ -194,3 +196,34 @@ def test_a_file_that_cannot_be_read_is_named(tmp_path):
   with pytest.raises(bad_input.BadInput, match="folder: the file: cannot be read: Is a "
                                                "directory"):
     list(documents.iter_documents(str(folder), "documents_per_line"))
+
+
+def test_a_dumps_share_holds_the_articles_of_its_index_mod_the_shares(tmp_path):
+  path = corpus_data.write_dump(str(tmp_path / "dump.xml"))["path"]
+  whole = as_tuples(documents.iter_documents(path, "wikidump"))
+  assert len(whole) == 34  # every article has prose: article i is document i
+  assert as_tuples(documents.iter_documents(path, "wikidump", share=[0, 1])) == whole
+  for count in (2, 3):
+    for k in range(count):
+      assert as_tuples(documents.iter_documents(path, "wikidump", share=[k, count])) == (
+          whole[k::count])
+
+
+def test_every_share_of_a_dump_cut_short_keeps_its_articles_before_the_cut(tmp_path):
+  path = corpus_data.write_dump(str(tmp_path / "dump.xml"))["path"]
+  whole = as_tuples(documents.iter_documents(path, "wikidump"))
+  with open(path, "rb") as reader:
+    data = reader.read()
+  cut = write(tmp_path / "cut.xml", data[:len(data) // 2])
+  for k in (0, 1):
+    with pytest.raises(bad_input.BadInput, match="the XML ends early"):
+      list(documents.iter_documents(cut, "wikidump", share=[k, 2]))
+  # Skipping: each share keeps its articles before the cut; share 0 alone reports the cut.
+  kept = []
+  for k in (0, 1):
+    skipped = []
+    kept.append(as_tuples(documents.iter_documents(cut, "wikidump", skipped.append,
+                                                   share=[k, 2])))
+    assert len(skipped) == (1 if k == 0 else 0)
+  before = whole[:len(kept[0]) + len(kept[1])]
+  assert 0 < len(before) < len(whole) and kept == [before[0::2], before[1::2]]

@@ -1,9 +1,11 @@
-"""utils/corpus/runner.py: whole builds in this process, on inputs of every format but the dump
+"""utils/corpus/runner.py: whole builds in this process, on inputs of every format
 (tests/corpus_data.py): what the text shards hold, the records the input pipeline reads, the
-same bytes for any number of tasks and workers, reruns, changed settings, bad input. The command
-itself, a kill, mpirun and the original release: test_prepare_corpus.py."""
+same bytes for any number of tasks and workers (a dump's shares too), reruns, changed settings,
+bad input. The command itself, a kill, mpirun and the original release:
+test_prepare_corpus.py."""
 
 import os
+import unicodedata
 
 import numpy as np
 import pytest
@@ -104,6 +106,40 @@ def test_tasks_and_workers_do_not_change_the_bytes(written, reference, tmp_path)
       continue
     for task in (0, 1):
       build(written, tmp_path / "tasks", stage=stage, task_index=task, num_tasks=2)
+  assert corpus_data.output_files(tmp_path / "tasks") == expected
+
+
+def test_a_dump_in_shares_keeps_the_first_copy_and_the_same_bytes_for_any_workers_or_tasks(
+    tmp_path, monkeypatch):
+  dump = corpus_data.write_dump(str(tmp_path / "inputs" / "dump.xml"))
+  monkeypatch.setattr(stages, "DUMP_SHARE_BYTES", os.path.getsize(dump["path"]) // 3 + 1)
+  config = corpus_data.make_config([dump["path"]], tmp_path / "one")
+  assert len(stages.plan(config)["extract"]) == 3
+  summary = runner.run(config, NO_TOOLS)
+  assert (summary["documents"], summary["duplicates"]) == (34, dump["duplicates"])
+  assert summary["input_bytes"] == os.path.getsize(dump["path"])  # the shares' parts add up
+  texts = []
+  for split in ("train", "eval"):
+    for j in range(corpus_data.NUM_SHARDS):
+      path = os.path.join(str(tmp_path / "one"), "text", split, stages.shard_file(j, ".txt"))
+      if os.path.exists(path):
+        texts += [" ".join(doc) for doc in corpus_data.read_text_documents(path)]
+  assert sorted(unicodedata.normalize("NFC", text) for text in texts) == sorted(
+      " ".join(doc) for doc in dump["documents"])
+  # The first copy in the order of the units is kept: article 8 is in share 2 (8 mod 3), its
+  # decomposed copy (article 33) in share 0.
+  assert any("cafe\u0301." in text for text in texts)
+  assert not any("café" in text for text in texts)
+  expected = corpus_data.output_files(tmp_path / "one")
+  runner.run(corpus_data.make_config([dump["path"]], tmp_path / "workers", num_workers=2),
+             NO_TOOLS)
+  assert corpus_data.output_files(tmp_path / "workers") == expected
+  for stage in config_lib.STAGES:
+    if stage == "pack":
+      continue
+    for task in (0, 1):
+      runner.run(corpus_data.make_config([dump["path"]], tmp_path / "tasks", stage=stage,
+                                         task_index=task, num_tasks=2), NO_TOOLS)
   assert corpus_data.output_files(tmp_path / "tasks") == expected
 
 

@@ -1,6 +1,6 @@
 """utils/corpus/stages.py: the plan of a build (its units and their chained settings hashes, which
-settings redo which stages), the units of a directory, each unit's outputs. Whole builds:
-test_corpus_runner.py."""
+settings redo which stages), the units of a directory and of a dump, each unit's outputs. Whole
+builds: test_corpus_runner.py."""
 
 import os
 
@@ -95,6 +95,34 @@ def test_a_directory_is_read_in_groups_of_files(inputs, tmp_path, monkeypatch):
   grouped = [f for u in units for f in u.spec["files"]]
   assert grouped == stages.documents.directory_files(inputs[0])
   assert all(u.settings["files"] for u in units)
+
+
+def test_a_dump_is_cleaned_in_shares_as_many_as_its_size_asks(tmp_path, monkeypatch):
+  dump = corpus_data.write_dump(str(tmp_path / "inputs" / "dump.xml"))["path"]
+  size = os.path.getsize(dump)
+  monkeypatch.setattr(stages, "DUMP_SHARE_BYTES", size // 3 + 1)
+  other = corpus_data.write_inputs(str(tmp_path / "inputs"))["inputs"][1]
+  config = corpus_data.make_config([other, dump], tmp_path / "out")
+  plan = stages.plan(config)
+  names = [stages.input_id(dump) + "-%05d" % k for k in range(3)]
+  assert [u.name for u in plan["extract"]] == [stages.input_id(other)] + names
+  assert [u.index for u in plan["extract"]] == [0, 1, 2, 3]
+  assert [u.spec["share"] for u in plan["extract"][1:]] == [[0, 3], [1, 3], [2, 3]]
+  assert [u.settings["share"] for u in plan["extract"][1:]] == [[0, 3], [1, 3], [2, 3]]
+  # The shard stage reads the buckets of the units in their order: the first copy is kept.
+  assert plan["shard"][0].spec["extract"] == [stages.input_id(other)] + names
+  # The shares come from the dump's size alone: not from the workers or tasks.
+  assert hashes(config) == hashes(corpus_data.make_config(
+      [other, dump], tmp_path / "out", num_workers=3, num_tasks=2, task_index=1))
+  # A .bz2 dump counts as the XML it holds, about BZ2_XML_RATIO times its size.
+  monkeypatch.setattr(stages, "DUMP_SHARE_BYTES", size)
+  assert stages.dump_shares(dump) == 1
+  compressed = str(tmp_path / "dump.xml.bz2")
+  with open(compressed, "wb") as writer:
+    writer.write(b"x" * (size // stages.BZ2_XML_RATIO + 1))
+  assert stages.dump_shares(compressed) == 2
+  monkeypatch.setattr(stages, "DUMP_SHARE_BYTES", 1)
+  assert stages.dump_shares(dump) == stages.MAX_DUMP_SHARES
 
 
 def test_a_missing_input_is_named(tmp_path):

@@ -3,6 +3,13 @@
 Every expected paragraph below is written by hand from what the article shows on Wikipedia.
 """
 
+import random
+
+import mwparserfromhell
+import pytest
+
+from bench import synthetic_wiki
+from utils.corpus import wikidump
 from utils.corpus import wikitext
 
 
@@ -173,3 +180,72 @@ def test_magic_words_and_comments_are_dropped():
 
 def test_unclosed_tags_left_as_text_lose_their_markup():
   assert _paragraphs("Text.<ref>unclosed note</div>") == ["Text.unclosed note"]
+
+
+# ---------------------------------------------------------------------------------------------
+# article_paragraphs builds only the nodes that show text (wikitext._top_level): its paragraphs
+# must be those of the walk of mwparserfromhell's whole tree.
+# ---------------------------------------------------------------------------------------------
+
+
+def _whole_tree_paragraphs(text):
+  """The paragraphs of mwparserfromhell's whole tree of `text`: the path without shortcuts."""
+  return wikitext.tree_paragraphs(mwparserfromhell.parse(text, skip_style_tags=True))
+
+
+@pytest.mark.parametrize("text, expected", [
+    # Nested templates, a template inside a <ref>, template arguments ({{{1}}}).
+    ("A {{outer|x={{inner|{{deep}}}}|y}} b.", ["A b."]),
+    ("One.<ref>{{cite web|title=T|url=http://x}} p. 4</ref> Two.<ref name=a/>", ["One. Two."]),
+    ("A {{{1}}} b {{{name|default}}} c {{{{{x}}}}} d.", ["A b c d."]),
+    # Unclosed: the parser leaves the opening as text, and parses what follows it.
+    ("Text {{unclosed|a [[Link]] b. More.", ["Text {{unclosed|a Link b. More."]),
+    ("Before.\n{{Infobox\n| name = A\n\nAfter [[the end]].", ["Before. {{Infobox",
+                                                               "After the end."]),
+    ("Text.<ref>unclosed note and [[a link]].", ["Text.unclosed note and a link."]),
+    ("Text.<ref name=a>note {{x}}\n\nNext paragraph.", ["Text.note", "Next paragraph."]),
+    ("a }} b {{ c ]] d [[ e {{{ f }}}} g.", ["a }} b {{ c ]] d [[ e } g."]),
+    # Braces and brackets inside <nowiki> are text; inside <math> and <pre>, dropped with them.
+    ("Literal <nowiki>{{not a template}} and [[not a link]]</nowiki> text.",
+     ["Literal {{not a template}} and [[not a link]] text."]),
+    ("Area <math>\\{ x \\} {{</math> here; <pre>{{x|</pre> code; <nowiki>}}</nowiki> end.",
+     ["Area here; code; }} end."]),
+    # Links: markup in a title before its colon, a label that is only a template, the pipe
+    # trick, links inside links, in a tag's attributes, with tags in them.
+    ("[[fr{{x}}:Paris]], [[Paris|{{lang|fr|Paris}}]], [[Paris|]] and [[File:A.jpg|thumb|A "
+     "[[b]] c]] then [[x|y [[z]]]].", ["fr:Paris,, Paris and then y z."]),
+    ('<span title="[[a b]]">x [[y]]</span> and <div>[[z|w]]</div>', ["x y and", "w"]),
+    ("See [[a<b>c</b>]] and [[d|e<i>f</i>]].", ["See [[ac]] and ef."]),
+    ("* [[Item]]\n{|\n| [[cell]] {{x}}\n|}\n----\nText [[Category:A]][[de:B]].", ["Text."]),
+])
+def test_edge_cases_read_as_the_whole_tree_reads_them(text, expected):
+  assert wikitext.article_paragraphs(text) == _whole_tree_paragraphs(text) == expected
+
+
+# Pieces of wikitext that open, close or break constructs, for random texts.
+_PIECES = (
+    "{{", "}}", "{{{", "}}}", "{", "}", "[[", "]]", "[", "]", "|", "=", "<", ">", "/>", "\n", "\n\n",
+    "==", "===", "*", "#", ":", ";", "'''", "''", "----", "_", "(", ")", ",", ".", " ", "text",
+    "Word", "a:b", "File:", "Category:", "fr:", "See also", "References", "__TOC__", "&amp;",
+    "&nbsp;", "&#x3A9;", "[http://x.org y]", "[http://x.org]", "http://x.org", "<ref>", "</ref>",
+    "<ref name=a/>", '<ref name="b">', "<REF>", "</ref >", "<references/>", "<nowiki>",
+    "</nowiki>", "<!--", "-->", "{|", "|}", "|-", "{|\n|a\n|}", "<math>", "</math>", "<pre>",
+    "</pre>", "<gallery>", "</gallery>", "<span>", "</span>", "<span style=x>", "<div>",
+    "</div>", "<poem>", "</poem>", "<b>", "</b>", "<small>", "<sub>", "<br/>", "{{x|", "[[a|",
+    "[[b]]", "\n*", "\n==H==\n", "\n== See also ==\n")
+
+
+def test_random_markup_reads_as_the_whole_tree_reads_it():
+  rng = random.Random(0)
+  for _ in range(2000):
+    text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 40)))
+    assert wikitext.article_paragraphs(text) == _whole_tree_paragraphs(text), repr(text)
+
+
+def test_every_article_of_a_synthetic_dump_reads_as_the_whole_tree_reads_it(tmp_path):
+  path = str(tmp_path / "dump.xml")
+  counts = synthetic_wiki.write_dump(path, 1_500_000, synthetic_wiki.sample_model(), seed=5)
+  articles = list(wikidump.iter_articles(path))
+  assert counts["pages"] >= 200 and len(articles) >= 100
+  for page in articles:
+    assert wikitext.article_paragraphs(page.text) == _whole_tree_paragraphs(page.text), page.title

@@ -121,7 +121,7 @@ def _compression(path):
   return "bz2" if path.endswith(".bz2") else None
 
 
-def iter_documents(path, fmt, on_bad=None):
+def iter_documents(path, fmt, on_bad=None, share=None):
   """The documents of one input, streaming (memory flat in the input's size).
 
   Args:
@@ -129,6 +129,9 @@ def iter_documents(path, fmt, on_bad=None):
     fmt: one of FORMATS (`detect_format`).
     on_bad: None to raise at the first bad document; else called with each `BadInput` (a bad
       document, or the rest of a compressed file cut short), which is then skipped.
+    share: for "wikidump", [k, K]: only the articles whose index in the dump (0-based, in the
+      dump's order) is k mod K, the others read past without cleaning their markup (one of K
+      extract units of a dump); None: every article. Other formats are read whole.
 
   Yields:
     `Document`s with at least one paragraph, in input order.
@@ -144,7 +147,7 @@ def iter_documents(path, fmt, on_bad=None):
   if fmt == "sentences_per_line":
     return _sentence_documents(path, on_bad)
   if fmt == "wikidump":
-    return _wikidump_documents(path, on_bad)
+    return _wikidump_documents(path, on_bad, share or (0, 1))
   raise ValueError("unknown input format %r (one of %s)" % (fmt, ", ".join(FORMATS)))
 
 
@@ -348,17 +351,23 @@ def _sentence_documents(path, on_bad):
 # ---------------------------------------------------------------------------------------------
 
 
-def _wikidump_documents(path, on_bad):
-  """"wikidump": the articles of a dump (`wikidump.iter_articles`), each as the paragraphs of its
-  markup (`wikitext.article_paragraphs`); a dump cut short keeps the articles before the cut."""
+def _wikidump_documents(path, on_bad, share):
+  """"wikidump": the articles of a dump (`wikidump.iter_articles`) in its share [k, K], each as
+  the paragraphs of its markup (`wikitext.article_paragraphs`); a dump cut short keeps the
+  articles before the cut. Every share meets a dump's error; with `on_bad`, share 0 alone
+  reports it, so that it is counted once."""
   # Imported here: only a dump needs them (and mwparserfromhell).
   from utils.corpus import wikidump  # pylint: disable=g-import-not-at-top
   from utils.corpus import wikitext  # pylint: disable=g-import-not-at-top
+  k, count = share
   try:
-    for page in wikidump.iter_articles(path):
+    for index, page in enumerate(wikidump.iter_articles(path)):
+      if index % count != k:
+        continue
       paragraphs = wikitext.article_paragraphs(page.text)
       if paragraphs:
         yield Document(path, "page %s '%s' (line %d)" % (page.page_id, page.title, page.line),
                        paragraphs)
   except bad_input.BadInput as error:
-    _report(error, on_bad)
+    if on_bad is None or k == 0:
+      _report(error, on_bad)

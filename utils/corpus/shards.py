@@ -123,7 +123,8 @@ def merge_buckets(bucket_files, eval_fraction, split_path):
   before is dropped.
 
   Args:
-    bucket_files: the bucket files of one shard index, in input order.
+    bucket_files: the bucket files of one shard index, in the order of the extract units that
+      wrote them (`stages`): a duplicate of an earlier file's document is dropped.
     eval_fraction: the held-out fraction (`is_held_out`).
     split_path: function "train" / "eval" -> the path to write that split to; a split without a
       document is not written.
