@@ -224,8 +224,8 @@ def test_edge_cases_read_as_the_whole_tree_reads_them(text, expected):
 
 # Pieces of wikitext that open, close or break constructs, for random texts.
 _PIECES = (
-    "{{", "}}", "{{{", "}}}", "{", "}", "[[", "]]", "[", "]", "|", "=", "<", ">", "/>", "\n", "\n\n",
-    "==", "===", "*", "#", ":", ";", "'''", "''", "----", "_", "(", ")", ",", ".", " ", "text",
+    "{{", "}}", "{{{", "}}}", "{", "}", "[[", "]]", "[", "]", "|", "=", "<", ">", "/>", "\n",
+    "\n\n", "==", "===", "*", "#", ":", ";", "'''", "''", "----", "_", "(", ")", ",", ".", " ", "text",
     "Word", "a:b", "File:", "Category:", "fr:", "See also", "References", "__TOC__", "&amp;",
     "&nbsp;", "&#x3A9;", "[http://x.org y]", "[http://x.org]", "http://x.org", "<ref>", "</ref>",
     "<ref name=a/>", '<ref name="b">', "<REF>", "</ref >", "<references/>", "<nowiki>",
