@@ -22,6 +22,7 @@ from tests import corpus_data
 from tests import helpers
 from tests import wiki_dump_data
 from tests.test_original_compat import run_original
+from tests.test_run_pretraining import read_dllog
 from tests.test_run_pretraining_launchers import _mpirun
 from utils.corpus import config as config_lib
 from utils.corpus import manifest
@@ -387,3 +388,36 @@ def test_without_skip_bad_documents_a_cut_dump_stops_the_run_with_exit_2(dump_ru
       "prepare_corpus.py: error: %s: after page 12 'Village 11' (byte %d of the compressed "
       "file): the bz2 stream ends early" % (dump_run["cut"], dump_run["cut_size"]))
   assert strict.stdout == ""
+
+
+def test_run_pretraining_trains_phase_1_then_phase_2_on_the_dumps_records(dump_run, tmp_path):
+  out = dump_run["out"]
+  with open(os.path.join(out, "vocab.txt"), encoding="utf-8") as reader:
+    vocab_size = sum(1 for _ in reader)
+  config = helpers.write_bert_config(tmp_path / "bert_config.json", vocab_size=vocab_size)
+  runs = {}
+  for phase, steps, init in ((corpus_data.PHASES[0], 3, None), (corpus_data.PHASES[1], 2, 3)):
+    name = config_lib.phase_name(phase)
+    run_dir = tmp_path / name
+    flags = dict(bert_config_file=config, input_files_dir=os.path.join(out, name, "train"),
+                 eval_files_dir=os.path.join(out, name, "eval"), output_dir=run_dir,
+                 max_seq_length=phase.max_seq_length,
+                 max_predictions_per_seq=phase.max_predictions_per_seq, train_batch_size=4,
+                 eval_batch_size=2, max_eval_steps=1, learning_rate=1e-3, num_warmup_steps=1,
+                 num_train_steps=steps, display_loss_steps=1,
+                 init_checkpoint=(tmp_path / "seq32" / ("model.ckpt-%d" % init)
+                                  if init else None))
+    args = ["--do_train", "--do_eval"] + ["--%s=%s" % (key, value)
+                                           for key, value in flags.items() if value is not None]
+    helpers.run_python([os.path.join(helpers.REPO_ROOT, "run_pretraining.py")] + args)
+    steps_logged = [line for line in read_dllog(run_dir / "bert_dllog.json") if line["step"]]
+    runs[name] = (steps_logged, helpers.read_eval_results(run_dir / "eval_results.txt"))
+  phase1, phase2 = runs["seq32"], runs["seq64"]
+  assert [line["step"] for line in phase1[0]] == [1, 2, 3]
+  assert [line["step"] for line in phase2[0]] == [1, 2]
+  # A freshly initialised model's first masked-LM loss is near ln(vocabulary size); phase 2
+  # starts from phase 1's weights and its records are read as theirs (a finite loss).
+  assert abs(phase1[0][0]["data"]["mlm_loss"] - np.log(vocab_size)) < 1.0
+  for steps, evaluation in (phase1, phase2):
+    assert all(np.isfinite(line["data"]["total_loss"]) for line in steps)
+    assert np.isfinite(evaluation["masked_lm_loss"]) and evaluation["masked_lm_loss"] > 0
