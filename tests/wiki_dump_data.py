@@ -99,155 +99,57 @@ Prose under the references.
   </page>
 """
 
-LUTETIA_REDIRECT = """\
-  <page>
-    <title>Lutetia</title>
-    <ns>0</ns>
-    <id>5001</id>
-    <redirect title="Paris" />
-    <revision>
-      <id>1190000002</id>
-      <timestamp>2023-05-06T07:08:09Z</timestamp>
-      <contributor>
-        <ip>192.0.2.1</ip>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="19" xml:space="preserve">#REDIRECT [[Paris]]</text>
-    </revision>
-  </page>
-"""
+EDITOR = "<username>Example editor</username>\n        <id>4242</id>"
 
-TALK_PAGE = """\
-  <page>
-    <title>Talk:Paris</title>
-    <ns>1</ns>
-    <id>5002</id>
-    <revision>
-      <id>1190000003</id>
-      <timestamp>2023-05-06T07:08:09Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="44" xml:space="preserve">Should the lead mention the population? ~~~~</text>
-    </revision>
-  </page>
-"""
 
-USER_PAGE = """\
-  <page>
-    <title>User:Example editor</title>
-    <ns>2</ns>
-    <id>5003</id>
-    <revision>
-      <id>1190000004</id>
-      <timestamp>2023-05-06T07:08:09Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="26" xml:space="preserve">I edit articles on cities.</text>
-    </revision>
-  </page>
-"""
+def page(title, namespace, page_id, revisions, redirect=None):
+  """A <page> as the export writes one, after PARIS's model but with only the fields a reader may
+  look at. `revisions`: (revision id, timestamp, contributor's XML, wikitext escaped for XML)
+  tuples, oldest first; an empty wikitext is written as an empty element."""
+  parts = ["  <page>\n    <title>%s</title>\n    <ns>%d</ns>\n    <id>%d</id>\n" % (
+      title, namespace, page_id)]
+  if redirect is not None:
+    parts.append('    <redirect title="%s" />\n' % redirect)
+  for revision_id, timestamp, contributor, text in revisions:
+    parts.append("    <revision>\n      <id>%d</id>\n      <timestamp>%s</timestamp>\n"
+                 "      <contributor>\n        %s\n      </contributor>\n"
+                 "      <model>wikitext</model>\n      <format>text/x-wiki</format>\n" % (
+                     revision_id, timestamp, contributor))
+    if text:
+      parts.append('      <text bytes="%d" xml:space="preserve">%s</text>\n' % (
+          len(text.encode("utf-8")), text))
+    else:
+      parts.append('      <text bytes="0" xml:space="preserve" />\n')
+    parts.append("    </revision>\n")
+  parts.append("  </page>\n")
+  return "".join(parts)
+
+
+LUTETIA_REDIRECT = page("Lutetia", 0, 5001, [
+    (1190000002, "2023-05-06T07:08:09Z", "<ip>192.0.2.1</ip>", "#REDIRECT [[Paris]]")],
+                        redirect="Paris")
+TALK_PAGE = page("Talk:Paris", 1, 5002, [
+    (1190000003, "2023-05-06T07:08:09Z", EDITOR,
+     "Should the lead mention the population? ~~~~")])
+USER_PAGE = page("User:Example editor", 2, 5003, [
+    (1190000004, "2023-05-06T07:08:09Z", EDITOR, "I edit articles on cities.")])
 
 # Two revisions, oldest first as dumps list them: the article is the last one's text.
-ATHENS = """\
-  <page>
-    <title>Athens</title>
-    <ns>0</ns>
-    <id>1216</id>
-    <revision>
-      <id>1000</id>
-      <timestamp>2020-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="29" xml:space="preserve">Athens is a city (old text).</text>
-    </revision>
-    <revision>
-      <id>2000</id>
-      <parentid>1000</parentid>
-      <timestamp>2024-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="170" xml:space="preserve">'''Athens''' ({{lang-el|Αθήνα}}, ''Athína'') is \
-the capital and largest city of [[Greece]]. Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.</text>
-    </revision>
-  </page>
-"""
-
-TOKYO = """\
-  <page>
-    <title>Tokyo</title>
-    <ns>0</ns>
-    <id>30057</id>
-    <revision>
-      <id>3000</id>
-      <timestamp>2024-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="190" xml:space="preserve">'''Tokyo''' (東京, ''Tōkyō''), officially the \
-'''Tokyo Metropolis''' (東京都, ''Tōkyō-to''), is the capital of \
-[[Japan]].&lt;ref&gt;{{cite web|url=http://example.org}}&lt;/ref&gt;</text>
-    </revision>
-  </page>
-"""
+ATHENS = page("Athens", 0, 1216, [
+    (1000, "2020-01-01T00:00:00Z", EDITOR, "Athens is a city (old text)."),
+    (2000, "2024-01-01T00:00:00Z", EDITOR,
+     "'''Athens''' ({{lang-el|Αθήνα}}, ''Athína'') is the capital and largest city of "
+     "[[Greece]]. Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.")])
+TOKYO = page("Tokyo", 0, 30057, [
+    (3000, "2024-01-01T00:00:00Z", EDITOR,
+     "'''Tokyo''' (東京, ''Tōkyō''), officially the '''Tokyo Metropolis''' (東京都, "
+     "''Tōkyō-to''), is the capital of [[Japan]].&lt;ref&gt;{{cite web|url=http://example.org}}"
+     "&lt;/ref&gt;")])
 
 # A redirect without a <redirect> element, in lower case, and an article whose text is empty.
-UNMARKED_REDIRECT = """\
-  <page>
-    <title>Paname</title>
-    <ns>0</ns>
-    <id>5004</id>
-    <revision>
-      <id>4000</id>
-      <timestamp>2024-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="19" xml:space="preserve">#redirect [[Paris]]</text>
-    </revision>
-  </page>
-"""
-
-EMPTY_ARTICLE = """\
-  <page>
-    <title>Empty</title>
-    <ns>0</ns>
-    <id>5005</id>
-    <revision>
-      <id>5000</id>
-      <timestamp>2024-01-01T00:00:00Z</timestamp>
-      <contributor>
-        <username>Example editor</username>
-        <id>4242</id>
-      </contributor>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text bytes="0" xml:space="preserve" />
-    </revision>
-  </page>
-"""
+UNMARKED_REDIRECT = page("Paname", 0, 5004, [
+    (4000, "2024-01-01T00:00:00Z", EDITOR, "#redirect [[Paris]]")])
+EMPTY_ARTICLE = page("Empty", 0, 5005, [(5000, "2024-01-01T00:00:00Z", EDITOR, "")])
 
 PAGES = (PARIS, LUTETIA_REDIRECT, TALK_PAGE, USER_PAGE, ATHENS, TOKYO, UNMARKED_REDIRECT,
          EMPTY_ARTICLE)
