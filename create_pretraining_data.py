@@ -287,22 +287,28 @@ def define_flags():
   flags.DEFINE_string("output_file", None,
                       "Output TFRecord files, comma-separated: one per input file, or fewer.")
   flags.DEFINE_string("vocab_file", None, "The vocabulary file the BERT model uses.")
+  define_generator_flags()
+  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
+  flags.DEFINE_integer("max_predictions_per_seq", 20,
+                       "Maximum number of masked LM predictions per sequence.")
+  flags.DEFINE_integer("num_workers", None,
+                       "Processes working on input files in parallel (default: all cores).")
+  flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
+
+
+def define_generator_flags():
+  """Defines the flags of how records are sampled and masked, whatever their length: this
+  script's and prepare_corpus.py's."""
   flags.DEFINE_bool("do_lower_case", True,
                     "Lower-case the text (True for uncased models, False for cased ones).")
   flags.DEFINE_bool("do_whole_word_mask", False,
                     "Mask whole words (a word and its ## pieces) rather than single pieces.")
-  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
-  flags.DEFINE_integer("max_predictions_per_seq", 20,
-                       "Maximum number of masked LM predictions per sequence.")
   flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
   flags.DEFINE_integer("dupe_factor", 10,
                        "Number of passes over the input (each with different masks).")
   flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
   flags.DEFINE_float("short_seq_prob", 0.1,
                      "Probability of a sequence shorter than the maximum length.")
-  flags.DEFINE_integer("num_workers", None,
-                       "Processes working on input files in parallel (default: all cores).")
-  flags.mark_flags_as_required(["input_file", "output_file", "vocab_file"])
 
 
 def main(argv):

@@ -24,7 +24,7 @@ tf.compat.v1.disable_eager_execution()
 # instead of ending the run alone.
 SLOWEST_FIRST = (
     # The 2-host cluster's modules, Slurm's included: one group, one worker (188 s before Slurm's
-    # module, which took 266 s alone, half of it waiting for Slurm's timers).
+    # modules, which took 266 s and 55 s alone, half of it waiting for Slurm's timers).
     "tests/cluster",
     # 151 s, and 177 s more for docs/FINETUNING.md's bench/quality.py block (its five jobs).
     "tests/test_doc_commands.py",  # 330 s

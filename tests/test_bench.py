@@ -1,5 +1,6 @@
 """The benchmark helpers: the MFU FLOP formula, the allreduce traffic count, the suite's CPU account,
-the benchmarks' imports (without a cycle).
+the benchmarks' imports (without a cycle), the raw-corpus bench's synthetic dump, NVIDIA's text
+steps and its quick run.
 
 (Speed itself is measured by bench/, never asserted in tests.)
 """
@@ -18,11 +19,18 @@ import pytest
 import modeling
 from bench import flops
 from bench import packing
+from bench import nvidia_wiki_route
 from bench import precision
+from bench import prepare_corpus_speed
 from bench import scaling
+from bench import sentence_split
 from bench import suite_cpu
+from bench import synthetic_wiki
 from bench import throughput
 from tests import helpers
+from utils.corpus import sentences
+from utils.corpus import wikidump
+from utils.corpus import wikitext
 
 
 def test_flops_formula_by_hand_for_bert_base():
@@ -264,3 +272,137 @@ def test_suite_cpu_records_the_processes_a_test_starts():
   tests = out.split("CPU s  processes  test\n")[1]
   assert sum("test_help_shows_the_scripts_defaults_and_the_shared_flags[" in line
              for line in tests.splitlines()) == 3
+
+
+def test_sentence_split_scores_boundaries_by_hand():
+  truth = ["Dr. Ames left.", "He came back at 4 p.m.", "It rained."]
+  # A boundary added after "Dr." and one missed after "p.m.": of the 2 true inner boundaries
+  # (after 12 and 29 non-space characters) 1 is found, of the 2 predicted (3, 12) 1 is true, and
+  # no sentence comes out exactly.
+  predicted = ["Dr.", "Ames left.", "He came back at 4 p.m. It rained."]
+  counts = sentence_split.score_paragraph(truth, predicted)
+  assert counts == {"exact": 0, "true_bounds": 2, "predicted_bounds": 2, "shared_bounds": 1,
+                    "kept": 1}
+  assert sentence_split.score_paragraph(truth, truth)["exact"] == 3
+  # Spaces do not count; a lost character does.
+  assert sentence_split.score_paragraph(truth, ["Dr. Ames  left.He came back at 4 p.m.",
+                                                "It rained."])["shared_bounds"] == 1
+  assert sentence_split.score_paragraph(truth, ["Dr. Ames left."])["kept"] == 0
+  figures, errors = sentence_split.accuracy(lambda text: predicted, [truth])
+  assert (figures["exact"], figures["wrong"], figures["precision"], figures["recall"]) == (
+      0, 3, 0.5, 0.5)
+  assert errors[0] == ("Dr. Ames left.", ["Dr.", "Ames left."])
+
+
+def test_sentence_split_quick_run_reports_every_candidate(monkeypatch, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    sentence_split.main(["--help"])
+  assert exit_info.value.code == 0 and "--quick" in capsys.readouterr().out
+
+  def missing():
+    raise ImportError("No module named 'absent_segmenter'")
+
+  monkeypatch.setattr(sentence_split, "CANDIDATES",
+                      sentence_split.CANDIDATES + (("absent", "absent_segmenter", missing),))
+  assert sentence_split.main(["--quick"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0].startswith("CPU: ")
+  rows = {line.split()[0]: line for line in lines[2:-1]}
+  assert set(rows) == {"pysbd", "syntok", "blingfire", "naive", "sentences.py", "absent"}
+  assert rows["absent"].split()[1:] == ["not", "installed"]
+  results = json.loads(lines[-1])["results"]
+  sample_sentences = sum(len(p) for p in sentence_split.read_labelled(sentence_split.SAMPLE))
+  for name in ("pysbd", "syntok", "blingfire", "naive regex", "sentences.py"):
+    assert results[name]["sentences"] == sample_sentences
+    assert results[name]["kept"] == results[name]["paragraphs"]
+    assert set(results[name]["mb_per_s"]) == {"sample", "5kB"}
+  # The project's splitter is reported by the package under it; SEGMENTER adds its repairs.
+  assert sentences.SEGMENTER.startswith(results["sentences.py"]["version"] + ", repairs ")
+
+
+def test_synthetic_dump_is_a_readable_export_of_marked_up_articles(tmp_path):
+  path = str(tmp_path / "dump.xml")
+  counts = synthetic_wiki.write_dump(path, 60_000, synthetic_wiki.sample_model(), seed=3)
+  assert counts["bytes"] == os.path.getsize(path) >= 60_000
+  pages = list(wikidump.iter_pages(path))
+  articles = list(wikidump.iter_articles(path))
+  assert (len(pages), len(articles)) == (counts["pages"], counts["articles"])
+  assert {page.namespace for page in pages} > {0} and any(page.redirect for page in pages)
+  with open(path, encoding="utf-8") as reader:
+    xml = reader.read()
+  for markup in ("{{Infobox", "&lt;ref name=", "{{cite ", "{| class=", "[[Category:", "== ",
+                 "* [[", "[[File:"):
+    assert markup in xml, markup
+  # Every article has prose once its markup is removed; the seed alone decides the bytes.
+  assert all(wikitext.article_paragraphs(article.text) for article in articles)
+  again = str(tmp_path / "again.xml")
+  synthetic_wiki.write_dump(again, 60_000, synthetic_wiki.sample_model(), seed=3)
+  with open(again, encoding="utf-8") as reader:
+    assert reader.read() == xml
+
+
+def test_nvidia_text_steps_by_hand(tmp_path):
+  extracted = tmp_path / "extracted" / "AA"
+  extracted.mkdir(parents=True)
+  (extracted / "wiki_00").write_text(
+      '<doc id="1" url="u" title="Alpha">\nAlpha\n\nAlpha is first. It leads.\n'
+      "Second line.\n</doc>\n"
+      '<doc id="2" url="u" title="Beta">\nBeta\n\nBeta is second.\n</doc>\n')
+  formatted = str(tmp_path / "formatted.txt")
+  assert nvidia_wiki_route.format_articles(str(tmp_path / "extracted"), formatted) == 2
+  with open(formatted) as reader:
+    assert reader.read() == "Alpha is first. It leads. Second line.\n\nBeta is second.\n\n"
+  articles = nvidia_wiki_route.read_articles(formatted)
+  # Article 1 (3 sentences) fills shard 0, so article 2 goes to shard 1, the smaller.
+  counts = nvidia_wiki_route.split_and_shard(articles, lambda text: text.split(". "),
+                                             str(tmp_path / "shards"), 2)
+  assert counts == dict(articles=2, sentences=4, shards=2)
+  with open(str(tmp_path / "shards" / "shard-00001.txt")) as reader:
+    assert reader.read() == "Beta is second.\n\n"
+  split = nvidia_wiki_route.punkt_tokenizer(" ".join(articles * 20))
+  assert split("Alpha is first. It leads.") == ["Alpha is first.", "It leads."]
+
+
+def test_original_generator_runs_on_every_workers_th_shard_with_the_phase_flags():
+  shards = ["s0", "s1", "s2", "s3", "s4"]
+  commands = prepare_corpus_speed.original_commands(shards, "v.txt", "out",
+                                                    prepare_corpus_speed.PHASES[1], 2)
+  assert [c[:5] for c in commands] == [[sys.executable, "-m", "tests.reference.original_bert",
+                                        "create_pretraining_data", "--"]] * 2
+  assert [c[5] for c in commands] == ["--input_file=s0,s2,s4", "--input_file=s1,s3"]
+  for flag in ("--max_seq_length=512", "--max_predictions_per_seq=80", "--dupe_factor=5",
+               "--vocab_file=v.txt"):
+    assert all(flag in command for command in commands)
+  log = ("INFO:tensorflow:Wrote 22511 total instances\n"
+         "I1128 11:27:58.234133 1 create_pretraining_data.py:162] Wrote 22511 total instances\n")
+  assert prepare_corpus_speed.original_instances([log, log.replace("22511", "7")]) == 22518
+  # Ours: the same generator flags, one stage a process, each phase's records on their own.
+  ours = dict(prepare_corpus_speed.our_commands(
+      prepare_corpus_speed.parse_args([]), "d.xml", "o", 2, 8))
+  assert list(ours) == list(prepare_corpus_speed.OUR_STAGES)
+  assert "--phases=512:80" in ours["records seq512"] and "--stage=records" in ours["records seq512"]
+  assert all("--dupe_factor=5" in command for command in ours.values())
+
+
+@pytest.mark.e2e
+def test_prepare_corpus_speed_quick_run_reports_every_stage(tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    prepare_corpus_speed.main(["--help"])
+  assert exit_info.value.code == 0 and "--dump_mb" in capsys.readouterr().out
+  assert prepare_corpus_speed.main(["--quick", "--work_dir=%s" % tmp_path]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0].startswith("CPU: ") and "load average" in lines[0]
+  report = json.loads(lines[-1])
+  nvidia_steps = {"wikiextractor", "format", "split", "overall"}
+  for workers in ("1", "2"):
+    routes = report["runs"][workers]
+    assert set(routes["ours"]) == set(prepare_corpus_speed.OUR_STAGES) | {"overall"}
+    assert set(routes["nvidia"]) == nvidia_steps
+    for result in list(routes["ours"].values()) + list(routes["nvidia"].values()):
+      assert result["mb_per_s"] > 0 and result["peak_rss_mb"] > 0, result
+    assert routes["ours"]["records seq128"]["instances"] > 0
+    assert [row[0] for row in report["compared"][workers]] == ["text: XML -> sentence shards"]
+  assert set(report["memory"]) == {"0.1", "0.2"}
+  for stages in report["memory"].values():
+    assert set(stages) == set(prepare_corpus_speed.OUR_STAGES)
+    assert all(tree >= largest > 0 for tree, largest in stages.values())

@@ -15,6 +15,9 @@
                 `__main__` block)
   model/        what is built on `modeling.BertModel`: the pretraining heads, checkpoints scored on
                 held-out records
+  corpus/       raw text to the generator's input (a sibling of model/): dumps, folders and
+                files of documents read as documents, their sentences, shards, the manifest of a
+                build and its stages (`prepare_corpus.py`'s library)
   checkpoints/  what a checkpoint holds, resume compatibility, the release bundle, recovery (the
                 checkpoint to resume from, partial saves, checkpoint health), the Hugging Face
                 directory (safetensors, torch pickles), the encoder SavedModel
@@ -29,16 +32,16 @@
 
 A module imports its own package and the layers listed before it, never a later one nor another
 package of its own layer (runtime, runlog and data are siblings), and no library module imports an
-entry script (`run_*.py`, `create_pretraining_data.py`, `scripts/`, `bench/`, `tests/`);
-`tests/test_layering.py` checks both. No library module reads absl's global `FLAGS` except
-`training/entry.script_main`, which is each script's `main`: it reads the shared flags once
+entry script (`run_*.py`, `create_pretraining_data.py`, `prepare_corpus.py`, `scripts/`, `bench/`,
+`tests/`); `tests/test_layering.py` checks both. No library module reads absl's global `FLAGS`
+except `training/entry.script_main`, which is each script's `main`: it reads the shared flags once
 into a typed, frozen `training/job_config.JobConfig` for the job's steps, and passes the parsed
-flags to the script, which reads its own once at the top of its `run` (the fine-tuning scripts
-into `finetuning/config.FinetuningConfig` and a frozen dataclass of the script's flags) and passes
-those down; everything below takes typed configurations or plain values, never the flags object
+flags to the script, which reads its own once at the top of its `run` (the fine-tuning scripts into
+`finetuning/config.FinetuningConfig` and a frozen dataclass of the script's flags) and passes those
+down; everything below takes typed configurations or plain values, never the flags object
 (`training/flags.py` and `finetuning/flags.py` define the shared flags, and read none). A module's
-`if __name__ == "__main__":` block is a command's, not the library's: it imports and reads what
-the command needs (`data/vocabulary.py`'s imports `runtime/cli.py` and reads the command's flags).
+`if __name__ == "__main__":` block is a command's, not the library's: it imports and reads what the
+command needs (`data/vocabulary.py`'s imports `runtime/cli.py` and reads the command's flags).
 Horovod is imported by `runtime/hvd_utils.py` only, and is optional everywhere. docs/DESIGN.md
 section 2 describes the layout.
 """
@@ -50,7 +53,7 @@ LAYERS = (
     (("release", ("modeling", "optimization", "tokenization", "fused_layer_norm",
                    "fused_blocks", "gpu_environment")),),
     (("runtime", ("utils.runtime",)), ("runlog", ("utils.runlog",)), ("data", ("utils.data",))),
-    (("model", ("utils.model",)),),
+    (("model", ("utils.model",)), ("corpus", ("utils.corpus",))),
     (("checkpoints", ("utils.checkpoints",)),),
     (("training", ("utils.training",)),),
     (("finetuning", ("utils.finetuning",)),),
@@ -60,5 +63,5 @@ LAYERS = (
 # Entry points: scripts run from the command line, benchmarks and tests. No library module
 # imports one.
 ENTRY_POINTS = ("run_pretraining", "run_squad", "run_classifier", "create_pretraining_data",
-                "pack_pretraining_data",
+                "pack_pretraining_data", "prepare_corpus",
                 "scripts", "bench", "tests", "fuzz")

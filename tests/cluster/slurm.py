@@ -23,6 +23,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from tests.cluster import cluster as cluster_lib
@@ -106,13 +107,18 @@ class SlurmCluster(object):
 
   Attributes:
     cluster: the 2-host cluster it runs on.
-    work_dir: Slurm's shared directory (configuration, controller state and log).
+    work_dir: Slurm's shared directory (configuration, controller state and log), a new one in
+      the cluster's for each SlurmCluster: Slurm may be started on a cluster more than once (a
+      test module each), each time from a clean state.
+    node_local: where each host keeps its own files of this Slurm (munge, slurmd, PMIx), on its
+      own disk (under the cluster's `node_local_dir`).
     conf: the path of slurm.conf (`SLURM_CONF` of every command run through `run`/`popen`).
   """
 
   def __init__(self, cluster):
     self.cluster = cluster
-    self.work_dir = os.path.join(cluster.work_dir, "slurm")
+    self.work_dir = tempfile.mkdtemp(prefix="slurm-", dir=cluster.work_dir)
+    self.node_local = os.path.join(cluster.node_local_dir, os.path.basename(self.work_dir))
     self.conf = os.path.join(self.work_dir, "slurm.conf")
     self._daemons = []
 
@@ -172,7 +178,7 @@ class SlurmCluster(object):
     return found
 
   def _write_files(self):
-    node_local = self.cluster.node_local_dir
+    node_local = self.node_local
     os.makedirs(os.path.join(self.work_dir, "state"))
     key = os.path.join(self.work_dir, "munge.key")
     with open(key, "wb") as f:
@@ -180,7 +186,7 @@ class SlurmCluster(object):
     os.chmod(key, 0o400)
     for host in HOSTS:
       for sub in ("munge", "slurmd", "pmix"):
-        os.makedirs(os.path.join(self.cluster.disk(host), sub))
+        os.makedirs(os.path.join(self.cluster.disk(host), os.path.basename(node_local), sub))
     nodes = "\n".join(
         "NodeName=%s NodeAddr=%s CPUs=%d CoresPerSocket=%d State=UNKNOWN" % (
             host, cluster_lib.ADDRESSES[host], CPUS_PER_HOST, CPUS_PER_HOST) for host in HOSTS)
@@ -197,7 +203,7 @@ class SlurmCluster(object):
         f.write(text)
 
   def _daemon_argv(self, name):
-    node_local = self.cluster.node_local_dir
+    node_local = self.node_local
     if name == "munged":
       munge = os.path.join(node_local, "munge")
       return ["munged", "--foreground", "--force",
@@ -221,7 +227,7 @@ class SlurmCluster(object):
 
   def _wait_for_munge(self, timeout):
     deadline = time.time() + timeout
-    socket = os.path.join(self.cluster.node_local_dir, "munge", "munge.socket")
+    socket = os.path.join(self.node_local, "munge", "munge.socket")
     for host in HOSTS:
       while True:
         proc = self.run(host, ["munge", "--socket", socket, "--no-input"], timeout=10,
@@ -280,7 +286,8 @@ class SlurmCluster(object):
     return int(proc.stdout.strip().split(";")[0])
 
   def job(self, job_id):
-    """`scontrol show job` as a dict (JobState, ExitCode, Restarts, NodeList, Reason, ...)."""
+    """`scontrol show job` as a dict (JobState, ExitCode, Restarts, NodeList, Reason, ...); the
+    job id an int, or "JOB_TASK" for a task of an array job."""
     proc = self.run(CONTROLLER, ["scontrol", "show", "job", "-o", str(job_id)], timeout=15)
     return parse_scontrol(proc.stdout)
 
@@ -298,7 +305,7 @@ class SlurmCluster(object):
       if job["JobState"] in states and (restarts is None or int(job["Restarts"]) >= restarts):
         return job
       if time.time() > deadline:
-        raise SlurmError("job %d not %s (restarts %s) after %d s: %s\nslurmctld log:\n%s" % (
+        raise SlurmError("job %s not %s (restarts %s) after %d s: %s\nslurmctld log:\n%s" % (
             job_id, "/".join(states), restarts, timeout, job,
             self.controller_log()[-3000:]))
       time.sleep(0.5)

@@ -48,17 +48,6 @@ JOB_STATES_DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 
 
 @pytest.fixture(scope="module")
-def slurm(cluster):
-  """Slurm on the 2-host cluster for this module (stopped after it, before other cluster tests
-  kill hosts)."""
-  slurm_lib.install_packages()
-  started = slurm_lib.SlurmCluster(cluster).start()
-  yield started
-  leftovers = started.stop()
-  assert not leftovers, "Slurm left behind: %s" % leftovers
-
-
-@pytest.fixture(scope="module")
 def data(tmp_path_factory):
   """Phase 1 and phase 2 records, two files each (one per worker), and the tiny config. Phase 2's
   are packed (pack_pretraining_data.py), as a user packs phase 2's."""

@@ -1,0 +1,151 @@
+"""Raw text to the pretraining records of every phase, in one command that resumes where it
+stopped (docs/DATA.md, "From raw text").
+
+  python prepare_corpus.py --input=enwiki-latest-pages-articles.xml.bz2 --input=books/ \\
+      --output_dir=corpus --phases=128:20,512:80 --num_workers=8 [generator flags ...]
+
+Inputs (`--input`, repeated): a MediaWiki XML dump (`.xml`, `.xml.bz2`), a directory of
+plain-text documents (one a file: `.txt`, `.gz`, `.bz2`), a file of one document a line (NVIDIA's
+formatted text), a file in the generator's own format (one sentence a line, a blank line between
+documents); `utils/corpus/documents.py` tells them apart, `--input_format` forces a format.
+
+Output (OUT = --output_dir): OUT/text/{train,eval}/shard-<j>.txt (the sentences, exact duplicate
+documents dropped, a held-out split by document), OUT/vocab.txt (trained unless --vocab_file is
+given), OUT/seq<L>/{train,eval}/shard-<j>.tfrecord for each phase L:P of --phases (with --pack,
+OUT/seq<L>_packed/... too), and OUT/manifest/ (one entry per finished unit of work). The stages,
+their units and the tasks: `utils/corpus/stages.py`, `utils/corpus/runner.py`.
+
+Running the same command again does only what is not done; a changed setting redoes only the
+stages it affects. Several tasks (`--task_index/--num_tasks`, by default from Slurm's array or
+MPI's environment) share the units; the output does not depend on how many tasks or workers
+there are; scripts/slurm/prepare_corpus.sh runs the same command as Slurm array jobs, one per
+stage (`--stage`), sized by `--count_units`. Progress goes to stderr; the last line (stdout) sums
+up the corpus and its records.
+
+The records are sampled and masked as by create_pretraining_data.py, with its flags
+(--do_lower_case, --do_whole_word_mask, --dupe_factor, --masked_lm_prob, --short_seq_prob,
+--random_seed; `--helpfull` lists them under create_pretraining_data).
+"""
+
+import os
+
+# Before TensorFlow (which --pack loads): cli sets its native log level, read when it loads.
+from utils.runtime import cli  # pylint: disable=g-bad-import-order
+from absl import flags
+
+import create_pretraining_data
+from utils.core import errors
+from utils.corpus import config as config_lib
+from utils.corpus import documents
+from utils.corpus import manifest
+from utils.corpus import runner
+from utils.corpus import stages
+from utils.runtime import worker_pool
+
+
+def define_flags():
+  """Defines the command-line flags: the corpus's, then the generator's
+  (create_pretraining_data.py's `define_generator_flags`)."""
+  flags.DEFINE_multi_string("input", None, "An input: a MediaWiki dump (.xml, .xml.bz2), a "
+                            "directory of documents (.txt, .gz, .bz2), a one-document-per-line "
+                            "file or a file in the generator's format")
+  flags.DEFINE_string("input_format", "auto", "The inputs' format: auto, or %s; one for every "
+                      "input or a comma-separated list, one per --input."
+                      % ", ".join(documents.FORMATS))
+  flags.DEFINE_string("output_dir", None, "Where the text, vocabulary, records and manifest go.")
+  flags.DEFINE_string("vocab_file", None, "A vocabulary to use as it is (default: one trained "
+                      "on the training text, OUT/vocab.txt).")
+  flags.DEFINE_integer("vocab_size", config_lib.DEFAULT_VOCAB_SIZE,
+                       "Tokens of the trained vocabulary, special tokens included.")
+  flags.DEFINE_string("phases", "128:20,512:80", "The records' phases, comma-separated "
+                      "SEQ_LENGTH:PREDICTIONS pairs; each goes to OUT/seq<SEQ_LENGTH>/.")
+  flags.DEFINE_integer("num_shards", config_lib.DEFAULT_NUM_SHARDS,
+                       "Shards of the text and of each phase's records (of each split).")
+  flags.DEFINE_integer("num_workers", None, "Processes of this task working on units in "
+                       "parallel (default: all cores); the output does not depend on it.")
+  flags.DEFINE_float("eval_fraction", config_lib.DEFAULT_EVAL_FRACTION, "The fraction of the "
+                     "documents held out for evaluation (by a hash of each document; 0: none).")
+  flags.DEFINE_bool("skip_bad_documents", False, "Skip and count a document that cannot be read "
+                    "(not UTF-8, the rest of a compressed file cut short) instead of stopping.")
+  flags.DEFINE_enum("stage", "all", ("all",) + config_lib.STAGES,
+                    "The stage to run (all: every stage, waiting for the other tasks between "
+                    "them); a single stage runs this task's units of it only.")
+  flags.DEFINE_integer("task_index", None, "This task (default: from SLURM_ARRAY_TASK_ID, "
+                       "OMPI_COMM_WORLD_RANK or PMI_RANK, else 0).")
+  flags.DEFINE_integer("num_tasks", None, "Tasks sharing the work (default: from "
+                       "SLURM_ARRAY_TASK_COUNT, OMPI_COMM_WORLD_SIZE or PMI_SIZE, else 1).")
+  flags.DEFINE_bool("pack", False, "Also write packed records of every phase "
+                    "(pack_pretraining_data.py's), under OUT/seq<L>_packed/.")
+  flags.DEFINE_float("barrier_timeout_secs", config_lib.DEFAULT_BARRIER_TIMEOUT_SECS,
+                     "Seconds a task waits for the other tasks' units of a stage.")
+  flags.DEFINE_bool("count_units", False, "Check the flags, print the number of units of each "
+                    "stage (a line `STAGE N` each) and exit without writing anything "
+                    "(scripts/slurm/prepare_corpus.sh sizes its array jobs by it).")
+  create_pretraining_data.define_generator_flags()
+  flags.mark_flags_as_required(["input", "output_dir"])
+
+
+def read_config(flag_values, environ):
+  """The checked configuration of the parsed flags.
+
+  Raises:
+    errors.UsageError: naming the flag: a bad value, a generator option out of range, a
+      vocabulary that is missing or lacks the special tokens.
+  """
+  config = config_lib.CorpusConfig.from_flags(flag_values, environ,
+                                              worker_pool.default_num_workers())
+  config.check()
+  try:
+    for phase in config.phases:
+      for split in config.splits:
+        create_pretraining_data.validate_options(config.generator_options(phase, split))
+    if config.vocab_file:
+      create_pretraining_data.load_tokenizer(config.vocab_file, config.do_lower_case)
+  except ValueError as e:
+    raise errors.UsageError(str(e))
+  return config
+
+
+def pack_tools():
+  """pack_pretraining_data.py's `pack_files` for --pack (which loads TensorFlow: only then)."""
+  import pack_pretraining_data  # pylint: disable=g-import-not-at-top
+  return stages.Tools(pack_files=pack_pretraining_data.pack_files)
+
+
+def main(argv):
+  """Runs this task's stages; prints the summary line (with --count_units: the units of each
+  stage, nothing run).
+
+  Returns:
+    the exit status: None (0); 2 for bad input (one line naming the file and position). Bad flags
+    raise errors.UsageError (2); another task's failure, a wait that timed out, a failed check
+    or a dead worker end with status 1 and one line.
+  """
+  if len(argv) > 1:
+    raise errors.UsageError("unexpected argument(s) %s (give inputs with --input)"
+                            % " ".join(argv[1:]))
+  config = read_config(flags.FLAGS, os.environ)
+  if flags.FLAGS.count_units:
+    for stage, units in stages.plan(config).items():
+      print("%s %d" % (stage, len(units)))
+    return None
+  try:
+    os.makedirs(config.output_dir, exist_ok=True)
+  except OSError as e:
+    raise errors.UsageError("--output_dir: cannot create %s: %s" % (config.output_dir,
+                                                                   e.strerror))
+  tools = pack_tools() if config.pack else stages.Tools(pack_files=None)
+  try:
+    result = runner.run(config, tools)
+  except stages.DataError as e:
+    errors.report(os.path.basename(argv[0]), str(e))
+    return errors.USAGE_EXIT_CODE
+  except (manifest.StageIncomplete, stages.CheckFailed, RuntimeError) as e:
+    raise SystemExit(errors.report_line(os.path.basename(argv[0]), str(e)))
+  print(runner.summary_line(result), flush=True)
+  return None
+
+
+if __name__ == "__main__":
+  define_flags()
+  cli.run_main(main)
