@@ -52,6 +52,7 @@ import psutil
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from bench import create_data_speed  # noqa: E402
 from bench import nvidia_wiki_route  # noqa: E402
 from bench import sentence_split  # noqa: E402
 from bench import synthetic_wiki  # noqa: E402
@@ -66,10 +67,10 @@ COMPARED = (("text: XML -> sentence shards", ("extract", "shard"),
             ("records seq128", ("records seq128",), ("original seq128",)),
             ("records seq512", ("records seq512",), ("original seq512",)),
             ("overall", OUR_STAGES, NVIDIA_STEPS))
-# The generator flags of bench/create_data_speed.py but the sequence length and predictions
-# (dupe factor 5: NVIDIA's).
-COMMON_FLAGS = ["--dupe_factor=5", "--random_seed=12345", "--masked_lm_prob=0.15",
-                "--short_seq_prob=0.1", "--do_lower_case=True"]
+# bench/create_data_speed.py's generator flags but the sequence length and predictions (dupe
+# factor 5: NVIDIA's).
+COMMON_FLAGS = [flag for flag in create_data_speed.GENERATOR_FLAGS
+                if not flag.startswith(("--max_seq_length=", "--max_predictions_per_seq="))]
 ORIGINAL_START = "*** Reading from input files ***"
 
 
@@ -324,9 +325,6 @@ def peak_memory(results):
 def stdlib_model():
   """bench/create_data_speed.py's bigram model of the standard library's docstrings, without
   the words that read as markup."""
-  # Imported here: it imports scripts/build_demo_data.py, which defines absl flags on import (a
-  # test's process imports other modules defining the same names).
-  from bench import create_data_speed  # pylint: disable=g-import-not-at-top
   return synthetic_wiki.clean_model(create_data_speed.bigram_model())
 
 

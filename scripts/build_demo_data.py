@@ -53,13 +53,6 @@ _CODE_FILES = ("scripts/build_demo_data.py", "tokenization.py", "utils/data/voca
                "create_pretraining_data.py", "utils/data/instances.py",
                "utils/data/record_encoder.py", _TINY_CONFIG)
 
-flags.DEFINE_string("output_dir", "data/demo", "Where to write the demo data.")
-flags.DEFINE_integer("vocab_size", 4096, "Tokens in the vocabulary.")
-flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length of the records.")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked LM predictions per sequence.")
-flags.DEFINE_integer("dupe_factor", 5, "Passes over the training text (different masks).")
-flags.DEFINE_integer("random_seed", 12345, "Random seed of the records.")
-flags.DEFINE_bool("force", False, "Rebuild even when the data is up to date.")
 FLAGS = flags.FLAGS
 
 
@@ -309,5 +302,18 @@ def main(_):
                stats["vocab_size"], stats["seconds"]["total"])
 
 
+def define_flags():
+  """Defines the command-line flags (only when run as a script: importing the module for its
+  corpus, as bench/create_data_speed.py does, defines none)."""
+  flags.DEFINE_string("output_dir", "data/demo", "Where to write the demo data.")
+  flags.DEFINE_integer("vocab_size", 4096, "Tokens in the vocabulary.")
+  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length of the records.")
+  flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked LM predictions per sequence.")
+  flags.DEFINE_integer("dupe_factor", 5, "Passes over the training text (different masks).")
+  flags.DEFINE_integer("random_seed", 12345, "Random seed of the records.")
+  flags.DEFINE_bool("force", False, "Rebuild even when the data is up to date.")
+
+
 if __name__ == "__main__":
+  define_flags()
   cli.run_main(main)

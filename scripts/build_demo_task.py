@@ -23,11 +23,11 @@ for path in (REPO_ROOT, os.path.join(REPO_ROOT, "scripts")):
   if path not in sys.path:
     sys.path.insert(0, path)
 
-from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
 import build_demo_data  # noqa: E402
+from utils.runtime import cli  # noqa: E402
 
 PACKAGES = ("asyncio", "distutils", "email", "importlib", "lib2to3", "xml")
 DEV_MODULE_EVERY = 4
@@ -35,7 +35,6 @@ DEV_MODULE_EVERY = 4
 # buffer of 100 records, and rows grouped by package would be learnt one package at a time.
 SHUFFLE_SEED = 12345
 
-# build_demo_data defines --output_dir (its own data directory), hence another name here.
 flags.DEFINE_string("task_dir", "data/demo/stdlib_task", "Where to write the task.")
 # Few per package: the demo compares a pretrained and a random start where labels are scarce.
 flags.DEFINE_integer("max_per_package", 50, "Training sentences kept per package.")
@@ -96,4 +95,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run_main(main)

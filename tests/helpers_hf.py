@@ -10,6 +10,7 @@ import subprocess
 import numpy as np
 
 import modeling
+from scripts import build_demo_data
 from tests import helpers
 from utils.checkpoints import contents
 from utils.data import vocabulary
@@ -99,11 +100,8 @@ def demo_corpus_and_vocabularies(root, num_lines, vocab_size):
   Returns:
     {"text": the corpus file, "lines": its sentences, "vocab": {cased: the vocabulary file}}.
   """
-  # scripts/build_demo_data.py defines absl flags on import: read its corpus in a subprocess.
-  code = ("import json, sys; sys.path.insert(0, 'scripts'); import build_demo_data; "
-          "print(json.dumps([s for _, doc in build_demo_data.stdlib_documents() for s in doc]"
-          "[:%d]))" % num_lines)
-  sentences = json.loads(helpers.run_python(["-c", code]).stdout)
+  sentences = [sentence for _, document in build_demo_data.stdlib_documents()
+               for sentence in document][:num_lines]
   # Characters the demo text rarely has: accents, CJK, punctuation runs, upper case.
   sentences += ["Café Déjà-vu naïve ÉLAN", "中文字符 and 日本語", "e.g. (x, y) -> [z]!?", "HTTPServer"]
   text = root / "corpus.txt"

@@ -67,6 +67,7 @@ def run_script(args, timeout=120):
     (["-m", "utils.data.vocabulary", "--input_file=/no/such/*.txt", "--output_file=y"],
      "/no/such/*.txt"),
     (["scripts/build_demo_data.py", "--no_such_flag"], "no_such_flag"),
+    (["scripts/build_demo_task.py", "--output_dir=x"], "output_dir"),
 ])
 def test_usage_errors_exit_2_naming_the_flag(args, named):
   proc = run_script(args)
