@@ -77,12 +77,10 @@ def write_inputs(root, num_documents=90, seed=0):
 
 
 def _page(title, namespace, page_id, text, redirect=None):
-  """One <page> of an export, its wikitext XML-escaped."""
-  return ("  <page>\n    <title>%s</title>\n    <ns>%d</ns>\n    <id>%d</id>\n%s    <revision>\n"
-          "      <id>%d</id>\n      <text xml:space=\"preserve\">%s</text>\n    </revision>\n"
-          "  </page>\n" % (saxutils.escape(title), namespace, page_id,
-                          '    <redirect title="%s" />\n' % redirect if redirect else "",
-                          page_id + 1000, saxutils.escape(text)))
+  """One <page> of an export (`wiki_dump_data.page`): one revision of `text`, XML-escaped."""
+  return wiki_dump_data.page(title, namespace, page_id, [
+      (page_id + 1000, "2024-01-01T00:00:00Z", wiki_dump_data.EDITOR, saxutils.escape(text))],
+                             redirect=redirect)
 
 
 def write_dump(path, num_articles=30, seed=1):

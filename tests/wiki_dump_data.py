@@ -191,30 +191,19 @@ EXPECTED_PARAGRAPHS = {
 
 # An article of its own for larger dumps (`village_page`): a template, a reference and a category
 # around two sentences that tell it from the others.
-VILLAGE = """\
-  <page>
-    <title>Village %(n)d</title>
-    <ns>0</ns>
-    <id>%(id)d</id>
-    <revision>
-      <id>%(id)d</id>
-      <timestamp>2024-01-01T00:00:00Z</timestamp>
-      <model>wikitext</model>
-      <format>text/x-wiki</format>
-      <text xml:space="preserve">{{Infobox settlement|name=Village %(n)d}}
+VILLAGE_TEXT = """{{Infobox settlement|name=Village %(n)d}}
 '''Village %(n)d''' is a village in [[Ruritania]] with %(people)d \
 inhabitants.&lt;ref&gt;{{cite book|title=Census of Ruritania}}&lt;/ref&gt; Its church was built \
 in %(year)d.
 
-[[Category:Villages of Ruritania]]</text>
-    </revision>
-  </page>
-"""
+[[Category:Villages of Ruritania]]"""
 
 
 def village_page(number):
   """The <page> of article "Village <number>" (its sentences: `village_sentences`)."""
-  return VILLAGE % dict(n=number, id=90000 + number, people=100 + 7 * number, year=1100 + number)
+  text = VILLAGE_TEXT % dict(n=number, people=100 + 7 * number, year=1100 + number)
+  return page("Village %d" % number, 0, 90000 + number,
+              [(90000 + number, "2024-01-01T00:00:00Z", EDITOR, text)])
 
 
 def village_sentences(number):
