@@ -48,6 +48,8 @@ SCHED_INTERVAL = 5
 # credential revoked"). 120 s by default; shorter here, so a requeue test waits less.
 CRED_EXPIRE = 20
 CPUS_PER_HOST = 2
+# The states a job (or an array task) ends in (`SlurmCluster.wait_for_job`).
+JOB_STATES_DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 
 
 class SlurmError(cluster_lib.ClusterError):

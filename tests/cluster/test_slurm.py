@@ -44,7 +44,6 @@ GLOBAL_BATCH1, BATCH1, LR1 = 8, 2, 2e-3
 GLOBAL_BATCH2, BATCH2, LR2 = 4, 1, 1e-3
 # Phase 1 long enough for a signal to land in it (the job saves every SAVE_STEPS updates).
 PHASE1_STEPS, PHASE2_STEPS, SAVE_STEPS = 120, 4, 10
-JOB_STATES_DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +160,7 @@ def uninterrupted(slurm, data, tmp_path_factory):
   """The 2-worker job run to the end under Slurm; dict output_dir, job (scontrol), output."""
   output_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
   job_id, out = submit(slurm, data, output_dir, ["--nodes=2", "--ntasks-per-node=1"])
-  final = slurm.wait_for_job(job_id, JOB_STATES_DONE, timeout=600)
+  final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=600)
   return {"output_dir": output_dir, "job": final, "output": read(out)}
 
 
@@ -210,7 +209,7 @@ def test_preempted_job_is_requeued_and_resumes_exactly(slurm, data, uninterrupte
   stops = re.findall(r"^run_pretraining.py: stopped by SIGUSR1 at update (\d+); checkpoint "
                      r"written", output, re.M)
   assert len(stops) == 2 and len(set(stops)) == 1, output[-6000:]
-  final = slurm.wait_for_job(job_id, JOB_STATES_DONE, timeout=600)
+  final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=600)
   assert (final["JobState"], final["ExitCode"], final["Restarts"]) == ("COMPLETED", "0:0", "1"), (
       final, read(out)[-6000:])
   restarts = restarts_logged(phase1)
@@ -241,7 +240,7 @@ def test_time_limit_stops_the_workers_before_it_and_requeues(slurm, data, tmp_pa
     time.sleep(0.5)
   restarts = restarts_logged(phase1)
   slurm.run(slurm_lib.CONTROLLER, ["scancel", str(job_id)])
-  slurm.wait_for_job(job_id, JOB_STATES_DONE, timeout=120)
+  slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=120)
   assert len(restarts) == 1 and restarts[0] > 0, (restarts, read(out)[-6000:])
   assert started["TimeLimit"] == "00:02:00"
 
@@ -259,7 +258,7 @@ def test_lost_node_ends_the_job_which_finishes_on_the_node_left(slurm, cluster, 
     slurm.wait_for_nodes("down*", [HOST_B], timeout=3 * slurm_lib.SLURMD_TIMEOUT + 30)
     pending = slurm.wait_for_job(job_id, ["PENDING"], timeout=120, restarts=1)
     ended_after = time.time() - lost
-    final = slurm.wait_for_job(job_id, JOB_STATES_DONE, timeout=600)
+    final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=600)
     output = read(out)
     assert (final["JobState"], final["ExitCode"]) == ("COMPLETED", "0:0"), (final,
                                                                              output[-6000:])
@@ -285,7 +284,7 @@ def test_bad_input_is_not_requeued_and_says_why(slurm, data, tmp_path):
   bad_batch, out_batch = submit(slurm, data, tmp_path / "run2",
                                 ["--nodes=2", "--ntasks-per-node=1"], PHASE1_BATCH=3)
   for job_id, path in ((bad_input, out), (bad_batch, out_batch)):
-    final = slurm.wait_for_job(job_id, JOB_STATES_DONE, timeout=300)
+    final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=300)
     assert (final["JobState"], final["ExitCode"], final["Restarts"]) == ("FAILED", "2:0", "0"), (
         final, read(path)[-6000:])
   output = read(out)

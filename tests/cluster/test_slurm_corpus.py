@@ -39,7 +39,6 @@ SETTINGS = dict(num_shards=4, dupe_factor=2)
 RECORDS_UNITS_PER_TASK = 8
 RECORDS_UNIT_SECONDS = 0.5
 STAGES = ("extract", "shard", "vocab", "records", "check")
-JOB_STATES_DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 SUBMITTED = re.compile(r"^prepare_corpus\.sh: (\w+): job (\d+), (\d+) task\(s\) for (\d+) unit",
                        re.M)
 
@@ -143,7 +142,7 @@ def test_array_jobs_write_the_bytes_of_one_machine(slurm, inputs, one_machine, t
   # As many tasks as units, two at most: 3 inputs, 4 shards, 1 vocabulary, 16 records units.
   assert {stage: job[1:] for stage, job in jobs.items()} == {
       "extract": (2, 3), "shard": (2, 4), "vocab": (1, 1), "records": (2, 16), "check": (1, 1)}
-  slurm.wait_for_job(jobs["check"][0], JOB_STATES_DONE, timeout=300)
+  slurm.wait_for_job(jobs["check"][0], slurm_lib.JOB_STATES_DONE, timeout=300)
   seconds = time.time() - start
   assert_all_completed(slurm, jobs)
   assert corpus_data.output_files(out) == one_machine
@@ -190,7 +189,7 @@ def test_a_task_requeued_mid_way_redoes_only_its_units_not_done(slurm, inputs, o
   assert 2 <= done_by_killed < RECORDS_UNITS_PER_TASK
   slurm.wait_for_job(killed, ["RUNNING", "COMPLETED"], slurm_lib.CRED_EXPIRE + 60, restarts=1)
   held = time.time() - requeued
-  slurm.wait_for_job(jobs["check"][0], JOB_STATES_DONE, timeout=300)
+  slurm.wait_for_job(jobs["check"][0], slurm_lib.JOB_STATES_DONE, timeout=300)
   assert_all_completed(slurm, jobs, restarted=[("records", 1)])
   # Its second run did the units it had not published, nothing else: every unit done before the
   # requeue (of either task, of every stage) is untouched.
