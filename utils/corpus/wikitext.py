@@ -187,9 +187,10 @@ def _top_level(wikitext):
         index = end
         continue
     end = _subtree_end(token_list, index)
-    if kind is tokens.TagOpenOpen and token.get("wiki_markup") is not None and _markup_piece(
-        token["wiki_markup"]):
-      yield _markup_piece(token["wiki_markup"])
+    markup = token.get("wiki_markup") if kind is tokens.TagOpenOpen else None
+    piece = _markup_piece(markup) if markup is not None else None
+    if piece:
+      yield piece
     elif not (kind in _HIDDEN or kind is tokens.TagOpenOpen and _is_hidden_tag(token_list,
                                                                                index)):
       yield builder.Builder().build(_shortened(token_list[index:end])).nodes[0]
@@ -372,8 +373,9 @@ def _walk_all(wikicode, pieces):
 def _walk_tag(tag, pieces):
   """Appends the text a tag shows: none for dropped tags, its content for the others."""
   if tag.wiki_markup is not None:  # markup written as wikitext, not as an HTML tag
-    if _markup_piece(tag.wiki_markup):
-      pieces.append(_markup_piece(tag.wiki_markup))
+    piece = _markup_piece(tag.wiki_markup)
+    if piece:
+      pieces.append(piece)
     elif str(tag.tag).lower() not in _DROPPED_TAGS and tag.contents is not None:
       _walk_all(tag.contents, pieces)  # '' and ''' when style tags are parsed
     return  # {| tables |}
