@@ -16,7 +16,11 @@ OUT/seq<L>_packed/... too), and OUT/manifest/ (one entry per finished unit of wo
 their units and the tasks: `utils/corpus/stages.py`, `utils/corpus/runner.py`.
 
 Running the same command again does only what is not done; a changed setting redoes only the
-stages it affects. Several tasks (`--task_index/--num_tasks`, by default from Slurm's array or
+stages it affects. SIGTERM, SIGINT or SIGUSR1 stop a run at once: the units in progress are
+dropped with what they wrote (a second signal ends the process without that clean-up), one line
+says so, and the exit status is 75, as for a training run's graceful stop (docs/LONG_RUNS.md): run
+the same command to continue. Input refused before any work (a bad flag, an input that does not
+exist) creates no --output_dir. Several tasks (`--task_index/--num_tasks`, by default from Slurm's array or
 MPI's environment) share the units; the output does not depend on how many tasks or workers
 there are; scripts/slurm/prepare_corpus.sh runs the same command as Slurm array jobs, one per
 stage (`--stage`), sized by `--count_units`. Progress goes to stderr; the last line (stdout) sums
@@ -24,28 +28,31 @@ up the corpus and its records.
 
 The records are sampled and masked as by create_pretraining_data.py, with its flags
 (--do_lower_case, --do_whole_word_mask, --dupe_factor, --masked_lm_prob, --short_seq_prob,
---random_seed; `--helpfull` lists them under create_pretraining_data).
+--random_seed, defined once in `utils/datafiles/generator_flags.py`; `--helpfull` lists them).
 """
 
 import os
+import sys
 
 # Before TensorFlow (which --pack loads): cli sets its native log level, read when it loads.
 from utils.runtime import cli  # pylint: disable=g-bad-import-order
 from absl import flags
 
-import create_pretraining_data
 from utils.core import errors
 from utils.corpus import config as config_lib
 from utils.corpus import documents
 from utils.corpus import manifest
 from utils.corpus import runner
 from utils.corpus import stages
+from utils.datafiles import generator
+from utils.datafiles import generator_flags
+from utils.runtime import stop_signals
 from utils.runtime import worker_pool
 
 
 def define_flags():
-  """Defines the command-line flags: the corpus's, then the generator's
-  (create_pretraining_data.py's `define_generator_flags`)."""
+  """Defines the command-line flags: the corpus's, then the generator's (shared with
+  create_pretraining_data.py: `generator_flags.define_generator_flags`)."""
   flags.DEFINE_multi_string("input", None, "An input: a MediaWiki dump (.xml, .xml.bz2), a "
                             "directory of documents (.txt, .gz, .bz2), a one-document-per-line "
                             "file or a file in the generator's format")
@@ -81,7 +88,7 @@ def define_flags():
   flags.DEFINE_bool("count_units", False, "Check the flags, print the number of units of each "
                     "stage (a line `STAGE N` each) and exit without writing anything "
                     "(scripts/slurm/prepare_corpus.sh sizes its array jobs by it).")
-  create_pretraining_data.define_generator_flags()
+  generator_flags.define_generator_flags()
   flags.mark_flags_as_required(["input", "output_dir"])
 
 
@@ -98,18 +105,12 @@ def read_config(flag_values, environ):
   try:
     for phase in config.phases:
       for split in config.splits:
-        create_pretraining_data.validate_options(config.generator_options(phase, split))
+        generator.validate_options(config.generator_options(phase, split))
     if config.vocab_file:
-      create_pretraining_data.load_tokenizer(config.vocab_file, config.do_lower_case)
+      generator.load_tokenizer(config.vocab_file, config.do_lower_case)
   except ValueError as e:
     raise errors.UsageError(str(e))
   return config
-
-
-def pack_tools():
-  """pack_pretraining_data.py's `pack_files` for --pack (which loads TensorFlow: only then)."""
-  import pack_pretraining_data  # pylint: disable=g-import-not-at-top
-  return stages.Tools(pack_files=pack_pretraining_data.pack_files)
 
 
 def main(argv):
@@ -117,31 +118,42 @@ def main(argv):
   stage, nothing run).
 
   Returns:
-    the exit status: None (0); 2 for bad input (one line naming the file and position). Bad flags
-    raise errors.UsageError (2); another task's failure, a wait that timed out, a failed check
-    or a dead worker end with status 1 and one line.
+    the exit status: None (0); 2 for bad input (one line naming the file and position); 75 for a
+    stop signal (one line). Bad flags raise errors.UsageError (2); another task's failure, a wait
+    that timed out, a failed check or a dead worker end with status 1 and one line.
   """
+  program = os.path.basename(argv[0])
+  with stop_signals.raise_on_stop_signals():
+    try:
+      return _run(argv, program)
+    except stop_signals.StopSignal as stop:
+      print(stop_signals.ran_until_stopped(program, stop), file=sys.stderr, flush=True)
+      return errors.STOP_EXIT_CODE
+
+
+def _run(argv, program):
+  """`main`'s work (a stop signal raises `stop_signals.StopSignal` out of it)."""
   if len(argv) > 1:
     raise errors.UsageError("unexpected argument(s) %s (give inputs with --input)"
                             % " ".join(argv[1:]))
   config = read_config(flags.FLAGS, os.environ)
+  units = stages.plan(config)  # an input that does not exist: refused before any output
   if flags.FLAGS.count_units:
-    for stage, units in stages.plan(config).items():
-      print("%s %d" % (stage, len(units)))
+    for stage, stage_units in units.items():
+      print("%s %d" % (stage, len(stage_units)))
     return None
   try:
     os.makedirs(config.output_dir, exist_ok=True)
   except OSError as e:
     raise errors.UsageError("--output_dir: cannot create %s: %s" % (config.output_dir,
                                                                    e.strerror))
-  tools = pack_tools() if config.pack else stages.Tools(pack_files=None)
   try:
-    result = runner.run(config, tools)
+    result = runner.run(config, units)
   except stages.DataError as e:
-    errors.report(os.path.basename(argv[0]), str(e))
+    errors.report(program, str(e))
     return errors.USAGE_EXIT_CODE
   except (manifest.StageIncomplete, stages.CheckFailed, RuntimeError) as e:
-    raise SystemExit(errors.report_line(os.path.basename(argv[0]), str(e)))
+    raise SystemExit(errors.report_line(program, str(e)))
   print(runner.summary_line(result), flush=True)
   return None
 

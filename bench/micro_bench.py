@@ -44,7 +44,7 @@ def bench_update(tf, np, args):
   """Time of the gradient path + optimizer update alone, on the model's variable shapes."""
   import modeling  # pylint: disable=g-import-not-at-top
   import optimization  # pylint: disable=g-import-not-at-top
-  import run_pretraining  # pylint: disable=g-import-not-at-top
+  from utils.model import pretraining  # pylint: disable=g-import-not-at-top
   from bench import flops  # pylint: disable=g-import-not-at-top
   from utils.runtime import session_config  # pylint: disable=g-import-not-at-top
   tf1 = tf.compat.v1
@@ -56,7 +56,7 @@ def bench_update(tf, np, args):
                      ("masked_lm_positions", "masked_lm_ids")})
     features["masked_lm_weights"] = tf1.placeholder(tf.float32, [2, 2])
     features["next_sentence_labels"] = tf1.placeholder(tf.int32, [2, 1])
-    run_pretraining.build_pretraining_model(config, features, is_training=True)
+    pretraining.build_pretraining_model(config, features, is_training=True)
     shapes = [(v.op.name, v.shape.as_list()) for v in tf1.trainable_variables()]
   graph = tf.Graph()
   with graph.as_default():
@@ -176,7 +176,7 @@ def bench_matmul(tf, np, args):
 
 def bench_mlm_loss(tf, np, args):
   """Forward + backward time of per-prediction cross-entropy formulations over the vocabulary."""
-  import run_pretraining  # pylint: disable=g-import-not-at-top
+  from utils.model import pretraining  # pylint: disable=g-import-not-at-top
   tf1 = tf.compat.v1
   rows, vocab = args.batch * 20, 30522
   rng = np.random.RandomState(0)
@@ -191,7 +191,7 @@ def bench_mlm_loss(tf, np, args):
     return -tf.gather(tf.nn.log_softmax(logits), labels[:, None], batch_dims=1)[:, 0]
 
   formulations = (one_hot_log_softmax, sparse_fused_kernel, log_softmax_gather,
-                  run_pretraining.softmax_cross_entropy)
+                  pretraining.softmax_cross_entropy)
   for fn in formulations:
     with tf.Graph().as_default():
       logits_var = tf1.get_variable("logits", initializer=tf.constant(

@@ -45,7 +45,7 @@ def allreduce_traffic(config, seq, predictions, batch, accumulation, post):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import optimization  # pylint: disable=g-import-not-at-top
-  import run_pretraining  # pylint: disable=g-import-not-at-top
+  from utils.model import pretraining  # pylint: disable=g-import-not-at-top
   tf.compat.v1.disable_eager_execution()
   recorder = _RecordingHorovod()
   with tf.Graph().as_default():
@@ -57,7 +57,7 @@ def allreduce_traffic(config, seq, predictions, batch, accumulation, post):
         "masked_lm_weights": tf.ones([batch, predictions], tf.float32),
         "next_sentence_labels": tf.zeros([batch, 1], tf.int32),
     }
-    built = run_pretraining.build_pretraining_model(config, features, is_training=True)
+    built = pretraining.build_pretraining_model(config, features, is_training=True)
     optimization.create_optimizer(built["total_loss"], 1e-4, 100, 10, hvd=recorder,
                                   num_accumulation_steps=accumulation,
                                   allreduce_post_accumulation=post)

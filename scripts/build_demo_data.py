@@ -35,8 +35,9 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 from utils.runtime import cli  # noqa: E402
 
-import create_pretraining_data  # noqa: E402
+from utils.data import instances  # noqa: E402
 from utils.data import vocabulary  # noqa: E402
+from utils.datafiles import generator  # noqa: E402
 
 # Directories of the standard library that hold tests, bundled third-party code or demos.
 _SKIPPED_DIRECTORIES = {"site-packages", "dist-packages", "test", "tests", "idle_test",
@@ -50,7 +51,7 @@ _NUM_TRAIN_SHARDS = 4
 _TINY_CONFIG = "bert_configs/tiny.json"
 # The code that decides the data's bytes: a change to any of them rebuilds it.
 _CODE_FILES = ("scripts/build_demo_data.py", "tokenization.py", "utils/data/vocabulary.py",
-               "create_pretraining_data.py", "utils/data/instances.py",
+               "utils/datafiles/generator.py", "utils/data/instances.py",
                "utils/data/record_encoder.py", _TINY_CONFIG)
 
 FLAGS = flags.FLAGS
@@ -211,13 +212,13 @@ def write_corpora(documents, corpus_dir):
 
 def write_records(settings, train_text, eval_text, vocab_file, train_dir, eval_dir):
   """Writes the training records (`settings["dupe_factor"]` passes) and the evaluation records
-  (one pass) with the generator of create_pretraining_data.py.
+  (one pass) with the generator of create_pretraining_data.py (`utils/datafiles/generator.py`).
 
   Returns:
     (training record files, evaluation record files, training counts, evaluation counts): the
-    counts as create_pretraining_data.create_pretraining_data returns them.
+    counts as `generator.create_pretraining_data` returns them.
   """
-  options = create_pretraining_data.GeneratorOptions(
+  options = instances.GeneratorOptions(
       max_seq_length=settings["max_seq_length"],
       max_predictions_per_seq=settings["max_predictions_per_seq"], masked_lm_prob=0.15,
       short_seq_prob=0.1, dupe_factor=settings["dupe_factor"], do_whole_word_mask=False,
@@ -225,9 +226,9 @@ def write_records(settings, train_text, eval_text, vocab_file, train_dir, eval_d
   train_records = [os.path.join(train_dir, "train-%02d.tfrecord" % i)
                    for i in range(_NUM_TRAIN_SHARDS)]
   eval_records = [os.path.join(eval_dir, "eval-00.tfrecord")]
-  train_counts = create_pretraining_data.create_pretraining_data(
+  train_counts = generator.create_pretraining_data(
       train_text, train_records, vocab_file, options)
-  eval_counts = create_pretraining_data.create_pretraining_data(
+  eval_counts = generator.create_pretraining_data(
       eval_text, eval_records, vocab_file, options._replace(dupe_factor=1))
   return train_records, eval_records, train_counts, eval_counts
 

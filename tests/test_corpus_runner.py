@@ -20,8 +20,6 @@ from utils.corpus import shards
 from utils.corpus import stages
 from utils.data import input_pipeline
 
-NO_TOOLS = stages.Tools(pack_files=None)
-
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
@@ -33,11 +31,11 @@ def reference(written, tmp_path_factory):
   """(output directory, summary) of one build: one task, one worker."""
   out = tmp_path_factory.mktemp("reference")
   config = corpus_data.make_config(written["inputs"], out)
-  return str(out), runner.run(config, NO_TOOLS)
+  return str(out), runner.run(config)
 
 
 def build(written, out, **overrides):
-  return runner.run(corpus_data.make_config(written["inputs"], out, **overrides), NO_TOOLS)
+  return runner.run(corpus_data.make_config(written["inputs"], out, **overrides))
 
 
 def entry_times(out):
@@ -115,7 +113,7 @@ def test_a_dump_in_shares_keeps_the_first_copy_and_the_same_bytes_for_any_worker
   monkeypatch.setattr(stages, "DUMP_SHARE_BYTES", os.path.getsize(dump["path"]) // 3 + 1)
   config = corpus_data.make_config([dump["path"]], tmp_path / "one")
   assert len(stages.plan(config)["extract"]) == 3
-  summary = runner.run(config, NO_TOOLS)
+  summary = runner.run(config)
   assert (summary["documents"], summary["duplicates"]) == (34, dump["duplicates"])
   assert summary["input_bytes"] == os.path.getsize(dump["path"])  # the shares' parts add up
   texts = []
@@ -131,15 +129,14 @@ def test_a_dump_in_shares_keeps_the_first_copy_and_the_same_bytes_for_any_worker
   assert any("cafe\u0301." in text for text in texts)
   assert not any("café" in text for text in texts)
   expected = corpus_data.output_files(tmp_path / "one")
-  runner.run(corpus_data.make_config([dump["path"]], tmp_path / "workers", num_workers=2),
-             NO_TOOLS)
+  runner.run(corpus_data.make_config([dump["path"]], tmp_path / "workers", num_workers=2))
   assert corpus_data.output_files(tmp_path / "workers") == expected
   for stage in config_lib.STAGES:
     if stage == "pack":
       continue
     for task in (0, 1):
       runner.run(corpus_data.make_config([dump["path"]], tmp_path / "tasks", stage=stage,
-                                         task_index=task, num_tasks=2), NO_TOOLS)
+                                         task_index=task, num_tasks=2))
   assert corpus_data.output_files(tmp_path / "tasks") == expected
 
 

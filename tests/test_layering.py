@@ -1,5 +1,6 @@
 """The layering of the library (utils/__init__.py): no module imports a later layer or a sibling
-package of its own layer, and no library module imports an entry script.
+package of its own layer, no library module imports an entry point, and no module but a test
+imports an entry script (the library, the scripts, scripts/, bench/ and fuzz/ import none).
 
 Every import statement of every library file is read with `ast` (function-level imports too), so
 an import hidden inside a function is caught as well.
@@ -118,6 +119,64 @@ def test_a_violation_is_found(tmp_path, monkeypatch, source, violation):
   monkeypatch.setattr(sys.modules[__name__], "_library_files",
                       lambda: [("utils.data.bad", str(bad))])
   assert any(violation in line for line in _violations()), _violations()
+
+
+def _non_test_files():
+  """(module name, path) of every Python file of the project outside tests/: the library, the
+  entry scripts, scripts/, bench/ and fuzz/."""
+  found = []
+  for directory, subdirectories, files in os.walk(REPO_ROOT):
+    subdirectories[:] = sorted(d for d in subdirectories
+                               if d != "tests" and not d.startswith(".") and d != "__pycache__")
+    for file_name in sorted(files):
+      if file_name.endswith(".py"):
+        path = os.path.join(directory, file_name)
+        relative = os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".")
+        found.append((relative[:-len(".__init__")] if relative.endswith(".__init__")
+                      else relative, path))
+  return found
+
+
+def _entry_script_imports(files):
+  """"<module> imports the entry script <script>" for every import of an entry script in
+  `files` ((module name, path) pairs), `__main__` blocks and imports inside functions included."""
+  found = []
+  for module_name, path in files:
+    tree = ast.parse(open(path).read(), path)
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+      elif isinstance(node, ast.ImportFrom) and not node.level:
+        names = [node.module or ""] + ["%s.%s" % (node.module, a.name) for a in node.names]
+      else:
+        continue
+      for name in names:
+        if name.split(".")[0] in utils.ENTRY_SCRIPTS:
+          found.append("%s imports the entry script %s" % (module_name, name.split(".")[0]))
+  return sorted(set(found))
+
+
+def test_no_module_but_a_test_imports_an_entry_script():
+  files = _non_test_files()
+  names = [name for name, _ in files]
+  # The walk reaches every kind of file the rule is about.
+  assert {"prepare_corpus", "bench.micro_bench", "scripts.build_demo_data",
+          "utils.corpus.stages", "fuzz.harness"} <= set(names)
+  assert not any(name.startswith("tests.") for name in names)
+  assert _entry_script_imports(files) == []
+
+
+@pytest.mark.parametrize("source", [
+    "import create_pretraining_data\n",
+    "def f():\n  import pack_pretraining_data\n",
+    "from run_pretraining import build_pretraining_model\n",
+    "if __name__ == '__main__':\n  import prepare_corpus\n",
+])
+def test_an_entry_script_import_is_found(tmp_path, source):
+  """The check itself: a bench module that imports an entry script is reported."""
+  bad = tmp_path / "bad.py"
+  bad.write_text(source)
+  assert len(_entry_script_imports([("bench.bad", str(bad))])) == 1
 
 
 def _test_file_of(module_name):

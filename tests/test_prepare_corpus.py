@@ -64,8 +64,7 @@ def written(tmp_path_factory):
 def reference(written, tmp_path_factory):
   """The library's build of the inputs in this process: (output directory, summary)."""
   out = tmp_path_factory.mktemp("reference")
-  summary = runner.run(corpus_data.make_config(written["inputs"], out),
-                       stages.Tools(pack_files=None))
+  summary = runner.run(corpus_data.make_config(written["inputs"], out))
   return str(out), summary
 
 
@@ -174,8 +173,7 @@ def _run_and_kill_during_the_records(args, out, expected, log):
 def test_a_run_killed_during_its_records_continues_where_it_stopped(written, tmp_path):
   settings = dict(num_shards=6, dupe_factor=4)
   reference = tmp_path / "reference"
-  runner.run(corpus_data.make_config(written["inputs"], reference, **settings),
-             stages.Tools(pack_files=None))
+  runner.run(corpus_data.make_config(written["inputs"], reference, **settings))
   expected = corpus_data.output_files(reference)
   for attempt in range(3):  # a loaded machine may let a run end before its kill
     out = tmp_path / ("out-%d" % attempt)

@@ -13,6 +13,11 @@
                 instances (sampling, masking, serialising) and record encoder, the vocabulary
                 trainer and its command `python -m utils.data.vocabulary` (the module's
                 `__main__` block)
+  datafiles/    the data tools' runs over files: the generator's records written from text files
+                (`create_pretraining_data.py`'s work), records packed and unpacked
+                (`pack_pretraining_data.py`'s), each in the worker pool with its outputs published
+                whole; the generator's flags, defined once for both scripts and
+                `prepare_corpus.py`
   model/        what is built on `modeling.BertModel`: the pretraining heads, checkpoints scored on
                 held-out records
   corpus/       raw text to the generator's input (a sibling of model/): dumps, folders and
@@ -31,9 +36,9 @@
                 `utils.regression`, `utils.check_records`
 
 A module imports its own package and the layers listed before it, never a later one nor another
-package of its own layer (runtime, runlog and data are siblings), and no library module imports an
-entry script (`run_*.py`, `create_pretraining_data.py`, `prepare_corpus.py`, `scripts/`, `bench/`,
-`tests/`); `tests/test_layering.py` checks both. No library module reads absl's global `FLAGS`
+package of its own layer (runtime, runlog and data are siblings), and no module but a test imports
+an entry script (`ENTRY_SCRIPTS`: library modules, the scripts, `scripts/`, `bench/`, `fuzz/`
+import none), nor a library module any of `ENTRY_POINTS`; `tests/test_layering.py` checks both. No library module reads absl's global `FLAGS`
 except `training/entry.script_main`, which is each script's `main`: it reads the shared flags once
 into a typed, frozen `training/job_config.JobConfig` for the job's steps, and passes the parsed
 flags to the script, which reads its own once at the top of its `run` (the fine-tuning scripts into
@@ -53,6 +58,7 @@ LAYERS = (
     (("release", ("modeling", "optimization", "tokenization", "fused_layer_norm",
                    "fused_blocks", "gpu_environment")),),
     (("runtime", ("utils.runtime",)), ("runlog", ("utils.runlog",)), ("data", ("utils.data",))),
+    (("datafiles", ("utils.datafiles",)),),
     (("model", ("utils.model",)), ("corpus", ("utils.corpus",))),
     (("checkpoints", ("utils.checkpoints",)),),
     (("training", ("utils.training",)),),
@@ -60,8 +66,10 @@ LAYERS = (
     (("tools", ("utils.export_release", "utils.plot_log", "utils.regression",
                  "utils.check_records")),),
 )
-# Entry points: scripts run from the command line, benchmarks and tests. No library module
-# imports one.
-ENTRY_POINTS = ("run_pretraining", "run_squad", "run_classifier", "create_pretraining_data",
-                "pack_pretraining_data", "prepare_corpus",
-                "scripts", "bench", "tests", "fuzz")
+# The entry scripts: the commands at the top of the tree. Only tests import one (what others
+# share with a script lives in the library).
+ENTRY_SCRIPTS = ("run_pretraining", "run_squad", "run_classifier", "create_pretraining_data",
+                 "pack_pretraining_data", "prepare_corpus")
+# Entry points: the entry scripts, the scripts around them, benchmarks, fuzzing and tests. No
+# library module imports one.
+ENTRY_POINTS = ENTRY_SCRIPTS + ("scripts", "bench", "tests", "fuzz")

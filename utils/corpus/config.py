@@ -2,7 +2,7 @@
 the parsed flags and passed down: nothing below the script reads the flags object.
 
 `CorpusConfig.check` holds every rule about the values that needs no file; the generator's own
-options are checked by create_pretraining_data.py's `validate_options`. The task of this process
+options are checked by `utils/datafiles/generator.validate_options`. The task of this process
 (`--task_index/--num_tasks`) defaults from the launcher's environment (`task_from_environment`).
 """
 
@@ -26,7 +26,7 @@ DEFAULT_NUM_SHARDS = 256
 # Seconds a task waits for the other tasks' units of a stage (an extract of a whole Wikipedia
 # dump takes hours on one core).
 DEFAULT_BARRIER_TIMEOUT_SECS = 24 * 3600
-# Sequences per pack at most (pack_pretraining_data.py's default).
+# Sequences per pack at most (`utils/datafiles/packer.py`'s default).
 MAX_SEQUENCES_PER_PACK = 3
 
 # One phase of the records: its sequence length and masked-LM predictions per sequence.
@@ -108,7 +108,7 @@ class CorpusConfig:
   num_tasks: int
   pack: bool
   barrier_timeout_secs: float
-  # The generator's options (create_pretraining_data.py's flags).
+  # The generator's options (`utils/datafiles/generator_flags.py`).
   do_lower_case: bool
   do_whole_word_mask: bool
   random_seed: int

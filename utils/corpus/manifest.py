@@ -9,7 +9,8 @@ of its outputs exists with the recorded size (`is_done`). Every output is writte
 `temp_name(path)`, then fsynced and renamed (`publish_file`), and the entry last, the same way
 (`write_entry`): a file under a final name is always whole, and a unit killed part way has no
 entry, so it is done again; its temporary files are removed first (`remove_unit_leftovers`). A
-unit that fails writes an entry "failed" with the error, so that tasks waiting for it stop at once
+unit that fails or is stopped has its temporary files removed at once (`remove_unit_temp_files`);
+one that fails writes an entry "failed" with the error, so that tasks waiting for it stop at once
 (`wait_for_units`) instead of waiting out their timeout. Output paths are relative to OUT.
 """
 
@@ -164,6 +165,36 @@ def remove_unit_leftovers(output_dir, unit, outputs):
       if candidate.endswith(TEMP_SUFFIX):
         logging.info("removed the leftover of an interrupted run: %s", candidate)
       os.remove(candidate)
+
+
+def remove_unit_temp_files(output_dir, unit, outputs, own_directory=None):
+  """After a unit failed or was stopped: removes the temporary files of its outputs and entry
+  (what it wrote half), then `own_directory` if it is left empty.
+
+  Args:
+    output_dir: OUT.
+    unit: an object with `stage` and `name`.
+    outputs: the unit's possible outputs, relative to OUT.
+    own_directory: None, or a directory relative to OUT that only this unit writes to.
+
+  Returns:
+    the removed files, relative to OUT.
+  """
+  removed = []
+  path = entry_path(output_dir, unit.stage, unit.name)
+  for candidate in [temp_name(path)] + [temp_name(os.path.join(output_dir, relative))
+                                        for relative in outputs]:
+    try:
+      os.remove(candidate)
+    except FileNotFoundError:
+      continue
+    removed.append(os.path.relpath(candidate, output_dir))
+  if own_directory:
+    try:
+      os.rmdir(os.path.join(output_dir, own_directory))
+    except OSError:  # not empty (published outputs of an earlier run), or not there
+      pass
+  return removed
 
 
 def wait_for_units(output_dir, stage, units, num_tasks, timeout_secs, poll_secs=POLL_SECONDS):

@@ -2,15 +2,21 @@
 --task_index mod --num_tasks), `--num_workers` at a time, done units skipped, then the wait for
 the other tasks' units before the next stage; the summary of what the manifest holds.
 
-  summary = runner.run(config, stages.Tools(pack_files=None))
+  summary = runner.run(config)
 
 `--stage=all` runs every stage and waits between them (a task under mpirun: every rank runs this
 with its own rank). `--stage=NAME` runs that stage's units of this task only, after checking that
 the stages before it are done, and does not wait for the other tasks (a Slurm array job per stage,
 each depending on the one before, waits for them).
+
+A unit that fails or is stopped (`stop_signals.StopSignal`) leaves nothing half-written: its
+temporary files are removed on the way out (`run_unit` for a unit of this process; `run_stage`,
+after the workers are ended, for those of the workers). A stopped unit writes no entry: the next
+run does it.
 """
 
 import collections
+import contextlib
 import functools
 import time
 
@@ -33,7 +39,7 @@ def is_mine(unit, config):
   return unit.index % config.num_tasks == config.task_index
 
 
-def run_unit(config, tools, unit):
+def run_unit(config, unit):
   """Does one unit and publishes it: its leftovers removed, its work, its outputs and entry.
 
   Returns:
@@ -41,18 +47,23 @@ def run_unit(config, tools, unit):
 
   Raises:
     stages.DataError: the unit's input or settings (named); its entry then says "failed".
-    Exception: what else the work raised, after the "failed" entry is written.
+    BaseException: what else the work raised (a "failed" entry written for an Exception, none
+      for a stop), its temporary files removed first.
   """
   start = time.time()
   out = config.output_dir
-  manifest.remove_unit_leftovers(out, unit, stages.unit_outputs(config, unit))
+  possible = stages.unit_outputs(config, unit)
+  manifest.remove_unit_leftovers(out, unit, possible)
   try:
-    outputs, counts = stages.work(config, unit, tools)
-  except _DATA_ERRORS as e:
-    manifest.record_failure(out, unit, e, task=config.task_index)
-    raise stages.DataError(str(e)) from e
-  except Exception as e:
-    manifest.record_failure(out, unit, "%s: %s" % (type(e).__name__, e), task=config.task_index)
+    outputs, counts = stages.work(config, unit)
+  except BaseException as e:
+    manifest.remove_unit_temp_files(out, unit, possible, stages.own_directory(unit))
+    if isinstance(e, _DATA_ERRORS):
+      manifest.record_failure(out, unit, e, task=config.task_index)
+      raise stages.DataError(str(e)) from e
+    if isinstance(e, Exception):
+      manifest.record_failure(out, unit, "%s: %s" % (type(e).__name__, e),
+                              task=config.task_index)
     raise
   return manifest.publish_unit(out, unit, outputs, counts, task=config.task_index,
                                seconds=round(time.time() - start, 3))
@@ -66,7 +77,7 @@ def _warm_up(config, stage, todo):
     instances.warm_up(tokenizer, config.generator_options(longest, "train"))
 
 
-def run_stage(config, tools, stage, units):
+def run_stage(config, stage, units):
   """Does this task's units of a stage that are not done, --num_workers at a time.
 
   Returns:
@@ -74,7 +85,8 @@ def run_stage(config, tools, stage, units):
 
   Raises:
     stages.DataError: a unit's input or settings; RuntimeError: a worker that failed otherwise
-      or died (naming its unit).
+      or died (naming its unit); StopSignal. Whatever ends the stage early, the workers still
+      running are ended and the temporary files of the units not done are removed.
   """
   out = config.output_dir
   mine = [unit for unit in units if is_mine(unit, config)]
@@ -88,14 +100,22 @@ def run_stage(config, tools, stage, units):
   workers = 1 if stage == "pack" else max(1, min(config.num_workers, len(todo)))
   threads = max(1, worker_pool.default_num_workers() // workers)
   start, entries, counts = time.time(), [], collections.Counter()
-  for _, entry in worker_pool.run_tasks(
-      functools.partial(run_unit, config, tools), todo, workers,
+  results = worker_pool.run_tasks(
+      functools.partial(run_unit, config), todo, workers,
       describe=lambda unit: "%s unit %s" % (unit.stage, unit.name),
-      passed_errors=(stages.DataError,), environ={"RAYON_NUM_THREADS": str(threads)}):
-    entries.append(entry)
-    counts.update(entry["counts"])
-    logging.info("prepare_corpus: %s: %d/%d units of this task, %s, %.1f s", stage,
-                 len(entries), len(todo), _progress(counts), time.time() - start)
+      passed_errors=(stages.DataError,), environ={"RAYON_NUM_THREADS": str(threads)})
+  try:
+    with contextlib.closing(results):  # the workers ended, however the loop ends
+      for _, entry in results:
+        entries.append(entry)
+        counts.update(entry["counts"])
+        logging.info("prepare_corpus: %s: %d/%d units of this task, %s, %.1f s", stage,
+                     len(entries), len(todo), _progress(counts), time.time() - start)
+  except BaseException:
+    for unit in todo:  # a worker's unit, ended with its worker: nothing of it left
+      manifest.remove_unit_temp_files(out, unit, stages.unit_outputs(config, unit),
+                                      stages.own_directory(unit))
+    raise
   return len(mine) - len(todo), entries
 
 
@@ -125,12 +145,12 @@ def require_done(config, units, earlier):
               manifest.describe_units(missing, config.num_tasks), stage))
 
 
-def run(config, tools):
+def run(config, units=None):
   """This task's run of the stages `config.stage` names.
 
   Args:
     config: `config.CorpusConfig`, checked.
-    tools: `stages.Tools`.
+    units: `stages.plan(config)`, or None: planned here.
 
   Returns:
     `summary(...)` of the manifest after the run.
@@ -139,9 +159,11 @@ def run(config, tools):
     stages.DataError, errors.UsageError: bad input or settings (exit 2).
     manifest.StageIncomplete: another task's unit failed or the wait timed out (exit 1).
     stages.CheckFailed, RuntimeError: the check's findings, a worker that died (exit 1).
+    bad_input.BadInput: an input that does not exist (when planned here).
+    stop_signals.StopSignal: a stop signal (`prepare_corpus.py`); nothing half-written is left.
   """
   start = time.time()
-  units = stages.plan(config)
+  units = stages.plan(config) if units is None else units
   out = config.output_dir
   if config.stage == "all":
     selected = config.stages
@@ -152,7 +174,7 @@ def run(config, tools):
       manifest.remove_unit_leftovers(out, units["check"][0], [])  # asked for: checked again
   earlier, read = 0, 0
   for stage in selected:
-    done_before, entries = run_stage(config, tools, stage, units[stage])
+    done_before, entries = run_stage(config, stage, units[stage])
     earlier += done_before
     read += sum(entry["counts"].get("input_bytes", 0) for entry in entries)
     if config.stage == "all":

@@ -61,9 +61,6 @@ _PHASE_DIRECTORY = re.compile(r"^seq\d+(_packed)?$")
 # (JSON), settings_hash: their hash; spec: dict of what the work needs.
 Unit = collections.namedtuple("Unit", ["stage", "name", "index", "settings_hash", "settings",
                                        "spec"])
-# What the command hands the library: pack_pretraining_data.py's `pack_files` (None without
-# --pack): the library imports no entry script.
-Tools = collections.namedtuple("Tools", ["pack_files"])
 
 
 class DataError(errors.UsageError):
@@ -135,6 +132,8 @@ def _extract_units(config):
                   segmenter=None if fmt == "sentences_per_line" else sentences.SEGMENTER,
                   num_shards=config.num_shards, skip_bad_documents=config.skip_bad_documents,
                   input=os.path.abspath(path))
+    if fmt == "directory" and not os.path.isdir(path):
+      raise bad_input.BadInput(path, "the input", "no such directory (format %s)" % fmt)
     if fmt == "directory":
       for group_index, group in enumerate(_file_groups(documents.directory_files(path))):
         files = [[os.path.relpath(f, path)] + _identity(f) for f in group]
@@ -224,11 +223,10 @@ def _record_units(config, shard_units, vocab_unit):
 # ---------------------------------------------------------------------------------------------
 
 
-def _extract(config, unit, tools):
+def _extract(config, unit):
   """An input's (or a directory's group of files', or a dump's share of articles') documents
   into its bucket files; bad documents skipped and counted with --skip_bad_documents. A share
   counts its part of the dump's bytes as read (input_bytes), so that the shares add up to it."""
-  del tools
   spec, out = unit.spec, config.output_dir
   skipped = []
 
@@ -247,8 +245,8 @@ def _extract(config, unit, tools):
     if share is not None:
       k, count = share
       input_bytes = input_bytes * (k + 1) // count - input_bytes * k // count
-  relative = lambda j: os.path.join("extracted", unit.name, "bucket-%05d.txt" % j)
-  os.makedirs(os.path.join(out, "extracted", unit.name), exist_ok=True)
+  relative = lambda j: os.path.join(own_directory(unit), "bucket-%05d.txt" % j)
+  os.makedirs(os.path.join(out, own_directory(unit)), exist_ok=True)
   written, counts = shards.write_buckets(
       document_iter, spec["fmt"], config.num_shards,
       lambda j: manifest.temp_name(os.path.join(out, relative(j))))
@@ -256,9 +254,8 @@ def _extract(config, unit, tools):
   return [relative(j) for j in written], counts
 
 
-def _shard(config, unit, tools):
+def _shard(config, unit):
   """Bucket j of every input into the train and held-out text of shard j."""
-  del tools
   j, out = unit.spec["shard"], config.output_dir
   buckets = [os.path.join(out, "extracted", name, "bucket-%05d.txt" % j)
              for name in unit.spec["extract"]]
@@ -278,9 +275,9 @@ def train_text_files(config):
   return [name for name in names if os.path.exists(name)]
 
 
-def _vocab(config, unit, tools):
+def _vocab(config, unit):
   """OUT/vocab.txt trained on the training text; nothing to write for a given --vocab_file."""
-  del unit, tools
+  del unit  # one unit
   if config.vocab_file:
     return [], dict(tokens=len(tokenization.load_vocab(config.vocab_file)))
   texts = train_text_files(config)
@@ -293,10 +290,9 @@ def _vocab(config, unit, tools):
   return ["vocab.txt"], dict(tokens=len(tokens))
 
 
-def _records(config, unit, tools):
+def _records(config, unit):
   """The records of one phase, split and shard (`instances.process_file`, the file index j); no
   file for a shard without text or records."""
-  del tools
   phase, split, j = unit.spec["phase"], unit.spec["split"], unit.spec["shard"]
   text = os.path.join(config.output_dir, "text", split, shard_file(j, ".txt"))
   if not os.path.exists(text):
@@ -313,8 +309,10 @@ def _records(config, unit, tools):
   return [relative], dict(records=written)
 
 
-def _pack(config, unit, tools):
-  """The packed records of one records file (`tools.pack_files`)."""
+def _pack(config, unit):
+  """The packed records of one records file (`utils/datafiles/packer.py`, which loads TensorFlow:
+  imported here, by the pack stage only)."""
+  from utils.datafiles import packer  # pylint: disable=g-import-not-at-top
   phase, split, j = unit.spec["phase"], unit.spec["split"], unit.spec["shard"]
   records = os.path.join(config.output_dir, config_lib.phase_name(phase), split,
                          shard_file(j, ".tfrecord"))
@@ -322,11 +320,11 @@ def _pack(config, unit, tools):
     return [], dict(sequences=0, packs=0)
   relative = os.path.join(config_lib.phase_name(phase) + "_packed", split,
                           shard_file(j, ".tfrecord"))
-  result = tools.pack_files([records], [manifest.temp_name(os.path.join(config.output_dir,
-                                                                        relative))],
-                            max_seq_length=phase.max_seq_length,
-                            max_sequences_per_pack=config_lib.MAX_SEQUENCES_PER_PACK,
-                            random_seed=config.random_seed, num_workers=config.num_workers)
+  result = packer.pack_files([records], [manifest.temp_name(os.path.join(config.output_dir,
+                                                                         relative))],
+                             max_seq_length=phase.max_seq_length,
+                             max_sequences_per_pack=config_lib.MAX_SEQUENCES_PER_PACK,
+                             random_seed=config.random_seed, num_workers=config.num_workers)
   return [relative], dict(sequences=result["sequences"], packs=result["packs"])
 
 
@@ -334,10 +332,10 @@ class CheckFailed(RuntimeError):
   """The check stage found a unit not done or an output whose bytes are not those recorded."""
 
 
-def _check(config, unit, tools):
+def _check(config, unit):
   """Every unit of the other stages done, every output's SHA-256 as recorded; then the files of
   units no longer asked for removed."""
-  del unit, tools
+  del unit  # one unit
   out, problems, keep = config.output_dir, [], set()
   units = plan(config)
   for stage, stage_units in units.items():
@@ -381,13 +379,12 @@ _WORK = dict(extract=_extract, shard=_shard, vocab=_vocab, records=_records, pac
              check=_check)
 
 
-def work(config, unit, tools):
+def work(config, unit):
   """Does one unit: writes its outputs under their temporary names (`manifest.temp_name`).
 
   Args:
     config: `config.CorpusConfig`.
     unit: a `Unit` of `plan(config)`.
-    tools: `Tools`.
 
   Returns:
     (its outputs relative to OUT, dict of its counts).
@@ -396,14 +393,20 @@ def work(config, unit, tools):
     bad_input.BadInput, DataError, ValueError: the input's content or the settings (named).
     CheckFailed: the check stage's findings.
   """
-  return _WORK[unit.stage](config, unit, tools)
+  return _WORK[unit.stage](config, unit)
+
+
+def own_directory(unit):
+  """The directory relative to OUT that only `unit` writes to (an extract unit's buckets), or
+  None."""
+  return os.path.join("extracted", unit.name) if unit.stage == "extract" else None
 
 
 def unit_outputs(config, unit):
   """Every output a unit may write, relative to OUT (what a killed run may have left of it)."""
   spec = unit.spec
   if unit.stage == "extract":
-    return [os.path.join("extracted", unit.name, "bucket-%05d.txt" % j)
+    return [os.path.join(own_directory(unit), "bucket-%05d.txt" % j)
             for j in range(config.num_shards)]
   if unit.stage == "shard":
     return [os.path.join("text", split, shard_file(spec["shard"], ".txt"))

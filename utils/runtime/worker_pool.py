@@ -8,8 +8,11 @@ Each task runs `function(task)` in a process of its own (forked, at most `num_wo
 so a process that dies is known by its task and every task starts with the parent's memory, not
 with what earlier tasks left behind. Results come back in the order the tasks finish, each with
 its task's index. A worker asks the kernel to kill it when the parent dies (Linux `prctl`), so a
-parent killed outright (kill -9) leaves no worker running on. With one worker the tasks run in
-this process, one after the other, and their errors propagate unchanged.
+parent killed outright (kill -9) leaves no worker running on. A worker ignores the stop signals
+(SIGINT, SIGTERM, SIGUSR1), which reach a whole process group or job at once: the parent decides
+(it ends, and its workers with it, or it stops them itself: `run_tasks` kills the workers still
+running when it ends early, however it ends). With one worker the tasks run in this process, one
+after the other, and their errors propagate unchanged.
 
 Errors, with several workers (the pool stops at the first and ends the other workers):
   * an exception of `passed_errors` (bad input; its message names the input) is raised again in
@@ -80,7 +83,9 @@ def die_with_parent(parent_pid, signum=signal.SIGKILL):
 
 
 def _run_in_child(function, task, describe, passed_errors, connection, environ, parent_pid):
-  """Body of a worker process: runs `function(task)` and sends its result or error."""
+  """Body of a worker process (`_start_deaf`): runs `function(task)` and sends its result or
+  error."""
+  _ignore_stop_signals()
   die_with_parent(parent_pid)
   os.environ.update(environ)
   try:
@@ -134,7 +139,7 @@ def run_tasks(function, tasks, num_workers, describe=str, passed_errors=(ValueEr
             target=_run_in_child,
             args=(function, task, describe, passed_errors, sender, environ, os.getpid()),
             daemon=True)
-        process.start()
+        _start_deaf(process)
         sender.close()
         running[process.sentinel] = (process, receiver, index, task)
       for sentinel in multiprocessing.connection.wait(list(running)):
@@ -155,13 +160,37 @@ def run_tasks(function, tasks, num_workers, describe=str, passed_errors=(ValueEr
         yield index, message[1]
   finally:
     for process, receiver, _, _ in running.values():
-      process.terminate()
+      process.kill()  # it ignores SIGTERM
       process.join()
       receiver.close()
 
 
-# The signals the cleaner ignores: they reach a whole process group or job at once.
-_CLEANER_IGNORES = (signal.SIGINT, signal.SIGTERM)
+# The signals the workers and the cleaner ignore: they reach a whole process group or job at once,
+# and the parent decides what they mean (utils/runtime/stop_signals.py).
+_CHILDREN_IGNORE = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+def _start_deaf(process):
+  """Starts a forked `process` whose body begins with `_ignore_stop_signals()`.
+
+  The signals are blocked across the fork, so that the child is born with them blocked and none
+  can end it (or run the parent's handler in it) before it ignores them (seen: a SIGTERM to the
+  group just after a cleaner was forked killed it, nothing was cleaned). Here they stay pending
+  and act once unblocked, as before.
+  """
+  blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _CHILDREN_IGNORE)
+  try:
+    process.start()
+  finally:
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _ignore_stop_signals():
+  """In a child started by `_start_deaf`: ignores the stop signals (one already pending is
+  discarded), then unblocks them."""
+  for signum in _CHILDREN_IGNORE:
+    signal.signal(signum, signal.SIG_IGN)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILDREN_IGNORE)
 
 
 @contextlib.contextmanager
@@ -186,14 +215,7 @@ def clean_up_if_killed(clean_up, poll_seconds=PARENT_POLL_SECONDS):
   context = multiprocessing.get_context("fork")
   cleaner = context.Process(target=_clean_up_after_parent,
                             args=(clean_up, os.getpid(), poll_seconds), daemon=True)
-  # Blocked across the fork, so that the cleaner is born with them blocked and none can end it
-  # before it ignores them (seen: a SIGTERM to the group just after the block started killed the
-  # cleaner, nothing was cleaned). Here they stay pending and act once unblocked, as before.
-  blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _CLEANER_IGNORES)
-  try:
-    cleaner.start()
-  finally:
-    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+  _start_deaf(cleaner)
   try:
     yield
   finally:
@@ -204,9 +226,7 @@ def clean_up_if_killed(clean_up, poll_seconds=PARENT_POLL_SECONDS):
 def _clean_up_after_parent(clean_up, parent_pid, poll_seconds):
   """Body of the cleaner process: runs `clean_up()` once the process `parent_pid` has died (this
   process was re-parented)."""
-  for signum in _CLEANER_IGNORES:
-    signal.signal(signum, signal.SIG_IGN)  # also discards one already pending
-  signal.pthread_sigmask(signal.SIG_UNBLOCK, _CLEANER_IGNORES)
+  _ignore_stop_signals()
   while os.getppid() == parent_pid:
     time.sleep(poll_seconds)
   clean_up()
