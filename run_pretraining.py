@@ -174,9 +174,11 @@ def _resolve_inputs(f, vocab_size):
   files = sorted(set(train_files) | set(eval_files))
   try:
     layout = check_input_files(files, f.max_seq_length, f.max_predictions_per_seq, vocab_size)
-  except ValueError as e:
+  except records.RecordDoesNotFitModel as e:  # shapes or token ids: the flags' or the config's
     raise errors.UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
                             "vocabulary of --bert_config_file)" % e)
+  except ValueError as e:  # the file itself (unreadable, empty, damaged): no hint to the flags
+    raise errors.UsageError(str(e))
   _check_packed_flag(f, layout, files)
   if f.avg_seq_per_pack is not None:
     logging.info("--avg_seq_per_pack=%g is not used: the log counts each update's sequences "

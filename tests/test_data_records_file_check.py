@@ -3,19 +3,27 @@ file (`check_record_file`, behind `python -m utils.check_records`: every record'
 CRC and a whole last record, the first bad record named by index and byte offset) and the
 background check beside training (`BackgroundRecordCheck`), which stops at the first bad file. A
 length field past the end of the file with a right CRC is named by both (training meets it in
-test_data_records.py).
+test_data_records.py). The training pre-flight (run_pretraining.py's first-record check) adds its
+hint to the flags only to the errors the flags explain: shapes and token ids, not a damaged file.
 """
 
 import os
 import threading
+import types
 
 import pytest
 import tensorflow as tf
 
+import run_pretraining
 from tests import helpers
 from tests import test_data_record_framing as framing_tests
+from tests import test_data_records as data_records_tests
 from tests.test_data_records import _batch
+from utils.core import errors
 from utils.data import records
+
+HINT = ("(check --max_seq_length / --max_predictions_per_seq and the vocabulary of "
+        "--bert_config_file)")
 
 
 # Record sizes of the integrity check's files: all different, so a wrong offset or index shows.
@@ -177,3 +185,38 @@ def test_record_lengths_are_summed_across_chunks(count):
   # Chunks of 3: none, part of one, exactly one, several with a rest, exactly three.
   lengths = [(index * 37) % 11 for index in range(count)]
   assert records._data_bytes(iter([b"x" * n for n in lengths]), chunk_records=3) == sum(lengths)
+
+
+def _preflight(paths, max_seq_length=data_records_tests.SEQ,
+               max_predictions_per_seq=data_records_tests.PRED,
+               vocab_size=data_records_tests.VOCAB):
+  """run_pretraining.py's pre-flight of training files `paths`; returns its UsageError's text."""
+  f = types.SimpleNamespace(
+      do_train=True, do_eval=False, eval_files_dir=None, input_file=",".join(paths),
+      input_files_dir=None, max_seq_length=max_seq_length,
+      max_predictions_per_seq=max_predictions_per_seq, enable_packed_data_mode=None,
+      avg_seq_per_pack=None)
+  with pytest.raises(errors.UsageError) as raised:
+    run_pretraining._resolve_inputs(f, vocab_size)  # pylint: disable=protected-access
+  return str(raised.value)
+
+
+def test_the_preflight_hints_at_the_flags_only_for_shapes_and_token_ids(tmp_path):
+  paths = data_records_tests._write_data(tmp_path / "data", rows=(4,))  # ids < VOCAB
+  # A damaged file: its first record's length field is absurd (with a right CRC).
+  damaged = str(tmp_path / "damaged.tfrecord")
+  framing_tests.bad_length_file(damaged, before=())
+  message = _preflight([paths[0], damaged])
+  assert message.startswith("%s: cannot read the first record: " % damaged), message
+  assert "record 0 at byte offset 0" in message and HINT not in message
+  empty = tmp_path / "empty.tfrecord"
+  empty.write_bytes(b"")
+  assert _preflight([str(empty)]) == "%s: the file has no records" % empty
+  # The model's lengths and vocabulary: the hint names what to check.
+  assert _preflight(paths, max_seq_length=32) == (
+      "%s: feature 'input_ids' of the first record has 16 values, expected 32 "
+      "(max_seq_length=32) %s" % (paths[0], HINT))
+  assert _preflight(paths, max_predictions_per_seq=5).endswith("expected 5 "
+                                                               "(max_predictions_per_seq=5) " + HINT)
+  message = _preflight(paths, vocab_size=2)
+  assert "is outside [0, vocab_size=2)" in message and message.endswith(HINT)

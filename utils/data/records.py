@@ -233,9 +233,18 @@ def _feature_values(feature):
   return None, []
 
 
+class RecordDoesNotFitModel(ValueError):
+  """A well-formed record whose shapes or token ids do not fit the model: a feature's length
+  (max_seq_length, max_predictions_per_seq), a masked position past the sequence, a token id
+  outside the vocabulary. The lengths and the vocabulary the model is built with are to be
+  checked, not the file (a damaged or unreadable file raises a plain ValueError)."""
+
+
 def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size=None,
                   where="first record", max_sequences_per_pack=0):
   """Raises ValueError naming `path` when a parsed example does not fit the model.
+
+  Raises `RecordDoesNotFitModel` when its shapes or token ids are the model's problem.
 
   Args:
     example: `tf.train.Example`.
@@ -272,14 +281,14 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
         source = " (max_seq_length=%d)" % length
       else:
         source = ""
-      raise ValueError("%s: feature %r of the %s has %d values, expected %d%s"
-                       % (path, name, where, len(got), length, source))
+      raise RecordDoesNotFitModel("%s: feature %r of the %s has %d values, expected %d%s"
+                                  % (path, name, where, len(got), length, source))
     values[name] = got
   positions = np.asarray(values["masked_lm_positions"])
   outside = positions[(positions < 0) | (positions >= max_seq_length)]
   if outside.size:
-    raise ValueError("%s: masked_lm_positions of the %s has %d, outside [0, max_seq_length=%d)"
-                     % (path, where, outside[0], max_seq_length))
+    raise RecordDoesNotFitModel("%s: masked_lm_positions of the %s has %d, outside [0, "
+                                "max_seq_length=%d)" % (path, where, outside[0], max_seq_length))
   if max_sequences_per_pack:
     problem = record_layout.packed_row_problem(values)
     if problem:
@@ -289,9 +298,9 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
       ids = np.asarray(values[name])
       outside = ids[(ids < 0) | (ids >= vocab_size)]
       if outside.size:
-        raise ValueError("%s: token id %d in %s of the %s is outside [0, vocab_size=%d) (records "
-                         "made with another vocabulary?)"
-                         % (path, outside[0], name, where, vocab_size))
+        raise RecordDoesNotFitModel(
+            "%s: token id %d in %s of the %s is outside [0, vocab_size=%d) (records made with "
+            "another vocabulary?)" % (path, outside[0], name, where, vocab_size))
 
 
 def _parsed(record, path, where):
