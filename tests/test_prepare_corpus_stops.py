@@ -18,6 +18,7 @@ from tests.test_prepare_corpus import SCRIPT
 from tests.test_prepare_corpus import _write_dumps
 from tests.test_prepare_corpus import run_command
 from tests.test_prepare_corpus import small_flags
+from tests.test_prepare_corpus import written  # noqa: F401  (a fixture)
 from tests.test_run_pretraining_launchers import _mpirun
 from utils.core import errors
 from utils.corpus import manifest
@@ -29,12 +30,7 @@ SETTINGS = dict(num_shards=6, dupe_factor=4)
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory):
-  return corpus_data.write_inputs(str(tmp_path_factory.mktemp("inputs")))
-
-
-@pytest.fixture(scope="module")
-def expected(written, tmp_path_factory):
+def expected(written, tmp_path_factory):  # noqa: F811
   """The files of a run of SETTINGS never stopped (in this process)."""
   out = tmp_path_factory.mktemp("reference")
   runner.run(corpus_data.make_config(written["inputs"], out, **SETTINGS))
@@ -54,7 +50,7 @@ def _leftovers(out):
 
 
 @pytest.mark.parametrize("num_workers", [1, 2])
-def test_a_failed_extract_leaves_no_temporary_file(written, tmp_path, num_workers):
+def test_a_failed_extract_leaves_no_temporary_file(written, tmp_path, num_workers):  # noqa: F811
   """A dump cut short and a folder with a file that is not UTF-8, without --skip_bad_documents:
   each unit has written buckets before its error; none is left, in this process or a worker."""
   _, cut, _ = _write_dumps(str(tmp_path))
