@@ -166,6 +166,27 @@ def test_a_consumer_that_stops_early_leaves_no_worker_running():
   assert not children_alive()
 
 
+def signalled_by_itself(signum):
+  """A task that sends `signum` to its own process, then returns it and how the process's
+  handler for it is set."""
+  os.kill(os.getpid(), signum)
+  time.sleep(0.05)
+  return signum, signal.getsignal(signum)
+
+
+def test_workers_ignore_the_stop_signals_the_parent_decides():
+  """A stop signal reaches a whole process group: a worker goes on (its parent ends it, by
+  ending or by the pool's kill when it ends early), so that only the parent says what it means."""
+  signums = [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1]
+  results = dict(worker_pool.run_tasks(signalled_by_itself, signums, 3))
+  assert results == {i: (signums[i], signal.SIG_IGN) for i in range(3)}
+  # The consumer's early end kills the workers that ignore SIGTERM.
+  results = worker_pool.run_tasks(square_after_a_nap, [0, 1, 2, 3, 4], 3)
+  next(results)
+  results.close()
+  assert not children_alive()
+
+
 def test_bad_worker_count():
   with pytest.raises(ValueError, match="num_workers must be >= 1, got 0"):
     list(worker_pool.run_tasks(square_after_a_nap, [1], 0))
