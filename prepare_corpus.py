@@ -18,13 +18,15 @@ their units and the tasks: `utils/corpus/stages.py`, `utils/corpus/runner.py`.
 Running the same command again does only what is not done; a changed setting redoes only the
 stages it affects. SIGTERM, SIGINT or SIGUSR1 stop a run at once: the units in progress are
 dropped with what they wrote (a second signal ends the process without that clean-up), one line
-says so, and the exit status is 75, as for a training run's graceful stop (docs/LONG_RUNS.md): run
-the same command to continue. Input refused before any work (a bad flag, an input that does not
-exist) creates no --output_dir. Several tasks (`--task_index/--num_tasks`, by default from Slurm's array or
-MPI's environment) share the units; the output does not depend on how many tasks or workers
-there are; scripts/slurm/prepare_corpus.sh runs the same command as Slurm array jobs, one per
-stage (`--stage`), sized by `--count_units`. Progress goes to stderr; the last line (stdout) sums
-up the corpus and its records.
+says so, and the exit status is 75, as for a training run's graceful stop (docs/LONG_RUNS.md):
+run the same command to continue. Input refused before any work (a bad flag, an input that does
+not exist) creates no --output_dir.
+
+Several tasks (`--task_index/--num_tasks`, by default from Slurm's array or MPI's environment)
+share the units; the output does not depend on how many tasks or workers there are;
+scripts/slurm/prepare_corpus.sh runs the same command as Slurm array jobs, one per stage
+(`--stage`), sized by `--count_units`. Progress goes to stderr; the last line (stdout) sums up
+the corpus and its records.
 
 The records are sampled and masked as by create_pretraining_data.py, with its flags
 (--do_lower_case, --do_whole_word_mask, --dupe_factor, --masked_lm_prob, --short_seq_prob,

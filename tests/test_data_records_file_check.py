@@ -216,7 +216,7 @@ def test_the_preflight_hints_at_the_flags_only_for_shapes_and_token_ids(tmp_path
   assert _preflight(paths, max_seq_length=32) == (
       "%s: feature 'input_ids' of the first record has 16 values, expected 32 "
       "(max_seq_length=32) %s" % (paths[0], HINT))
-  assert _preflight(paths, max_predictions_per_seq=5).endswith("expected 5 "
-                                                               "(max_predictions_per_seq=5) " + HINT)
+  assert _preflight(paths, max_predictions_per_seq=5).endswith(
+      "expected 5 (max_predictions_per_seq=5) " + HINT)
   message = _preflight(paths, vocab_size=2)
   assert "is outside [0, vocab_size=2)" in message and message.endswith(HINT)

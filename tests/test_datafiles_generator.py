@@ -37,7 +37,8 @@ def test_a_vocabulary_without_the_special_tokens_is_refused(tmp_path):
     generator.load_tokenizer(str(vocab), True)
 
 
-def test_each_input_goes_to_its_output_and_a_failed_run_leaves_nothing(corpus, tmp_path):  # noqa: F811
+def test_each_input_goes_to_its_output_and_a_failed_run_leaves_nothing(
+    corpus, tmp_path):  # noqa: F811
   inputs, vocab_file = corpus
   outputs = [str(tmp_path / "out" / ("%d.tfrecord" % i)) for i in range(len(inputs))]
   totals = generator.create_pretraining_data(inputs, outputs, vocab_file, data_tests.options(),
