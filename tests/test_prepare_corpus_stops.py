@@ -152,7 +152,7 @@ def test_under_mpirun_a_signal_to_one_rank_stops_the_job_with_exit_75(written, e
   # the same way, if it gets there before mpirun's SIGKILL a second later).
   lines = _stopped_then_continued(written, expected, tmp_path, signal.SIGTERM, False,
                                   launcher=_mpirun(2), barrier_timeout_secs=300)
-  assert 1 <= len(lines) <= 2
+  assert 1 <= len(lines) <= 2, lines
 
 
 @pytest.mark.e2e
