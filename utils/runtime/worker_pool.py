@@ -200,7 +200,7 @@ def clean_up_if_killed(clean_up, poll_seconds=PARENT_POLL_SECONDS):
 
   The workers cannot do it: the kernel kills them with their parent (`die_with_parent`), and the
   worker of a finished task is gone while its output waits for the parent. The cleaner process
-  polls its parent's pid every `poll_seconds`; it ignores SIGINT and SIGTERM, which reach a whole
+  polls its parent's pid every `poll_seconds`; it ignores the stop signals, which reach a whole
   process group or job at once and must not end it before the process it cleans up after. It is
   killed when the block ends, however it ends (the parent cleans up after its own errors).
 
