@@ -30,7 +30,7 @@ the corpus and its records.
 
 The records are sampled and masked as by create_pretraining_data.py, with its flags
 (--do_lower_case, --do_whole_word_mask, --dupe_factor, --masked_lm_prob, --short_seq_prob,
---random_seed, defined once in `utils/datafiles/generator_flags.py`; `--helpfull` lists them).
+--random_seed, defined once in `utils/datafiles/generator_flags.py`; `--helpshort` lists them).
 """
 
 import os

@@ -3,6 +3,8 @@
 random_seed 12345, dupe_factor 10, masked_lm_prob 0.15, short_seq_prob 0.1), defined once for
 both scripts that take them."""
 
+import sys
+
 from absl import flags
 import pytest
 
@@ -23,6 +25,16 @@ def test_the_defaults_are_the_original_releases():
       masked_lm_prob=0.15, short_seq_prob=0.1)
   values(["program", "--nodo_lower_case", "--dupe_factor=3", "--masked_lm_prob=0.2"])
   assert (values.do_lower_case, values.dupe_factor, values.masked_lm_prob) == (False, 3, 0.2)
+
+
+def test_they_are_the_calling_scripts_own_flags():
+  """As when each script defined them itself: `--helpshort` of create_pretraining_data.py (and of
+  prepare_corpus.py) lists them with the script's own flags."""
+  values = flags.FlagValues()
+  generator_flags.define_generator_flags(values)
+  own = {flag.name for flag in values.get_key_flags_for_module(sys.modules[__name__])}
+  assert own == set(NAMES)
+  assert not values.get_key_flags_for_module(generator_flags)
 
 
 class _FlagRecorder(object):

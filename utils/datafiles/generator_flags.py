@@ -2,10 +2,14 @@
 once here for `create_pretraining_data.py` and `prepare_corpus.py`, which both fill
 `utils.data.instances.GeneratorOptions` from them (each script reads its flags once, in `main`).
 
-Defaults are the original release's.
+Defaults are the original release's. The flags belong to the script that defines them (absl's
+key flags of the calling module: `--helpshort` lists them with the script's own), as when each
+script defined them itself.
 """
 
 from absl import flags
+
+flags.disclaim_key_flags()  # the DEFINE calls below are on behalf of the calling script
 
 
 def define_generator_flags(flag_values=flags.FLAGS):
