@@ -35,6 +35,8 @@ from utils.core import paths
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Words longer than this (in characters) become [UNK], as in the original.
 MAX_INPUT_CHARS_PER_WORD = 200
+# `tokenize_lines_to_ids` encodes this many chunks of lines at a time (what it holds at once).
+_CHUNKS_PER_BATCH = 64
 
 # Code point ranges the original treats as CJK characters (each becomes its own token).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
@@ -525,13 +527,16 @@ class FullTokenizer(object):
       per_line = self.tokenize_to_ids(lines)
       return (np.array([i for ids in per_line for i in ids], np.int32),
               np.array([len(ids) for ids in per_line], np.int64))
-    chunks = [prepare_text("\n".join(lines[i:i + lines_per_chunk]), self.do_lower_case)
-              for i in range(0, len(lines), lines_per_chunk)]
-    encodings = backend.encode_batch_fast(chunks, add_special_tokens=False)
     pieces = []
-    for encoding in encodings:
-      pieces.append(np.asarray(encoding.ids, dtype=np.int32))
-      pieces.append(np.array([separator], np.int32))
+    # The library's encodings take about 100 bytes a token: they are made a batch of chunks at a
+    # time, so that only one batch's are held, whatever the number of lines.
+    batch_lines = lines_per_chunk * _CHUNKS_PER_BATCH
+    for first in range(0, len(lines), batch_lines):
+      chunks = [prepare_text("\n".join(lines[i:i + lines_per_chunk]), self.do_lower_case)
+                for i in range(first, min(len(lines), first + batch_lines), lines_per_chunk)]
+      for encoding in backend.encode_batch_fast(chunks, add_special_tokens=False):
+        pieces.append(np.asarray(encoding.ids, dtype=np.int32))
+        pieces.append(np.array([separator], np.int32))
     flat = np.concatenate(pieces)
     is_separator = flat == separator
     ends = np.flatnonzero(is_separator)
