@@ -53,7 +53,7 @@ RESIDUE = (("[[", re.compile(re.escape("[["))), ("{{", re.compile(re.escape("{{"
            ("&lt;", re.compile(re.escape("&lt;"))), ("&amp;", re.compile(re.escape("&amp;"))),
            ("|", re.compile(re.escape("|"))), ("(, ", re.compile(r"\(\s*[,;:]")),
            ("( )", re.compile(r"\(\s*\)")), (",.", re.compile(r",\s*\.")),
-           ("title or initial alone", re.compile(r"^(?:[A-Z][a-z]{0,4}\.\s*)+$")),
+           ("a title or initial alone", re.compile(r"^(?:[A-Z][a-z]{0,4}\.\s*)+$")),
            ("opens with its verb", re.compile(r"^(?:is|was|are|were)\s")))
 
 
@@ -162,7 +162,8 @@ def print_tables(results):
   print("|---|%s" % ("---|" * len(routes)))
   print("| (sentences in all) | %s |" % " | ".join(str(results[r]["sentences"]) for r in routes))
   for name, _ in RESIDUE:
-    print("| `%s` | %s |" % (name, " | ".join(str(results[r]["residue"][name]) for r in routes)))
+    label = name if name[0].isalpha() else "`%s`" % name.replace("|", "\\|")
+    print("| %s | %s |" % (label, " | ".join(str(results[r]["residue"][name]) for r in routes)))
 
 
 def main(argv=None):

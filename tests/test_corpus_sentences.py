@@ -188,7 +188,7 @@ def test_a_paragraph_split_window_by_window_gives_the_sentences_of_the_whole(mon
   whole = sentences.split_sentences(text)
   monkeypatch.setattr(sentences, "WINDOW_CHARS", window)
   counts = sentences.SentenceCounts()
-  assert list(sentences.bounded_sentences(text, counts)) == whole
+  assert list(sentences.bounded_sentences(text, counts)) == [(s, False) for s in whole]
   assert counts.long_sentences == 0 and len(whole) > 600
 
 
@@ -196,8 +196,9 @@ def test_a_paragraph_without_punctuation_is_cut_every_512_words_and_counted_once
   monkeypatch.setattr(sentences, "WINDOW_CHARS", 5000)  # 4 windows for the paragraph
   words = ["word%d" % (i % 97) for i in range(3000)]
   counts = sentences.SentenceCounts()
-  pieces = list(sentences.bounded_sentences(" ".join(words), counts))
+  pieces, continued = zip(*sentences.bounded_sentences(" ".join(words), counts))
   assert [len(piece.split()) for piece in pieces] == [512] * 5 + [3000 - 5 * 512]
+  assert continued == (False,) + (True,) * 5
   assert " ".join(pieces).split() == words
   assert counts.long_sentences == 1
 
@@ -205,7 +206,8 @@ def test_a_paragraph_without_punctuation_is_cut_every_512_words_and_counted_once
 def test_a_paragraph_without_a_space_is_cut_into_windows(monkeypatch):
   monkeypatch.setattr(sentences, "WINDOW_CHARS", 100)
   counts = sentences.SentenceCounts()
-  assert list(sentences.bounded_sentences("x" * 250, counts)) == ["x" * 100, "x" * 100, "x" * 50]
+  assert list(sentences.bounded_sentences("x" * 250, counts)) == [
+      ("x" * 100, False), ("x" * 100, True), ("x" * 50, True)]
   assert counts.long_sentences == 1
 
 

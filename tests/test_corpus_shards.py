@@ -39,6 +39,15 @@ def test_wiki_text_gets_its_template_holes_repaired_and_headless_sentences_dropp
       "Call f() first, then g( ) ,."]
 
 
+def test_a_piece_of_a_cut_sentence_is_not_taken_for_a_sentence_without_its_subject():
+  words = ["alpha"] * 512 + ["was", "cut", "here"]  # the second piece opens with "was"
+  counts = shards.SentenceCounts()
+  assert shards.document_sentences(Document("dump.xml", "page 1", [" ".join(words)]),
+                                   "wikidump", counts) == [" ".join(words[:512]),
+                                                           "was cut here"]
+  assert counts.headless_sentences == 0 and counts.long_sentences == 1
+
+
 def test_a_line_of_the_generators_format_over_the_word_limit_is_cut_too():
   counts = shards.SentenceCounts()
   line = " ".join("w%d" % i for i in range(600))

@@ -54,14 +54,13 @@ _TITLE = r"(?:%s)\." % "|".join(_TITLES)
 # letters or digits come before it (not an initial, not "U.S.": checked in `_break_before_titles`,
 # out of the pattern, which is then fast to scan).
 _STOP_BEFORE_TITLE = re.compile(r"[.!?] (?=%s [^\W\d_])" % _TITLE)
-# The end of a sentence that is a title, an initial or capitals with full stops: joined to the
-# next sentence unless that one opens with a common opening word (`_OPENERS`).
-_NAME_PART_END = re.compile(r"(?:^|[\s(\"'\u201c])(?:%s|[A-Z]\.(?:[A-Z]\.)*)$" % _TITLE)
+# The last word of a sentence that is a title, an initial or capitals with full stops: joined to
+# the next sentence unless that one opens with a common opening word (`_OPENERS`).
+_NAME_PART = re.compile(r"%s|[A-Z]\.(?:[A-Z]\.)*" % _TITLE)
 # Latin abbreviations that never end a sentence.
-_NEVER_END = re.compile(r"(?:^|[\s(])(?:e\.g|i\.e|cf|viz)\.$")
+_NEVER_END = re.compile(r"(?:e\.g|i\.e|cf|viz)\.")
 # Reference abbreviations, joined to a next sentence that starts with a number (Arabic or Roman).
-_REFERENCE_END = re.compile(r"(?:^|[\s(])(?:No|Nos|no|Art|art|Par|para|Para|p|pp|vol|Vol|ch|Ch|"
-                            r"sec|Sec|Fig|fig)\.$")
+_REFERENCE = re.compile(r"(?:No|Nos|no|Art|art|Par|para|Para|p|pp|vol|Vol|ch|Ch|sec|Sec|Fig|fig)\.")
 _NUMBER_START = re.compile(r"(?:\d|[IVX]+\b)")
 # Words that open many sentences: after one of these, a title or an initial ended the sentence.
 _OPENERS = frozenset((
@@ -70,9 +69,9 @@ _OPENERS = frozenset((
     "Many", "Most", "On", "One", "She", "Since", "Some", "That", "The", "Their", "There", "These",
     "They", "This", "Those", "Thus", "To", "Today", "Two", "Under", "We", "When", "While", "With"))
 # A list item's number: "1.", "12.", "iv.".
-_LIST_NUMBER = re.compile(r"^(?:\d{1,3}|[ivx]{1,4})\.$")
+_LIST_NUMBER = re.compile(r"(?:\d{1,3}|[ivx]{1,4})\.")
 # A question or exclamation closed by a quote: ?" !" ?' !' and the typographic quotes.
-_QUOTED_QUESTION_END = re.compile(r"[?!][\"'\u201d\u2019]$")
+_QUESTION_MARKS, _CLOSING_QUOTES = "?!", "\"'\u201d\u2019"
 
 
 def _break_before_titles(lines):
@@ -90,14 +89,22 @@ def _non_space(text):
 
 
 def _continues(sentence, following):
-  """Whether `following` continues `sentence` (repairs 2 to 4): str, str -> bool."""
-  if _LIST_NUMBER.match(sentence) or _NEVER_END.search(sentence):
-    return True
-  if _REFERENCE_END.search(sentence) and _NUMBER_START.match(following):
-    return True
-  if _NAME_PART_END.search(sentence):
-    return following.split(" ", 1)[0].strip("\"'(\u201c") not in _OPENERS
-  return following[0].islower() and bool(_QUOTED_QUESTION_END.search(sentence))
+  """Whether `following` continues `sentence` (repairs 2 to 4): str, str -> bool. Only the last
+  word of `sentence` is looked at, so the test takes the same time for any sentence."""
+  if sentence[-1] == ".":
+    last = sentence[sentence.rfind(" ") + 1:]
+    if last == sentence and _LIST_NUMBER.fullmatch(last):
+      return True
+    last = last.lstrip("(\"'\u201c")
+    if _NEVER_END.fullmatch(last):
+      return True
+    if _REFERENCE.fullmatch(last) and _NUMBER_START.match(following):
+      return True
+    if _NAME_PART.fullmatch(last):
+      return following.split(" ", 1)[0].strip("\"'(\u201c") not in _OPENERS
+    return False
+  return (following[0].islower() and sentence[-1] in _CLOSING_QUOTES and len(sentence) > 1
+          and sentence[-2] in _QUESTION_MARKS)
 
 
 def _joined(pieces):
@@ -180,6 +187,12 @@ def _windows(text):
     start = end
 
 
+def _pieces(sentence, counts, continued):
+  """`cut_long`'s pieces, each with whether it continues a sentence (not its first piece)."""
+  return [(piece, continued or i > 0)
+          for i, piece in enumerate(cut_long(sentence, counts, continued))]
+
+
 def bounded_sentences(text, counts, split=split_sentences):
   """One paragraph -> its sentences, holding at most a window of it and a sentence's last
   WINDOW_CHARS characters at a time.
@@ -194,7 +207,8 @@ def bounded_sentences(text, counts, split=split_sentences):
     split: the split of one window: str -> list of str.
 
   Yields:
-    str, the sentences, in order, none empty.
+    (sentence, continued): str, the sentences (or pieces of a sentence cut) in order, none empty;
+    bool, whether it continues a cut sentence (a piece after its first).
   """
   carried, continued = "", False
   for window in _windows(text):
@@ -203,13 +217,13 @@ def bounded_sentences(text, counts, split=split_sentences):
       continue
     last = sentences.pop()
     for sentence in sentences:
-      yield from cut_long(sentence, counts, continued)
+      yield from _pieces(sentence, counts, continued)
       continued = False
     if len(last) > WINDOW_CHARS:  # held back for the next window: its last piece only
-      pieces = cut_long(last, counts, continued)
+      pieces = _pieces(last, counts, continued)
       yield from pieces[:-1]
-      last, continued = pieces[-1], True
+      last, continued = pieces[-1][0], True
     # The window's own space after its last sentence, if any (blingfire strips it).
     carried = last + (" " if window[-1].isspace() else "")
   if carried.strip():
-    yield from cut_long(carried.strip(), counts, continued)
+    yield from _pieces(carried.strip(), counts, continued)

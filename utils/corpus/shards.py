@@ -68,11 +68,12 @@ def sentence_summary(counts):
   return "sentences: %s; " % ", ".join(parts) if parts else ""
 
 
-def _wiki_sentence(sentence, counts):
-  """A sentence of wiki text, its template holes repaired; None when it is dropped (counted)."""
+def _wiki_sentence(sentence, continued, counts):
+  """A sentence of wiki text (or a piece of one cut at the word limit: `continued` for all but
+  its first), its template holes repaired; None when it is dropped (counted)."""
   repaired = template_holes.repair(sentence)
   counts.template_holes += repaired != sentence
-  if not repaired or template_holes.is_headless(repaired):
+  if not repaired or (not continued and template_holes.is_headless(repaired)):
     counts.headless_sentences += 1
     return None
   return repaired
@@ -96,11 +97,11 @@ def iter_document_sentences(document, fmt, counts):
     if fmt in _SEGMENTED_FORMATS:
       pieces = sentences_lib.bounded_sentences(paragraph, counts)
     else:
-      pieces = sentences_lib.cut_long(paragraph, counts)
-    for piece in pieces:
+      pieces = ((piece, False) for piece in sentences_lib.cut_long(paragraph, counts))
+    for piece, continued in pieces:
       sentence = " ".join(piece.split())
       if sentence and fmt == "wikidump":
-        sentence = _wiki_sentence(sentence, counts)
+        sentence = _wiki_sentence(sentence, continued, counts)
       if sentence:
         yield sentence
 
