@@ -43,7 +43,8 @@ def test_a_fragment_without_siteinfo_gets_one_for_wikiextractor(tmp_path):
     text = reader.read()
   with bz2.open(wiki_sentences.DUMP, "rt", encoding="utf-8") as reader:
     original = reader.read()
-  assert text.replace(wiki_sentences._SITEINFO, "", 1) == original  # pylint: disable=protected-access
+  siteinfo = wiki_sentences._SITEINFO  # pylint: disable=protected-access
+  assert text.replace(siteinfo, "", 1) == original
   assert text.index("</siteinfo>") < text.index("<page>")
 
 

@@ -13,8 +13,8 @@ one sentence a line, a blank line after each document.
 
 Memory is bounded by design, not by the input: a paragraph is split a window at a time and a
 sentence is cut at `sentences.MAX_SENTENCE_WORDS` words (`sentences.bounded_sentences`), and a
-document of more than MAX_DOCUMENT_CHARS characters of sentences is written in parts of at most that size,
-each a document with its own key (the generator reads them as separate documents).
+document of more than MAX_DOCUMENT_CHARS characters of sentences is written in parts of at most
+that size, each a document with its own key (the generator reads them as separate documents).
 """
 
 import hashlib
