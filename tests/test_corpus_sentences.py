@@ -108,6 +108,8 @@ JOINED_PIECES = [
      ["He moved to the U.S.", "In 1990 he became a citizen."]),
     (["The vitamin is called B.", "It is found in yeast."],
      ["The vitamin is called B.", "It is found in yeast."]),
+    (["The border was drawn after World War I.", "Germany lost its colonies."],
+     ["The border was drawn after World War I.", "Germany lost its colonies."]),
     # Latin abbreviations: always joined.
     (["Esters are formed with alcohols e.g.", "Methanol and ethanol."],
      ["Esters are formed with alcohols e.g. Methanol and ethanol."]),

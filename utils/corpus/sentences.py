@@ -55,8 +55,9 @@ _TITLE = r"(?:%s)\." % "|".join(_TITLES)
 # out of the pattern, which is then fast to scan).
 _STOP_BEFORE_TITLE = re.compile(r"[.!?] (?=%s [^\W\d_])" % _TITLE)
 # The last word of a sentence that is a title, an initial or capitals with full stops: joined to
-# the next sentence unless that one opens with a common opening word (`_OPENERS`).
-_NAME_PART = re.compile(r"%s|[A-Z]\.(?:[A-Z]\.)*" % _TITLE)
+# the next sentence unless that one opens with a common opening word (`_OPENERS`). "I." alone is
+# left out: it ends a sentence as a Roman numeral ("after World War I. Germany ...").
+_NAME_PART = re.compile(r"%s|[A-HJ-Z]\.|[A-Z]\.(?:[A-Z]\.)+" % _TITLE)
 # Latin abbreviations that never end a sentence.
 _NEVER_END = re.compile(r"(?:e\.g|i\.e|cf|viz)\.")
 # Reference abbreviations, joined to a next sentence that starts with a number (Arabic or Roman).
