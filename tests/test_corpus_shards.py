@@ -5,6 +5,7 @@ import os
 import random
 
 from utils.corpus import documents
+from utils.corpus import runner
 from utils.corpus import shards
 
 Document = documents.Document
@@ -76,6 +77,17 @@ def test_the_summary_names_what_was_done_to_sentences_only_when_something_was():
   assert shards.sentence_summary(dict(long_sentences=0, template_holes=0)) == ""
   assert shards.sentence_summary(dict(long_sentences=2, headless_sentences=1)) == (
       "sentences: 2 over 512 words cut, 1 without a subject dropped; ")
+
+
+def test_the_summary_line_carries_the_sentence_counts():
+  result = dict(documents=3, input_bytes=2e6, shards=2, train_documents=3, records={},
+                seconds=1.0, bytes_read=0, units_done_earlier=0, long_sentences=1,
+                template_holes=4, long_documents=1)
+  assert ("3 documents read (2.0 MB), 0 duplicates dropped, 0 bad documents skipped; sentences: "
+          "1 over 512 words cut, 4 with template holes repaired, 1 documents over 4194304 "
+          "characters cut; 2 shards of 3 training") in runner.summary_line(result)
+  assert "sentences:" not in runner.summary_line(dict(result, long_sentences=0, template_holes=0,
+                                                      long_documents=0))
 
 
 def test_the_key_is_the_normalised_text_whatever_its_sentences():
