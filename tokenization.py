@@ -35,6 +35,8 @@ from utils.core import paths
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Words longer than this (in characters) become [UNK], as in the original.
 MAX_INPUT_CHARS_PER_WORD = 200
+# `tokenize_lines_to_ids` encodes about this many characters at a time (what it holds at once).
+_BATCH_CHARS = 1 << 21
 
 # Code point ranges the original treats as CJK characters (each becomes its own token).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
@@ -525,13 +527,13 @@ class FullTokenizer(object):
       per_line = self.tokenize_to_ids(lines)
       return (np.array([i for ids in per_line for i in ids], np.int32),
               np.array([len(ids) for ids in per_line], np.int64))
-    chunks = [prepare_text("\n".join(lines[i:i + lines_per_chunk]), self.do_lower_case)
-              for i in range(0, len(lines), lines_per_chunk)]
-    encodings = backend.encode_batch_fast(chunks, add_special_tokens=False)
     pieces = []
-    for encoding in encodings:
-      pieces.append(np.asarray(encoding.ids, dtype=np.int32))
-      pieces.append(np.array([separator], np.int32))
+    # The library's encodings take some 200 bytes a token: they are made a batch of chunks at a
+    # time, so that only one batch's are held, whatever the input's size.
+    for chunks in self._chunk_batches(lines, lines_per_chunk):
+      for encoding in backend.encode_batch_fast(chunks, add_special_tokens=False):
+        pieces.append(np.asarray(encoding.ids, dtype=np.int32))
+        pieces.append(np.array([separator], np.int32))
     flat = np.concatenate(pieces)
     is_separator = flat == separator
     ends = np.flatnonzero(is_separator)
@@ -539,6 +541,20 @@ class FullTokenizer(object):
       raise ValueError("tokenize_lines_to_ids: a line contains a newline")
     lengths = np.diff(ends, prepend=-1) - 1
     return flat[~is_separator], lengths.astype(np.int64)
+
+  def _chunk_batches(self, lines, lines_per_chunk):
+    """Lines -> lists of chunks (`lines_per_chunk` lines joined by "\\n", prepared), each list of
+    at most _BATCH_CHARS characters unless it is one chunk."""
+    batch, size = [], 0
+    for i in range(0, len(lines), lines_per_chunk):
+      chunk = prepare_text("\n".join(lines[i:i + lines_per_chunk]), self.do_lower_case)
+      if batch and size + len(chunk) > _BATCH_CHARS:
+        yield batch
+        batch, size = [], 0
+      batch.append(chunk)
+      size += len(chunk)
+    if batch:
+      yield batch
 
   def _lines_backend(self):
     """The pipeline of `tokenize` plus "\\n" as an extra token; returns (tokenizer, its id)."""

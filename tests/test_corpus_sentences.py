@@ -1,8 +1,10 @@
-"""utils/corpus/sentences.py: a paragraph's sentences (blingfire and its three repairs).
+"""utils/corpus/sentences.py: a paragraph's sentences (blingfire and its repairs) and the bounds
+on what is held at once.
 
 The expected sentences were written by hand, not taken from the segmenter; none of these
-paragraphs is in the benchmark's sample (bench/data/sentences_labelled.txt). What it gets wrong is
-listed in docs/DECISIONS.md (section Data), not tested.
+paragraphs is in the benchmarks' samples (bench/data/sentences_labelled.txt,
+sentences_wikipedia.txt), though several are shaped after sentences of English Wikipedia. What it
+gets wrong is listed in docs/DECISIONS.md (section Data), not tested.
 """
 
 import importlib.metadata
@@ -74,6 +76,54 @@ REPAIRED_PARAGRAPHS = [
     # 3. a quoted question and its lower-case reporting clause (blingfire: split after the quote).
     ('"Is it far?" she asked. "Two miles," he said.',
      ['"Is it far?" she asked.', '"Two miles," he said.']),
+    # 2. titles before a name (blingfire: "... Columbus." | "Maj." | "Gen." | "Polk ignored ...").
+    ("In September 1861, Maj. Gen. Leonidas Polk occupied Columbus. Maj. Gen. Polk ignored the "
+     "problems of the forts when he took command.",
+     ["In September 1861, Maj. Gen. Leonidas Polk occupied Columbus.",
+      "Maj. Gen. Polk ignored the problems of the forts when he took command."]),
+    # 3. a list item's number (blingfire: "1." | "The Congress ...").
+    ("1. The Congress of Deputies may require political responsibility from the Government.",
+     ["1. The Congress of Deputies may require political responsibility from the Government."]),
+]
+
+# Repair 2, rule by rule, on the pieces blingfire gives: (pieces, the sentences they make).
+JOINED_PIECES = [
+    # A title: joined unless the next sentence opens with a common opening word.
+    (["The fort was held by Brig.", "Gen. Lloyd Tilghman, who surrendered it."],
+     ["The fort was held by Brig. Gen. Lloyd Tilghman, who surrendered it."]),
+    (["Maj.", "Gen. Polk ignored the problems of the forts."],
+     ["Maj. Gen. Polk ignored the problems of the forts."]),
+    (["She lived on Baker St.", "The house is red."],
+     ["She lived on Baker St.", "The house is red."]),
+    # Initials, alone or in a group, and capitals with full stops.
+    (["The novel by J. K.", "Rowling appeared in 1997."],
+     ["The novel by J. K. Rowling appeared in 1997."]),
+    (["She called herself Susan B.", "Anthony, approached Michael's brother and left."],
+     ["She called herself Susan B. Anthony, approached Michael's brother and left."]),
+    (["Nick, Veronica and L.J.", "return to New Glarus."],
+     ["Nick, Veronica and L.J. return to New Glarus."]),
+    (["It was ratified by the U.S.", "Senate in 1921."],
+     ["It was ratified by the U.S. Senate in 1921."]),
+    (["He moved to the U.S.", "In 1990 he became a citizen."],
+     ["He moved to the U.S.", "In 1990 he became a citizen."]),
+    (["The vitamin is called B.", "It is found in yeast."],
+     ["The vitamin is called B.", "It is found in yeast."]),
+    (["The border was drawn after World War I.", "Germany lost its colonies."],
+     ["The border was drawn after World War I.", "Germany lost its colonies."]),
+    # Latin abbreviations: always joined.
+    (["Esters are formed with alcohols e.g.", "Methanol and ethanol."],
+     ["Esters are formed with alcohols e.g. Methanol and ethanol."]),
+    (["The house, i.e.", "The main building, burned in 1901."],
+     ["The house, i.e. The main building, burned in 1901."]),
+    # A reference abbreviation before a number, Arabic or Roman; not before a word.
+    (["It was dissolved according to Article 68, Par.", "2 of the Basic Law."],
+     ["It was dissolved according to Article 68, Par. 2 of the Basic Law."]),
+    (["In accordance with the Amendment No.", "I of the Basic Law, the system changed."],
+     ["In accordance with the Amendment No. I of the Basic Law, the system changed."]),
+    (["The answer was no.", "Nobody came."], ["The answer was no.", "Nobody came."]),
+    # 3. a list item's number.
+    (["2.", "The motion may not be voted on for five days."],
+     ["2. The motion may not be voted on for five days."]),
 ]
 
 
@@ -87,6 +137,12 @@ def test_the_repairs_mend_what_blingfire_gets_wrong(paragraph, expected):
   # Still needed: blingfire alone splits each differently (a new release may make one moot).
   assert sentences.blingfire.text_to_sentences(paragraph).split("\n") != expected
   assert sentences.split_sentences(paragraph) == expected
+
+
+@pytest.mark.parametrize("pieces, expected", JOINED_PIECES)
+def test_a_break_after_a_title_initial_or_abbreviation_is_removed_unless_a_sentence_opens(
+    pieces, expected):
+  assert sentences._joined(pieces) == expected  # pylint: disable=protected-access
 
 
 def test_segmenter_names_blingfire_and_its_installed_version():
@@ -122,3 +178,49 @@ def test_a_paragraph_blingfire_does_not_give_back_is_returned_whole(monkeypatch)
   monkeypatch.setattr(sentences.blingfire, "text_to_sentences", lambda text: "")
   assert sentences.split_sentences(" One. Two. ") == ["One. Two."]
   assert sentences.split_sentences("  ") == []
+
+
+def _all_sample_text():
+  """The sentences of both benchmark samples, joined into one paragraph of some 90 kB."""
+  return " ".join(" ".join(truth) for name in ("sentences_labelled.txt", "sentences_wikipedia.txt")
+                  for truth in sentence_split.read_labelled(
+                      os.path.join(sentence_split.REPO_ROOT, "bench", "data", name)))
+
+
+@pytest.mark.parametrize("window", [1000, 5000, 1 << 16])
+def test_a_paragraph_split_window_by_window_gives_the_sentences_of_the_whole(monkeypatch, window):
+  text = _all_sample_text()
+  whole = sentences.split_sentences(text)
+  monkeypatch.setattr(sentences, "WINDOW_CHARS", window)
+  counts = sentences.SentenceCounts()
+  assert list(sentences.bounded_sentences(text, counts)) == [(s, False) for s in whole]
+  assert counts.long_sentences == 0 and len(whole) > 600
+
+
+def test_a_paragraph_without_punctuation_is_cut_every_512_words_and_counted_once(monkeypatch):
+  monkeypatch.setattr(sentences, "WINDOW_CHARS", 5000)  # 4 windows for the paragraph
+  words = ["word%d" % (i % 97) for i in range(3000)]
+  counts = sentences.SentenceCounts()
+  pieces, continued = zip(*sentences.bounded_sentences(" ".join(words), counts))
+  assert [len(piece.split()) for piece in pieces] == [512] * 5 + [3000 - 5 * 512]
+  assert continued == (False,) + (True,) * 5
+  assert " ".join(pieces).split() == words
+  assert counts.long_sentences == 1
+
+
+def test_a_paragraph_without_a_space_is_cut_into_windows(monkeypatch):
+  monkeypatch.setattr(sentences, "WINDOW_CHARS", 100)
+  counts = sentences.SentenceCounts()
+  assert list(sentences.bounded_sentences("x" * 250, counts)) == [
+      ("x" * 100, False), ("x" * 100, True), ("x" * 50, True)]
+  assert counts.long_sentences == 1
+
+
+def test_a_sentence_over_the_word_limit_is_cut_and_a_shorter_one_kept_as_it_is():
+  counts = sentences.SentenceCounts()
+  short = "A  sentence of " + "many " * 500 + "words."
+  assert sentences.cut_long(short, counts) == [short] and counts.long_sentences == 0
+  long_one = " ".join(str(i) for i in range(1100))
+  assert sentences.cut_long(long_one, counts) == [
+      " ".join(str(i) for i in range(start, min(1100, start + 512))) for start in (0, 512, 1024)]
+  assert counts.long_sentences == 1

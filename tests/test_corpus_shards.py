@@ -5,6 +5,7 @@ import os
 import random
 
 from utils.corpus import documents
+from utils.corpus import runner
 from utils.corpus import shards
 
 Document = documents.Document
@@ -22,6 +23,71 @@ def test_sentences_are_split_except_in_the_generators_format():
   assert shards.document_sentences(document, "sentences_per_line") == [
       "One here. Two here.", "Three."]
   assert shards.document_sentences(Document("d", "x", ["  ", ""]), "directory") == []
+
+
+def test_wiki_text_gets_its_template_holes_repaired_and_headless_sentences_dropped():
+  document = Document("dump.xml", "page 1 'Aikido'", [
+      "is a modern Japanese martial art. Asphalt (, occasionally ), also known as bitumen, is "
+      "black.", "Its founder was born in 1883,."])
+  counts = shards.SentenceCounts()
+  assert shards.document_sentences(document, "wikidump", counts) == [
+      "Asphalt (occasionally), also known as bitumen, is black.", "Its founder was born in 1883."]
+  assert counts.as_dict() == dict(long_sentences=0, template_holes=2, headless_sentences=1,
+                                  long_documents=0)
+  # Text of other formats is only split: "f()" is code, not a hole.
+  plain = Document("in.txt", "line 1", ["Call f() first, then g( ) ,."])
+  assert shards.document_sentences(plain, "documents_per_line") == [
+      "Call f() first, then g( ) ,."]
+
+
+def test_a_piece_of_a_cut_sentence_is_not_taken_for_a_sentence_without_its_subject():
+  words = ["alpha"] * 512 + ["was", "cut", "here"]  # the second piece opens with "was"
+  counts = shards.SentenceCounts()
+  assert shards.document_sentences(Document("dump.xml", "page 1", [" ".join(words)]),
+                                   "wikidump", counts) == [" ".join(words[:512]),
+                                                           "was cut here"]
+  assert counts.headless_sentences == 0 and counts.long_sentences == 1
+
+
+def test_a_line_of_the_generators_format_over_the_word_limit_is_cut_too():
+  counts = shards.SentenceCounts()
+  line = " ".join("w%d" % i for i in range(600))
+  assert shards.document_sentences(Document("s.txt", "line 1", [line]), "sentences_per_line",
+                                   counts) == [" ".join(line.split()[:512]),
+                                               " ".join(line.split()[512:])]
+  assert counts.long_sentences == 1
+
+
+def test_a_document_over_the_bound_is_cut_into_parts_and_counted_once(monkeypatch):
+  monkeypatch.setattr(shards, "MAX_DOCUMENT_CHARS", 25)
+  sentences = ["Sentence number %d." % i for i in range(5)]  # 19 characters each
+  counts = shards.SentenceCounts()
+  parts = list(shards.document_parts(Document("in", "line 1", [" ".join(sentences)]),
+                                     "documents_per_line", counts))
+  assert parts == [[sentence] for sentence in sentences]
+  assert counts.long_documents == 1
+  monkeypatch.setattr(shards, "MAX_DOCUMENT_CHARS", 40)  # two sentences and their newlines
+  assert list(shards.document_parts(Document("in", "line 1", [" ".join(sentences)]),
+                                    "documents_per_line", counts)) == [
+                                        sentences[0:2], sentences[2:4], sentences[4:]]
+  assert counts.long_documents == 2
+
+
+def test_the_summary_names_what_was_done_to_sentences_only_when_something_was():
+  assert shards.sentence_summary(dict(long_sentences=0, template_holes=0)) == ""
+  assert shards.sentence_summary(dict(long_sentences=2, headless_sentences=1)) == (
+      "sentences: 2 over 512 words cut, 1 without a subject dropped; ")
+
+
+def test_the_summary_line_carries_the_sentence_counts():
+  result = dict(documents=3, input_bytes=2e6, shards=2, train_documents=3, records={},
+                seconds=1.0, bytes_read=0, units_done_earlier=0, long_sentences=1,
+                template_holes=4, long_documents=1)
+  assert ("3 documents read (2.0 MB), 0 duplicates dropped, 0 bad documents skipped; sentences: "
+          "1 over 512 words cut, 4 with template holes repaired, 1 documents over 4194304 "
+          "characters cut; 2 shards of 3 training") in runner.summary_line(result)
+  assert "sentences:" not in runner.summary_line(dict(result, long_sentences=0, template_holes=0,
+                                                      long_documents=0))
 
 
 def test_the_key_is_the_normalised_text_whatever_its_sentences():
@@ -56,7 +122,8 @@ def test_write_buckets_puts_each_document_in_its_keys_bucket(tmp_path):
   path = lambda j: str(tmp_path / ("bucket-%d.txt" % j))
   written, counts = shards.write_buckets(iter(docs), "documents_per_line", 3, path)
   assert counts == dict(documents=12, sentences=24, empty_documents=1, bytes=sum(
-      os.path.getsize(path(j)) for j in written))
+      os.path.getsize(path(j)) for j in written), long_sentences=0, template_holes=0,
+                        headless_sentences=0, long_documents=0)
   assert written == sorted(written) and set(written) <= {0, 1, 2}
   for j in range(3):
     expected = "".join("Doc %d, sentence one.\nAnd two.\n\n" % i for i in range(12)

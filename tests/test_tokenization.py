@@ -350,6 +350,19 @@ def test_batch_paths_equal_single_text(trained_vocab):
   assert ids.dtype == np.int32 and len(lengths) == len(lines)
 
 
+def test_lines_encoded_a_batch_of_chunks_at_a_time_give_the_same_ids(trained_vocab, monkeypatch):
+  vocab_file, _ = trained_vocab
+  tokenizer = tokenization.FullTokenizer(vocab_file)
+  lines = [line for text in PARAGRAPHS for line in text.replace("\r", "\n").split("\n")]
+  expected = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)) for line in lines]
+  monkeypatch.setattr(tokenization, "_BATCH_CHARS", 200)  # batches of one or two chunks
+  batches = list(tokenizer._chunk_batches(lines, 2))  # pylint: disable=protected-access
+  assert len(lines) == 8 and 2 <= len(batches) < 4
+  ids, lengths = tokenizer.tokenize_lines_to_ids(lines, lines_per_chunk=2)
+  offsets = np.concatenate([[0], np.cumsum(lengths)])
+  assert [ids[offsets[i]:offsets[i + 1]].tolist() for i in range(len(lines))] == expected
+
+
 # ------------------------------------------------------------------------------------------------
 # Vocabulary files.
 # ------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from utils.core import errors
 from utils.corpus import bad_input
 from utils.corpus import config as config_lib
 from utils.corpus import manifest
+from utils.corpus import shards
 from utils.corpus import stages
 from utils.data import instances
 from utils.runtime import worker_pool
@@ -194,9 +195,9 @@ def summary(config, units, seconds, bytes_read=0, units_done_earlier=0):
     units_done_earlier: this task's units found done.
 
   Returns:
-    dict: documents, input_bytes, bad_documents, duplicates, train_documents, eval_documents
-    (of the whole corpus), shards, records (OrderedDict "seq128 train" -> records), seconds,
-    bytes_read, units_done_earlier.
+    dict: documents, input_bytes, bad_documents, duplicates, train_documents, eval_documents,
+    shards.SENTENCE_COUNTS (of the whole corpus), shards, records (OrderedDict "seq128 train" ->
+    records), seconds, bytes_read, units_done_earlier.
   """
   out = config.output_dir
   totals = collections.Counter()
@@ -210,7 +211,7 @@ def summary(config, units, seconds, bytes_read=0, units_done_earlier=0):
       if stage in ("extract", "shard"):
         totals.update({key: counts[key] for key in (
             "documents", "input_bytes", "bad_documents", "duplicates", "train_documents",
-            "eval_documents") if key in counts and not (
+            "eval_documents") + shards.SENTENCE_COUNTS if key in counts and not (
                 stage == "shard" and key == "documents")})
       elif stage == "records":
         key = "%s %s" % (config_lib.phase_name(unit.spec["phase"]), unit.spec["split"])
@@ -230,8 +231,8 @@ def summary_line(result):
   if result["units_done_earlier"]:
     this_run += ", %d units done earlier" % result["units_done_earlier"]
   return ("prepare_corpus: %d documents read (%.1f MB), %d duplicates dropped, %d bad documents "
-          "skipped; %d shards of %d training and %d held-out documents; records: %s; %s" % (
+          "skipped; %s%d shards of %d training and %d held-out documents; records: %s; %s" % (
               result.get("documents", 0), result.get("input_bytes", 0) / 1e6,
-              result.get("duplicates", 0), result.get("bad_documents", 0), result["shards"],
-              result.get("train_documents", 0), result.get("eval_documents", 0),
-              records or "none", this_run))
+              result.get("duplicates", 0), result.get("bad_documents", 0),
+              shards.sentence_summary(result), result["shards"], result.get("train_documents", 0),
+              result.get("eval_documents", 0), records or "none", this_run))

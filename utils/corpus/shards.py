@@ -10,6 +10,11 @@ split, so both are the same whoever reads the document and whenever: every copy 
 lands in one bucket, where the first is kept and the others dropped; a document is held out
 whole or not at all, never some of its sentences. Files are written in the generator's format:
 one sentence a line, a blank line after each document.
+
+Memory is bounded by design, not by the input: a paragraph is split a window at a time and a
+sentence is cut at `sentences.MAX_SENTENCE_WORDS` words (`sentences.bounded_sentences`), and a
+document of more than MAX_DOCUMENT_CHARS characters of sentences is written in parts of at most
+that size, each a document with its own key (the generator reads them as separate documents).
 """
 
 import hashlib
@@ -17,29 +22,114 @@ import unicodedata
 
 from utils.corpus import documents as documents_lib
 from utils.corpus import sentences as sentences_lib
+from utils.corpus import template_holes
 
 # The formats whose paragraphs are split into sentences (the generator's own is taken as it is).
 _SEGMENTED_FORMATS = ("wikidump", "directory", "documents_per_line")
+# The most text (characters of its sentences) of one document held at once: a longer document is
+# cut into parts of at most this size. Wikipedia's longest articles hold well under 1 MB of text.
+MAX_DOCUMENT_CHARS = 4 << 20
 
 
-def document_sentences(document, fmt):
-  """The sentences of a document: its paragraphs split by the segmenter, or, for
-  "sentences_per_line", its lines as they are; whitespace collapsed, empty ones dropped.
+class SentenceCounts(sentences_lib.SentenceCounts):
+  """What the extract step did to sentences, beside `sentences.SentenceCounts`' long_sentences.
+
+  Attributes:
+    template_holes: sentences of wiki text whose template holes were repaired
+      (`template_holes.repair`).
+    headless_sentences: sentences of wiki text dropped for opening with their verb
+      (`template_holes.is_headless`), or left empty by the repair.
+    long_documents: documents cut into parts of at most MAX_DOCUMENT_CHARS characters.
+  """
+
+  def __init__(self):
+    super().__init__()
+    self.template_holes = 0
+    self.headless_sentences = 0
+    self.long_documents = 0
+
+  def as_dict(self):
+    """The counts by name."""
+    return {key: getattr(self, key) for key in SENTENCE_COUNTS}
+
+
+# The counts of `SentenceCounts.as_dict`, and how the summary line names them.
+SENTENCE_COUNTS = ("long_sentences", "template_holes", "headless_sentences", "long_documents")
+_SENTENCE_TEXTS = ("%%d over %d words cut" % sentences_lib.MAX_SENTENCE_WORDS,
+                   "%d with template holes repaired", "%d without a subject dropped",
+                   "%%d documents over %d characters cut" % MAX_DOCUMENT_CHARS)
+
+
+def sentence_summary(counts):
+  """What the extract step did to sentences: dict with SENTENCE_COUNTS (missing: 0) -> "sentences:
+  2 over 512 words cut, 5 with template holes repaired; " (the counts above 0), or ""."""
+  parts = [text % counts[key] for key, text in zip(SENTENCE_COUNTS, _SENTENCE_TEXTS)
+           if counts.get(key)]
+  return "sentences: %s; " % ", ".join(parts) if parts else ""
+
+
+def _wiki_sentence(sentence, continued, counts):
+  """A sentence of wiki text (or a piece of one cut at the word limit: `continued` for all but
+  its first), its template holes repaired; None when it is dropped (counted)."""
+  repaired = template_holes.repair(sentence)
+  counts.template_holes += repaired != sentence
+  if not repaired or (not continued and template_holes.is_headless(repaired)):
+    counts.headless_sentences += 1
+    return None
+  return repaired
+
+
+def iter_document_sentences(document, fmt, counts):
+  """The sentences of a document, streaming: its paragraphs split by the segmenter (within the
+  bounds of `sentences.bounded_sentences`), or, for "sentences_per_line", its lines as they are
+  (cut at the word limit too); whitespace collapsed, empty ones dropped; in wiki text, template
+  holes repaired and sentences without a subject dropped.
 
   Args:
     document: `documents.Document`.
     fmt: the input's format.
+    counts: `SentenceCounts`, updated.
 
-  Returns:
-    list of str without newlines.
+  Yields:
+    str without newlines.
   """
-  if fmt in _SEGMENTED_FORMATS:
-    pieces = [s for paragraph in document.paragraphs
-              for s in sentences_lib.split_sentences(paragraph)]
-  else:
-    pieces = document.paragraphs
-  collapsed = (" ".join(piece.split()) for piece in pieces)
-  return [sentence for sentence in collapsed if sentence]
+  for paragraph in document.paragraphs:
+    if fmt in _SEGMENTED_FORMATS:
+      pieces = sentences_lib.bounded_sentences(paragraph, counts)
+    else:
+      pieces = ((piece, False) for piece in sentences_lib.cut_long(paragraph, counts))
+    for piece, continued in pieces:
+      sentence = " ".join(piece.split())
+      if sentence and fmt == "wikidump":
+        sentence = _wiki_sentence(sentence, continued, counts)
+      if sentence:
+        yield sentence
+
+
+def document_sentences(document, fmt, counts=None):
+  """The sentences of a document (`iter_document_sentences`), as a list."""
+  return list(iter_document_sentences(document, fmt, counts or SentenceCounts()))
+
+
+def document_parts(document, fmt, counts):
+  """A document's sentences in parts of at most MAX_DOCUMENT_CHARS characters (a sentence longer
+  than that is a part by itself): one part for any ordinary document; a longer one is counted in
+  `counts.long_documents`.
+
+  Yields:
+    non-empty lists of str.
+  """
+  part, size, cut = [], 0, False
+  for sentence in iter_document_sentences(document, fmt, counts):
+    if part and size + len(sentence) > MAX_DOCUMENT_CHARS:
+      counts.long_documents += not cut
+      cut = True
+      yield part
+      part, size = [], 0
+    part.append(sentence)
+    size += len(sentence) + 1
+  if part:
+    yield part
 
 
 def document_digest(sentences):
@@ -97,23 +187,24 @@ def write_buckets(document_iter, fmt, num_buckets, bucket_path):
 
   Returns:
     (list of the buckets written, dict of counts: "documents" (with a sentence), "sentences",
-    "empty_documents" (without one), "bytes" written).
+    "empty_documents" (without one), "bytes" written, and those of `SentenceCounts`).
   """
   counts = dict(documents=0, sentences=0, empty_documents=0, bytes=0)
+  sentence_counts = SentenceCounts()
   files = _LazyFiles(bucket_path)
   try:
     for document in document_iter:
-      sentences = document_sentences(document, fmt)
-      if not sentences:
-        counts["empty_documents"] += 1
-        continue
-      text = format_document(sentences)
-      files.write(bucket_of(document_digest(sentences), num_buckets), text)
-      counts["documents"] += 1
-      counts["sentences"] += len(sentences)
-      counts["bytes"] += len(text.encode("utf-8"))
+      parts = 0
+      for sentences in document_parts(document, fmt, sentence_counts):
+        text = format_document(sentences)
+        files.write(bucket_of(document_digest(sentences), num_buckets), text)
+        parts += 1
+        counts["sentences"] += len(sentences)
+        counts["bytes"] += len(text.encode("utf-8"))
+      counts["documents" if parts else "empty_documents"] += 1
   finally:
     written = files.close()
+  counts.update(sentence_counts.as_dict())
   return written, counts
 
 
