@@ -27,6 +27,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
+import optimization
 from utils.checkpoints import contents as ckpt
 
 OPTIMIZER_RECORD = "optimizer.json"
@@ -164,12 +165,15 @@ def _changes(checkpoint, checkpoint_shapes, model_shapes, optimizer_type, record
   """What resuming `checkpoint` changes (the arguments are `decide`'s), once `_refusal` found
   nothing: (log lines, one per change; names of the variables added at their initial values)."""
   notes, additions = [], []
-  if (optimizer_type and recorded_optimizer and recorded_optimizer != optimizer_type
-      and ckpt.by_role(model_shapes, ckpt.ROLE_MOMENT)):
+  if (optimizer_type and recorded_optimizer in optimization.OPTIMIZER_TYPES
+      and recorded_optimizer != optimizer_type and ckpt.by_role(model_shapes, ckpt.ROLE_MOMENT)):
+    # The slots of both optimizers have the same names and meanings (`optimization.slot_names`);
+    # _refusal has already refused a checkpoint without the job's slots.
     notes.append(
         "resuming %s (trained with --optimizer_type=%s) with --optimizer_type=%s: the moments "
-        "adam_m / adam_v are the same moving averages for both and are restored as they are"
-        % (checkpoint, recorded_optimizer, optimizer_type))
+        "%s are the same moving averages for both and are restored as they are"
+        % (checkpoint, recorded_optimizer, optimizer_type,
+           " / ".join(optimization.slot_names(optimizer_type))))
   added = _not_in(model_shapes, ckpt.ROLE_ACCUMULATION, checkpoint_shapes)
   if added:
     additions += added
