@@ -13,12 +13,11 @@ follows one gradient path, one module-level step each (`scaled_gradients`, `grad
   -> unscale -> finiteness check -> clip by global norm 1.0
   -> global_step += 1, then apply (the optimizer reads the incremented step)
 
-The learning rate of an update is `Schedule.learning_rate_at` of the step read before it, and the
-optimizer applying it is `Schedule.optimizer` (its moments are the slots `Schedule.slot_names`).
-
 Stages in brackets are present only in that configuration; there is no second copy of the path.
 All allreduces come before the finiteness check, so every worker sees the same values and takes the
 same decision: a non-finite update changes no weight and no step anywhere and halves the loss scale.
+The learning rate of an update is `Schedule.learning_rate_at` of the step read before it, and the
+optimizer applying it is `Schedule.optimizer` (its moments are the slots `Schedule.slot_names`).
 A bf16 step takes the fp32 path from the gradients on (no loss scale; the gradients of the fp32
 master variables are fp32): a non-finite update is skipped as in fp32, and the NaN loss that
 comes with it stops the job (docs/DESIGN.md, "bf16").
@@ -30,7 +29,7 @@ the three writes) is one XLA-compiled function that also applies that factor
 (`_AdamFamilyOptimizer._fused_update` says why).
 
 The settings travel in four small objects built once by the caller: `Schedule` (the one description
-of the optimizer: which one, its learning-rate schedule, its beta_2 and epsilon, its slots),
+of the optimizer: which one, its learning-rate schedule, adam_beta2 and adam_epsilon, its slots),
 `Precision` (fp16 or bf16, and loss scaling), `Accumulation` (micro-steps and where the allreduce
 happens) and `Distribution` (Horovod or TPU cores). Their checks are the module-level `check_*`
 functions, which the training script's flag validation also calls.

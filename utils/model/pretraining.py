@@ -235,6 +235,16 @@ def batch_counts(features):
   return sequences, real_tokens
 
 
+def _next_sentence_labels(features):
+  """features["next_sentence_labels"], or zeros of its shape for features without it (a run
+  without the next-sentence loss, whose records need not hold it): int32 [batch, K or 1]."""
+  if "next_sentence_labels" in features:
+    return features["next_sentence_labels"]
+  if is_packed(features):
+    return tf.zeros_like(features["next_sentence_positions"], dtype=tf.int32)
+  return tf.zeros([tf.shape(features["input_ids"])[0], 1], tf.int32)
+
+
 def _heads_on(bert_config, model, features):
   """Both heads on a built encoder: the dict of `build_pretraining_model` without "model".
 
@@ -245,7 +255,7 @@ def _heads_on(bert_config, model, features):
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
       features["masked_lm_positions"], features["masked_lm_ids"], _prediction_weights(features))
   nsp_loss, nsp_per_example_loss, nsp_log_probs = get_next_sentence_output(
-      bert_config, model.get_pooled_output(), features["next_sentence_labels"],
+      bert_config, model.get_pooled_output(), _next_sentence_labels(features),
       weights=features.get("next_sentence_weights"))
   return {
       "total_loss": mlm_loss + nsp_loss,
