@@ -8,6 +8,8 @@ builds anything and decides (docs/DECISIONS.md, "Resuming from --output_dir"):
 
   model weights missing, extra or of another shape      refuse, naming variable and shapes
   no optimizer moments (a weights-only checkpoint)      refuse
+  no moments of some weights (a run that did not train  refuse
+  them: --nonext_sentence_loss)
   no global_step, or another variable of the graph      refuse
   optimizer switched (adam <-> lamb)                    continue: same moments, log line
   accumulation turned on                                continue: accumulators and local_step
@@ -142,6 +144,11 @@ def _refusal(checkpoint, checkpoint_shapes, model_shapes):
             "--bert_config_file it was trained with." % (
                 checkpoint, len(mismatches), list_some(mismatches), way_out))
   missing_moments = _not_in(model_shapes, ckpt.ROLE_MOMENT, checkpoint_shapes)
+  if missing_moments and ckpt.by_role(checkpoint_shapes, ckpt.ROLE_MOMENT):
+    return ("%s holds optimizer moments, but not %d of this job's (%s ...): its run did not "
+            "train those variables (run_pretraining.py's --nonext_sentence_loss trains neither "
+            "the next-sentence head nor the pooler); resume it with the flags it was trained "
+            "with. %s." % (checkpoint, len(missing_moments), missing_moments[0], fresh_start))
   if missing_moments:
     return ("%s holds no optimizer moments (%s ... not in it): it is a weights-only checkpoint "
             "(e.g. an exported bert_model.ckpt), which cannot be resumed. %s." % (
