@@ -137,6 +137,18 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
                                        dropout_seed=dropout_seed)
 
 
+# The recipe's levers, in the order of their flags.
+LEVER_FLAGS = ("pretraining_dropout", "next_sentence_loss", "lr_schedule", "warmup_fraction",
+               "adam_beta2", "adam_epsilon")
+
+
+def _log_levers(f):
+  """One line naming the recipe's levers given on the command line (none: no line)."""
+  given = ["--%s=%s" % (name, f[name].value) for name in LEVER_FLAGS if f[name].present]
+  if given:
+    logging.info("recipe levers (docs/TRAINING.md, \"Recipe levers\"): %s", " ".join(given))
+
+
 def num_warmup_steps(f):
   """The warmup updates: int(--warmup_fraction x --num_train_steps), or --num_warmup_steps."""
   if f.warmup_fraction is None:
@@ -248,6 +260,7 @@ def run(f, config):
     errors.UsageError: for bad flags or data, before any graph is built.
   """
   check_flags(f, config)
+  _log_levers(f)
   workers = job_lib.start_workers(config)
   bert_config = job_lib.load_bert_config(config, f.max_predictions_per_seq)
   train_files, eval_files, layout = _resolve_inputs(f, bert_config.vocab_size)

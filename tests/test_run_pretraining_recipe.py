@@ -74,7 +74,8 @@ def test_levers_under_horovod_with_accumulation_and_fp16_on_records_without_labe
                 save_checkpoints_steps=UPDATES, display_loss_steps=1, manual_fp16=True,
                 init_loss_scale=2**10, horovod=True, do_train=True, do_eval=True,
                 max_eval_steps=2)
-  job.run_job(_flags(values), launcher=launchers._horovodrun(), timeout=300)  # pylint: disable=protected-access
+  horovodrun = launchers._horovodrun()  # pylint: disable=protected-access
+  job.run_job(_flags(values), launcher=horovodrun, timeout=300)
   _check_lever_run(out, 2e-3)  # 1e-3 per worker x 2 workers
   values = job.checkpoint_values(out)
   # The next-sentence head and the pooler keep their initial values: no loss trains them, no
@@ -97,8 +98,11 @@ def test_levers_on_packed_rows_in_bf16_under_the_tpu_estimator(tmp_path):
                 train_batch_size=4, eval_batch_size=4, learning_rate=1e-3,
                 num_train_steps=UPDATES, save_checkpoints_steps=UPDATES, display_loss_steps=1,
                 bf16=True, tpu_estimator=True, do_train=True, do_eval=True, max_eval_steps=2)
-  job.run_job(_flags(values), timeout=300)
+  proc = job.run_job(_flags(values), timeout=300)
   _check_lever_run(out, 1e-3)
+  assert ("recipe levers (docs/TRAINING.md, \"Recipe levers\"): --pretraining_dropout=0.0 "
+          "--next_sentence_loss=False --lr_schedule=linear --warmup_fraction=0.25 "
+          "--adam_beta2=0.98 --adam_epsilon=1e-08") in proc.stderr
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ from utils.training import model_fn as model_fn_lib
 _tf1 = tf.compat.v1
 TRAIN, EVAL = tf.estimator.ModeKeys.TRAIN, tf.estimator.ModeKeys.EVAL
 BATCH = model_fn_test.BATCH
+build = model_fn_test._build  # pylint: disable=protected-access
+numpy_outputs = model_fn_test._numpy_outputs  # pylint: disable=protected-access
 # Variables only the next-sentence loss trains: the pooler feeds only its head.
 NEXT_SENTENCE_ONLY = ("bert/pooler/", "cls/seq_relationship/")
 
@@ -31,7 +33,7 @@ def _train_losses(init_checkpoint, runs=2, **kwargs):
   variables."""
   with tf.Graph().as_default():
     _tf1.set_random_seed(3)
-    spec, _ = model_fn_test._build(TRAIN, init_checkpoint=init_checkpoint, **kwargs)  # pylint: disable=protected-access
+    spec, _ = build(TRAIN, init_checkpoint=init_checkpoint, **kwargs)
     names = {op.name for op in _tf1.get_default_graph().get_operations()}
     with _tf1.Session() as sess:
       sess.run(_tf1.global_variables_initializer())
@@ -40,31 +42,29 @@ def _train_losses(init_checkpoint, runs=2, **kwargs):
   return losses, names, initial
 
 
-def test_pretraining_dropout_zero_trains_on_numpys_deterministic_forward(checkpoint):  # noqa: F811
-  expected = model_fn_test._numpy_outputs(checkpoint["weights"])  # pylint: disable=protected-access
-  target = expected["mlm_loss"] + expected["nsp_loss"]
+def test_pretraining_dropout_zero_trains_on_numpys_deterministic_forward():
   assert model_fn_test.CONFIG.hidden_dropout_prob == 0.1  # the file's dropout is on
-  without, _, _ = _train_losses(checkpoint["prefix"], training_dropout=0.0)
+  without, _, initial = _train_losses(None, training_dropout=0.0)
+  expected = numpy_outputs(initial)
+  target = expected["mlm_loss"] + expected["nsp_loss"]
   np.testing.assert_allclose(without, [target, target], rtol=1e-5)
   # Only the training graph's configuration changes: the caller's keeps its values.
   assert model_fn_test.CONFIG.hidden_dropout_prob == 0.1
   assert model_fn_test.CONFIG.attention_probs_dropout_prob == 0.1
-  # Not given: the file's dropout, a new mask every run.
-  with_dropout, _, _ = _train_losses(checkpoint["prefix"])
-  assert with_dropout[0] != with_dropout[1] and abs(with_dropout[0] - target) > 1e-4
-  # A rate of its own: dropout again (here stronger than the file's).
-  strong, _, _ = _train_losses(checkpoint["prefix"], training_dropout=0.5)
+  # A rate of its own: dropout again, a new mask every run (here stronger than the file's; the
+  # file's own rate when the flag is not given: test_training_model_fn.py).
+  strong, _, initial = _train_losses(None, training_dropout=0.5)
+  target = sum(numpy_outputs(initial)[name] for name in ("mlm_loss", "nsp_loss"))
   assert strong[0] != strong[1] and abs(strong[0] - target) > 1e-4
 
 
 def test_pretraining_dropout_leaves_evaluation_as_it_was(graph, checkpoint):  # noqa: F811
-  spec, _ = model_fn_test._build(EVAL, init_checkpoint=checkpoint["prefix"],  # pylint: disable=protected-access
-                                 training_dropout=0.5)
+  spec, _ = build(EVAL, init_checkpoint=checkpoint["prefix"], training_dropout=0.5)
   with _tf1.Session() as sess:
     sess.run(_tf1.global_variables_initializer())
     loss, again = sess.run(spec.loss), sess.run(spec.loss)
   assert loss == again  # no dropout in evaluation
-  expected = model_fn_test._numpy_outputs(checkpoint["weights"])  # pylint: disable=protected-access
+  expected = numpy_outputs(checkpoint["weights"])
   np.testing.assert_allclose(loss, expected["mlm_loss"] + expected["nsp_loss"], rtol=1e-5)
 
 
@@ -76,28 +76,26 @@ def test_with_training_dropout_copies_the_config():
       config.to_dict(), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
-def test_without_the_next_sentence_loss_the_loss_is_numpys_masked_lm_loss(checkpoint):  # noqa: F811
-  expected = model_fn_test._numpy_outputs(checkpoint["weights"])  # pylint: disable=protected-access
+def test_without_the_next_sentence_loss_the_loss_is_numpys_masked_lm_loss():
   no_labels = {k: v for k, v in BATCH.items() if k != "next_sentence_labels"}
   head = pretraining.pretraining_head(model_fn_test.CONFIG, next_sentence_loss=False)
-  losses, names, _ = _train_losses(checkpoint["prefix"], head_fn=head, features=no_labels,
-                                   training_dropout=0.0)
+  losses, names, initial_off = _train_losses(None, head_fn=head, features=no_labels,
+                                             training_dropout=0.0)
+  expected = numpy_outputs(initial_off)
   np.testing.assert_allclose(losses, [expected["mlm_loss"]] * 2, rtol=1e-5)
   assert graph_names.MLM_LOSS in names and graph_names.NSP_LOSS not in names
   assert pretraining.pretraining_losses(False) == (graph_names.MLM_LOSS,)
-  with_nsp, _, _ = _train_losses(checkpoint["prefix"], training_dropout=0.0)
-  np.testing.assert_allclose(with_nsp, [expected["mlm_loss"] + expected["nsp_loss"]] * 2,
-                             rtol=1e-5)
-  # The same model is built, initialised bit for bit alike (no init checkpoint, one graph seed).
-  _, _, initial_off = _train_losses(None, runs=0, head_fn=head, features=no_labels)
-  _, _, initial_on = _train_losses(None, runs=0)
+  # The same model is built, initialised bit for bit alike (one graph seed), as with the loss.
+  with_nsp, _, initial_on = _train_losses(None, training_dropout=0.0)
   assert sorted(initial_off) == sorted(initial_on)
   assert all(np.array_equal(initial_off[n], initial_on[n]) for n in initial_on)
+  np.testing.assert_allclose(with_nsp, [expected["mlm_loss"] + expected["nsp_loss"]] * 2,
+                             rtol=1e-5)
 
 
 def test_without_the_next_sentence_loss_one_update_trains_all_but_its_head(graph):
   head = pretraining.pretraining_head(model_fn_test.CONFIG, next_sentence_loss=False)
-  spec, _ = model_fn_test._build(TRAIN, head_fn=head, training_dropout=0.0)  # pylint: disable=protected-access
+  spec, _ = build(TRAIN, head_fn=head, training_dropout=0.0)
   trainable = _tf1.trainable_variables()
   with _tf1.Session() as sess:
     sess.run(_tf1.global_variables_initializer())
@@ -116,14 +114,14 @@ def test_without_the_next_sentence_loss_one_update_trains_all_but_its_head(graph
 def test_without_the_next_sentence_loss_evaluation_reports_the_masked_lm_only(
     graph, checkpoint):  # noqa: F811
   head = pretraining.pretraining_head(model_fn_test.CONFIG, next_sentence_loss=False)
-  spec, _ = model_fn_test._build(EVAL, init_checkpoint=checkpoint["prefix"], head_fn=head)  # pylint: disable=protected-access
+  spec, _ = build(EVAL, init_checkpoint=checkpoint["prefix"], head_fn=head)
   assert set(spec.eval_metric_ops) == {"masked_lm_accuracy", "masked_lm_loss"}
   with _tf1.Session() as sess:
     sess.run([_tf1.global_variables_initializer(), _tf1.local_variables_initializer()])
     sess.run({k: op for k, (_, op) in spec.eval_metric_ops.items()})
     metrics = sess.run({k: value for k, (value, _) in spec.eval_metric_ops.items()})
     loss = sess.run(spec.loss)
-  expected = model_fn_test._numpy_outputs(checkpoint["weights"])  # pylint: disable=protected-access
+  expected = numpy_outputs(checkpoint["weights"])
   weights = BATCH["masked_lm_weights"].reshape(-1).astype(np.float64)
   right = expected["mlm_log_probs"].argmax(-1) == BATCH["masked_lm_ids"].reshape(-1)
   np.testing.assert_allclose(loss, expected["mlm_loss"], rtol=1e-5)
