@@ -16,6 +16,8 @@ follows one gradient path, one module-level step each (`scaled_gradients`, `grad
 Stages in brackets are present only in that configuration; there is no second copy of the path.
 All allreduces come before the finiteness check, so every worker sees the same values and takes the
 same decision: a non-finite update changes no weight and no step anywhere and halves the loss scale.
+The learning rate of an update is `Schedule.learning_rate_at` of the step read before it, and the
+optimizer applying it is `Schedule.optimizer` (its moments are the slots `Schedule.slot_names`).
 A bf16 step takes the fp32 path from the gradients on (no loss scale; the gradients of the fp32
 master variables are fp32): a non-finite update is skipped as in fp32, and the NaN loss that
 comes with it stops the job (docs/DESIGN.md, "bf16").
@@ -26,10 +28,11 @@ single factor; and each variable's update (moments, bias correction, weight deca
 the three writes) is one XLA-compiled function that also applies that factor
 (`_AdamFamilyOptimizer._fused_update` says why).
 
-The settings travel in four small objects built once by the caller: `Schedule` (optimizer and
-learning rate), `Precision` (fp16 or bf16, and loss scaling), `Accumulation` (micro-steps and where
-the allreduce happens) and `Distribution` (Horovod or TPU cores). Their checks are the module-level
-`check_*` functions, which the training script's flag validation also calls.
+The settings travel in four small objects built once by the caller: `Schedule` (the one description
+of the optimizer: which one, its learning-rate schedule, adam_beta2 and adam_epsilon, its slots),
+`Precision` (fp16 or bf16, and loss scaling), `Accumulation` (micro-steps and where the allreduce
+happens) and `Distribution` (Horovod or TPU cores). Their checks are the module-level `check_*`
+functions, which the training script's flag validation also calls.
 
 Ref variables (TF1 behaviour: `disable_v2_behavior`, or `use_resource=False`) cannot be written
 from a compiled function: for them the same compiled arithmetic returns the new values, and three
@@ -55,19 +58,43 @@ WEIGHT_DECAY_RATE = 0.01
 BETA_1 = 0.9
 BETA_2 = 0.999
 EPSILON = 1e-6
+# The decays after warmup (`Schedule.lr_schedule`): "recipe", each optimizer's own in the BERT
+# recipes (`RECIPE_DECAYS`); "linear", linearly to 0 at num_train_steps from the peak at the end of
+# warmup, for either optimizer.
+LR_SCHEDULES = ("recipe", "linear")
 EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 CLIP_NORM = 1.0
 LOSS_SCALE_INCREMENT_PERIOD = 1000
 LOSS_SCALE_MULTIPLIER = 2.0
 
 
+class Decay(collections.namedtuple("Decay", ["power", "through_peak_at_warmup_end"])):
+  """The learning rate's decay to 0 at num_train_steps after warmup: `start * (1 - step / T) **
+  power`, where start is the peak rate, or with `through_peak_at_warmup_end` the rate that makes
+  the curve pass through the peak at the end of warmup (for power 1: `peak * (T - step) / (T -
+  warmup)`)."""
+  __slots__ = ()
+
+
+# --lr_schedule=linear, for either optimizer.
+LINEAR_DECAY = Decay(1.0, True)
+
+
+def lr_decay(optimizer_type, lr_schedule="recipe"):
+  """The `Decay` of `optimizer_type` ("adam" or "lamb") under `lr_schedule` (LR_SCHEDULES)."""
+  check_optimizer_type(optimizer_type)
+  check_lr_schedule(lr_schedule)
+  return LINEAR_DECAY if lr_schedule == "linear" else OPTIMIZERS[optimizer_type].recipe_decay
+
+
 def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_steps,
-                           optimizer_type):
+                           optimizer_type, lr_schedule="recipe"):
   """The learning rate after `global_step` completed updates.
 
-  Linear warmup `init_lr * step / num_warmup_steps`, then polynomial decay to 0 at
-  `num_train_steps`: power 0.5 from `init_lr` for LAMB; power 1.0 for Adam, started from an
-  adjusted rate so that the decay passes through `init_lr` exactly at the end of warmup.
+  Linear warmup `init_lr * step / num_warmup_steps`, then the decay to 0 at `num_train_steps` of
+  `lr_decay(optimizer_type, lr_schedule)`. The recipes': power 0.5 from `init_lr` for LAMB; power
+  1.0 for Adam, started from an adjusted rate so that the decay passes through `init_lr` exactly
+  at the end of warmup. "linear": Adam's recipe, for either optimizer.
 
   Args:
     global_step: integer scalar Tensor, the number of updates done so far (update k reads k - 1).
@@ -75,20 +102,19 @@ def learning_rate_schedule(global_step, init_lr, num_train_steps, num_warmup_ste
     num_train_steps: total optimizer updates.
     num_warmup_steps: warmup updates (0 for none).
     optimizer_type: "adam" or "lamb".
+    lr_schedule: "recipe" or "linear" (`LR_SCHEDULES`).
 
   Returns:
     float32 scalar Tensor.
   """
-  check_schedule(init_lr, num_train_steps, num_warmup_steps, optimizer_type)
+  check_schedule(init_lr, num_train_steps, num_warmup_steps, optimizer_type, lr_schedule)
+  decay = lr_decay(optimizer_type, lr_schedule)
   step = tf.cast(global_step, tf.float32)
-  if optimizer_type == "adam":
-    power = 1.0
+  decay_start_lr = init_lr
+  if decay.through_peak_at_warmup_end:
     decay_start_lr = init_lr / (1.0 - float(num_warmup_steps) / float(num_train_steps))
-  else:
-    power = 0.5
-    decay_start_lr = init_lr
   progress = tf.minimum(step, float(num_train_steps)) / float(num_train_steps)
-  decayed = decay_start_lr * tf.pow(1.0 - progress, power)
+  decayed = decay_start_lr * tf.pow(1.0 - progress, decay.power)
   if num_warmup_steps == 0:
     return decayed
   warmup = init_lr * step / float(num_warmup_steps)
@@ -108,6 +134,9 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
   correction or not) and a per-variable scale of the update (LAMB's trust ratio).
   """
 
+  # The slots: (key of `get_slot`, the variable's suffix in a checkpoint), in order.
+  MOMENT_SLOTS = (("m", "adam_m"), ("v", "adam_v"))
+
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999,
                epsilon=1e-6, exclude_from_weight_decay=None, name="AdamFamily"):
     """See the subclasses. `learning_rate` is a float or a float32 scalar Tensor."""
@@ -122,11 +151,12 @@ class _AdamFamilyOptimizer(_tf1.train.Optimizer):
     self._fused_new_values_fn = None
 
   def create_slots(self, var_list):
-    """Creates the moment slots of `var_list` (idempotent; safe inside control flow)."""
+    """Creates the moment slots (`MOMENT_SLOTS`) of `var_list` (idempotent; safe inside control
+    flow)."""
     with tf.init_scope():
       for var in var_list:
-        self._zeros_slot(var, "m", "adam_m")
-        self._zeros_slot(var, "v", "adam_v")
+        for key, suffix in self.MOMENT_SLOTS:
+          self._zeros_slot(var, key, suffix)
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """Applies one update to every variable.
@@ -371,12 +401,22 @@ class LAMBOptimizer(_AdamFamilyOptimizer):
     return tf.where(both_positive, w_norm / safe_u_norm, 1.0)
 
 
-def make_optimizer(optimizer_type, learning_rate):
-  """The BERT recipe's optimizer of `optimizer_type` ("adam" or "lamb") at `learning_rate`."""
+# The optimizers of the BERT recipes: each one's class and the decay of its recipe's learning rate
+# (Google's AdamWeightDecay linearly through the peak at the end of warmup, NVIDIA's LAMB with
+# power 0.5 from the peak).
+OptimizerKind = collections.namedtuple("OptimizerKind", ["optimizer_class", "recipe_decay"])
+OPTIMIZERS = {"adam": OptimizerKind(AdamWeightDecayOptimizer, Decay(1.0, True)),
+              "lamb": OptimizerKind(LAMBOptimizer, Decay(0.5, False))}
+
+
+def make_optimizer(optimizer_type, learning_rate, beta_2=BETA_2, epsilon=EPSILON):
+  """The BERT recipe's optimizer of `optimizer_type` ("adam" or "lamb") at `learning_rate`, with
+  the recipe's weight decay and beta_1 and the given `beta_2` and `epsilon`."""
   check_optimizer_type(optimizer_type)
-  cls = {"adam": AdamWeightDecayOptimizer, "lamb": LAMBOptimizer}[optimizer_type]
+  check_moments(beta_2, epsilon)
+  cls = OPTIMIZERS[optimizer_type].optimizer_class
   return cls(learning_rate=learning_rate, weight_decay_rate=WEIGHT_DECAY_RATE, beta_1=BETA_1,
-             beta_2=BETA_2, epsilon=EPSILON,
+             beta_2=beta_2, epsilon=epsilon,
              exclude_from_weight_decay=list(EXCLUDE_FROM_WEIGHT_DECAY))
 
 
@@ -450,17 +490,53 @@ def _accumulate(grads, tvars, num_accumulation_steps):
 
 
 class Schedule(collections.namedtuple(
-    "Schedule", ["optimizer_type", "learning_rate", "num_train_steps", "num_warmup_steps"])):
-  """The optimizer and its learning-rate schedule (see `learning_rate_schedule`).
+    "Schedule", ["optimizer_type", "learning_rate", "num_train_steps", "num_warmup_steps",
+                 "lr_schedule", "adam_beta2", "adam_epsilon"])):
+  """The one description of the optimizer: which one, its learning-rate schedule (see
+  `learning_rate_schedule`), its hyper-parameters and its slots. The training step asks it for the
+  rate of an update (`learning_rate_at`) and the optimizer (`optimizer`); the memory estimate and
+  the checkpoint checks ask it for the slots (`slot_names`).
 
   Fields: optimizer_type ("adam" or "lamb"); learning_rate, the effective peak rate (per-worker
-  rate x number of workers); num_train_steps, total optimizer updates; num_warmup_steps.
+  rate x number of workers); num_train_steps, total optimizer updates; num_warmup_steps;
+  lr_schedule, the decay after warmup ("recipe": each optimizer's own; "linear"); adam_beta2 and
+  adam_epsilon, the second moment's decay and the denominator's epsilon of either optimizer (the
+  recipes': 0.999 and 1e-6).
   """
   __slots__ = ()
 
+  def __new__(cls, optimizer_type, learning_rate, num_train_steps, num_warmup_steps,
+              lr_schedule="recipe", adam_beta2=BETA_2, adam_epsilon=EPSILON):
+    return super().__new__(cls, optimizer_type, learning_rate, num_train_steps, num_warmup_steps,
+                           lr_schedule, adam_beta2, adam_epsilon)
+
   def check(self):
     check_schedule(self.learning_rate, self.num_train_steps, self.num_warmup_steps,
-                   self.optimizer_type)
+                   self.optimizer_type, self.lr_schedule)
+    check_moments(self.adam_beta2, self.adam_epsilon)
+
+  def learning_rate_at(self, global_step):
+    """float32 scalar Tensor: the rate of the update after `global_step` (integer scalar Tensor)
+    completed updates."""
+    return learning_rate_schedule(global_step, self.learning_rate, self.num_train_steps,
+                                  self.num_warmup_steps, self.optimizer_type, self.lr_schedule)
+
+  def optimizer(self, learning_rate):
+    """The optimizer (`_AdamFamilyOptimizer`) applying updates at `learning_rate` (float or
+    float32 scalar Tensor)."""
+    return make_optimizer(self.optimizer_type, learning_rate, self.adam_beta2, self.adam_epsilon)
+
+  @property
+  def slot_names(self):
+    """The suffixes of the optimizer's slots in a checkpoint (`<var>/<suffix>`), in order."""
+    return slot_names(self.optimizer_type)
+
+
+def slot_names(optimizer_type):
+  """The suffixes of the slots optimizer `optimizer_type` keeps per variable, in order (both:
+  their two moments, adam_m and adam_v)."""
+  check_optimizer_type(optimizer_type)
+  return tuple(suffix for _, suffix in OPTIMIZERS[optimizer_type].optimizer_class.MOMENT_SLOTS)
 
 
 class Precision(collections.namedtuple(
@@ -558,22 +634,40 @@ def check_optimizer_type(optimizer_type):
                      % (OPTIMIZER_TYPES, optimizer_type))
 
 
-def check_schedule(learning_rate, num_train_steps, num_warmup_steps, optimizer_type):
+def check_lr_schedule(lr_schedule):
+  """Raises ValueError unless `lr_schedule` is one of LR_SCHEDULES."""
+  if lr_schedule not in LR_SCHEDULES:
+    raise ValueError("lr_schedule must be one of %s, got %r" % (LR_SCHEDULES, lr_schedule))
+
+
+def check_moments(adam_beta2, adam_epsilon):
+  """Raises ValueError unless 0 <= adam_beta2 < 1 and adam_epsilon > 0 (see `Schedule`)."""
+  if not 0.0 <= adam_beta2 < 1.0:
+    raise ValueError("adam_beta2 must be in [0, 1), got %r" % (adam_beta2,))
+  if not adam_epsilon > 0.0:
+    raise ValueError("adam_epsilon must be positive, got %r" % (adam_epsilon,))
+
+
+def check_schedule(learning_rate, num_train_steps, num_warmup_steps, optimizer_type,
+                   lr_schedule="recipe"):
   """Raises ValueError naming the bad value of a learning-rate schedule.
 
   Args:
-    learning_rate, num_train_steps, num_warmup_steps, optimizer_type: see `Schedule`.
+    learning_rate, num_train_steps, num_warmup_steps, optimizer_type, lr_schedule: see `Schedule`.
   """
   check_optimizer_type(optimizer_type)
+  check_lr_schedule(lr_schedule)
   if not learning_rate > 0:
     raise ValueError("learning_rate must be positive, got %r" % (learning_rate,))
   if num_train_steps < 1:
     raise ValueError("num_train_steps must be >= 1, got %r" % (num_train_steps,))
   if num_warmup_steps < 0:
     raise ValueError("num_warmup_steps must be >= 0, got %r" % (num_warmup_steps,))
-  if optimizer_type == "adam" and num_warmup_steps >= num_train_steps:
+  if (lr_decay(optimizer_type, lr_schedule).through_peak_at_warmup_end
+      and num_warmup_steps >= num_train_steps):
     raise ValueError("num_warmup_steps (%d) must be smaller than num_train_steps (%d) with "
-                     "optimizer_type=adam" % (num_warmup_steps, num_train_steps))
+                     "optimizer_type=%s and lr_schedule=%s: the decay starts at the end of "
+                     "warmup" % (num_warmup_steps, num_train_steps, optimizer_type, lr_schedule))
 
 
 def check_precision(manual_fp16, amp, init_loss_scale, bf16=False):
@@ -820,11 +914,9 @@ def build_train_op(loss, schedule, precision=Precision(), accumulation=Accumulat
   # it, so the increment cannot be reordered before the LR read (a data edge, which graph
   # rewrites preserve; a bare control edge into a functional cond was seen to be dropped).
   step_before = global_step.read_value()
-  learning_rate = tf.identity(
-      learning_rate_schedule(step_before, schedule.learning_rate, schedule.num_train_steps,
-                             schedule.num_warmup_steps, schedule.optimizer_type),
-      name=graph_names.LEARNING_RATE)
-  optimizer = make_optimizer(schedule.optimizer_type, learning_rate)
+  learning_rate = tf.identity(schedule.learning_rate_at(step_before),
+                              name=graph_names.LEARNING_RATE)
+  optimizer = schedule.optimizer(learning_rate)
   loss_scaling = NoLossScaling()
   if precision.scales_loss():
     loss_scaling = LossScaling(precision.init_loss_scale, precision.loss_scale_increment_period)

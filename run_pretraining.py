@@ -41,6 +41,7 @@ from utils.model.pretraining import get_masked_lm_output  # noqa: F401
 from utils.model.pretraining import get_next_sentence_output  # noqa: F401
 from utils.model.pretraining import metric_fn  # noqa: F401
 from utils.model.pretraining import pretraining_head
+from utils.model.pretraining import pretraining_losses
 from utils.model.pretraining import softmax_cross_entropy  # noqa: F401
 from utils.training import entry
 from utils.training import flags as job_flags
@@ -84,6 +85,27 @@ flags.DEFINE_bool("check_input_records", True,
                   "with a checkpoint, exit 2 (docs/LONG_RUNS.md). With --nocheck_input_records the "
                   "input pipeline meets it and the job ends without saving the updates since the "
                   "last checkpoint.")
+# The recipe's levers (docs/TRAINING.md, "Recipe levers"): off by default, each run is then the
+# release's recipe.
+flags.DEFINE_float("pretraining_dropout", None,
+                   "Hidden and attention dropout of the training graph instead of "
+                   "--bert_config_file's (e.g. 0: none while pretraining); the file, and so "
+                   "fine-tuning, keeps its own values.")
+flags.DEFINE_bool("next_sentence_loss", True,
+                  "Train the next-sentence loss (the release's); with --nonext_sentence_loss the "
+                  "loss is the masked LM's alone, records may lack next_sentence_labels and "
+                  "evaluation reports no next-sentence metrics.")
+flags.DEFINE_enum("lr_schedule", "recipe", list(optimization.LR_SCHEDULES),
+                  "Learning-rate decay after warmup: recipe (LAMB: power 0.5 from the peak; "
+                  "Adam: linear) or linear (linearly to 0 at --num_train_steps from the peak at "
+                  "the end of warmup, either optimizer).")
+flags.DEFINE_float("warmup_fraction", None,
+                   "Warmup as a fraction of --num_train_steps (int(fraction x steps) updates) "
+                   "instead of --num_warmup_steps.")
+flags.DEFINE_float("adam_beta2", optimization.BETA_2,
+                   "Decay of the second moment of LAMB and AdamWeightDecay.")
+flags.DEFINE_float("adam_epsilon", optimization.EPSILON,
+                   "Epsilon of the update's denominator (LAMB and AdamWeightDecay).")
 
 
 def model_fn_builder(bert_config, init_checkpoint, schedule,
@@ -115,6 +137,30 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
                                        dropout_seed=dropout_seed)
 
 
+# The recipe's levers, in the order of their flags.
+LEVER_FLAGS = ("pretraining_dropout", "next_sentence_loss", "lr_schedule", "warmup_fraction",
+               "adam_beta2", "adam_epsilon")
+
+
+def _log_levers(f):
+  """One line naming the recipe's levers given on the command line (none: no line)."""
+  given = ["--%s=%s" % (name, f[name].value) for name in LEVER_FLAGS if f[name].present]
+  if given:
+    logging.info("recipe levers (docs/TRAINING.md, \"Recipe levers\"): %s", " ".join(given))
+
+
+def num_warmup_steps(f):
+  """The warmup updates: int(--warmup_fraction x --num_train_steps), or --num_warmup_steps."""
+  if f.warmup_fraction is None:
+    return f.num_warmup_steps
+  return int(f.warmup_fraction * f.num_train_steps)
+
+
+def schedule_options(f):
+  """The `optimization.Schedule` fields of the recipe flags (`JobConfig.schedule`'s options)."""
+  return dict(lr_schedule=f.lr_schedule, adam_beta2=f.adam_beta2, adam_epsilon=f.adam_epsilon)
+
+
 def check_flags(f, config):
   """The shared checks (`JobConfig.check`) and pretraining's, without file access.
 
@@ -140,7 +186,14 @@ def check_flags(f, config):
   require(f.max_predictions_per_seq <= f.max_seq_length,
           "--max_predictions_per_seq (%d) cannot exceed --max_seq_length (%d)",
           f.max_predictions_per_seq, f.max_seq_length)
-  config.check_schedule(f.num_train_steps, f.num_warmup_steps)
+  require(f.pretraining_dropout is None or 0 <= f.pretraining_dropout < 1,
+          "--pretraining_dropout must be in [0, 1), got %s", f.pretraining_dropout)
+  if f.warmup_fraction is not None:
+    require(0 <= f.warmup_fraction < 1, "--warmup_fraction must be in [0, 1), got %s",
+            f.warmup_fraction)
+    require(not f["num_warmup_steps"].present,
+            "--warmup_fraction and --num_warmup_steps exclude each other: give one")
+  config.check_schedule(f.num_train_steps, num_warmup_steps(f), schedule_options(f))
 
 
 def _check_packed_flag(f, layout, files):
@@ -173,7 +226,8 @@ def _resolve_inputs(f, vocab_size):
   eval_files = eval_files if f.do_eval else []
   files = sorted(set(train_files) | set(eval_files))
   try:
-    layout = check_input_files(files, f.max_seq_length, f.max_predictions_per_seq, vocab_size)
+    layout = check_input_files(files, f.max_seq_length, f.max_predictions_per_seq, vocab_size,
+                               next_sentence_labels=f.next_sentence_loss)
   except records.RecordDoesNotFitModel as e:  # shapes or token ids: the flags' or the config's
     raise errors.UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
                             "vocabulary of --bert_config_file)" % e)
@@ -208,22 +262,26 @@ def run(f, config):
     errors.UsageError: for bad flags or data, before any graph is built.
   """
   check_flags(f, config)
+  _log_levers(f)
   workers = job_lib.start_workers(config)
   bert_config = job_lib.load_bert_config(config, f.max_predictions_per_seq)
   train_files, eval_files, layout = _resolve_inputs(f, bert_config.vocab_size)
   predictions, sequences_per_row = _feature_widths(f, layout)
   # A deterministic resume continues the input after the micro-steps done: always count them.
-  model = job_lib.Model(pretraining_head(bert_config), bert_config, job_lib.dropout_seed(
-      config, bert_config, counts_micro_steps=True))
-  plan = job_lib.Plan(f.num_train_steps, f.num_warmup_steps,
+  model = job_lib.Model(pretraining_head(bert_config, f.next_sentence_loss), bert_config,
+                        job_lib.dropout_seed(config, bert_config, counts_micro_steps=True),
+                        training_dropout=f.pretraining_dropout)
+  plan = job_lib.Plan(f.num_train_steps, num_warmup_steps(f),
                       dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size),
-                      max_sequences_per_pack=sequences_per_row)
+                      max_sequences_per_pack=sequences_per_row,
+                      schedule_options=schedule_options(f))
   job = job_lib.Job.open(config, PROGRAM, workers, model, plan,
                          resume_check=job_lib.ResumeCheck(f.max_predictions_per_seq))
 
   def explain(files):
     return lambda error: name_bad_input(error, files, f.max_seq_length, predictions,
-                                        bert_config.vocab_size, sequences_per_row)
+                                        bert_config.vocab_size, sequences_per_row,
+                                        f.next_sentence_loss)
 
   if f.do_train:
     train_input_fn = input_fn_builder(
@@ -231,20 +289,22 @@ def run(f, config):
         is_training=True, num_workers=workers.size, worker_index=workers.rank,
         deterministic=f.deterministic_run, seed=config.random_seed,
         skip_records=job.micro_steps_done * f.train_batch_size,
-        vocab_size=bert_config.vocab_size, max_sequences_per_pack=sequences_per_row)
+        vocab_size=bert_config.vocab_size, max_sequences_per_pack=sequences_per_row,
+        next_sentence_labels=f.next_sentence_loss)
     # Every record of this worker's files is checked beside training: a bad one stops the job at
     # an update boundary with a checkpoint, long before the input pipeline would reach it.
     input_check = (records.BackgroundRecordCheck(
         worker_files(train_files, workers.size, workers.rank))
                    if f.check_input_records else None)
-    job.train(train_input_fn, explain_input_error=explain(train_files), input_check=input_check)
+    job.train(train_input_fn, loss_names=pretraining_losses(f.next_sentence_loss),
+              explain_input_error=explain(train_files), input_check=input_check)
 
   if f.do_eval and job.is_chief:
     eval_input_fn = input_fn_builder(
         eval_files, f.eval_batch_size, f.max_seq_length, predictions,
         is_training=False, deterministic=f.deterministic_run,
         seed=config.random_seed, vocab_size=bert_config.vocab_size,
-        max_sequences_per_pack=sequences_per_row)
+        max_sequences_per_pack=sequences_per_row, next_sentence_labels=f.next_sentence_loss)
     logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
                  len(eval_files), f.eval_batch_size, f.max_eval_steps)
     job.evaluate(eval_input_fn, f.max_eval_steps, explain_input_error=explain(eval_files))

@@ -46,11 +46,11 @@ def _check_estimate(config, path):
   count = size.parameter_count(config)
   assert isinstance(count, int) and count > 0
   memory = size.estimate_memory(config, batch_size=8, seq_length=128, half_precision=True,
-                                accumulation_steps=2)
+                                accumulation_steps=2, optimizer_slots=2)
   assert all(isinstance(term, int) and term >= 0 for term in memory), memory
   assert math.isfinite(float(sum(memory)))
   try:
-    size.check_fits(config, 24 << 30, path, batch_size=8, seq_length=128)
+    size.check_fits(config, 24 << 30, path, batch_size=8, seq_length=128, optimizer_slots=2)
   except ValueError as e:
     message = str(e)
     assert message.startswith(path + ": ") and "\n" not in message, message

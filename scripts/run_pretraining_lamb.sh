@@ -37,6 +37,10 @@ declare -A opt=(
   [save_checkpoints_secs]=900 [save_checkpoints_steps]="" [display_loss_steps]=1 [dry_run]=false
   [verbose]=false [extra]=""
 )
+# The recipe's levers (docs/TRAINING.md, "Recipe levers"), both phases; empty: not passed, the
+# release's recipe. --warmup_fraction replaces --phase1_warmup / --phase2_warmup.
+opt+=([pretraining_dropout]="" [next_sentence_loss]=true [lr_schedule]="" [warmup_fraction]=""
+      [adam_beta2]="" [adam_epsilon]="")
 
 # What an empty default means, for --help.
 declare -A default_note=(
@@ -161,6 +165,8 @@ phase() {  # phase N [init_checkpoint]
   local n="$1" init="${2:-}"
   local data="${opt[phase${n}_data]}"
   [ -n "$data" ] || { echo "$0: --phase${n}_data is required for phase $n" >&2; exit 2; }
+  local warmup=(--num_warmup_steps="${opt[phase${n}_warmup]}")
+  [ -z "${opt[warmup_fraction]}" ] || warmup=()
   local args=(--bert_config_file="${opt[config]}" --input_files_dir="$data"
               --output_dir="${opt[output_dir]}/phase_$n" --do_train
               --optimizer_type="${opt[optimizer]}"
@@ -170,9 +176,14 @@ phase() {  # phase N [init_checkpoint]
               --num_accumulation_steps="${opt[phase${n}_accum]}" --allreduce_post_accumulation
               --learning_rate="${opt[phase${n}_lr]}"
               --num_train_steps="${opt[phase${n}_steps]}"
-              --num_warmup_steps="${opt[phase${n}_warmup]}"
+              "${warmup[@]}"
               "${checkpoint_flags[@]}"
               --display_loss_steps="${opt[display_loss_steps]}")
+  local key
+  for key in pretraining_dropout lr_schedule warmup_fraction adam_beta2 adam_epsilon; do
+    [ -z "${opt[$key]}" ] || args+=(--"$key"="${opt[$key]}")
+  done
+  [ "${opt[next_sentence_loss]}" = true ] || args+=(--nonext_sentence_loss)
   [ -n "$init" ] && args+=(--init_checkpoint="$init")
   [ -n "${opt[eval_data]}" ] && args+=(--do_eval --eval_files_dir="${opt[eval_data]}")
   # shellcheck disable=SC2206

@@ -96,7 +96,12 @@ def test_another_model_is_refused_with_the_way_out_that_works():
     (_with(TRAINED, {"bert/w/adam_m": [4, 3]}), TRAINED,
      "%s: variable bert/w/adam_m has shape [4, 3] in the checkpoint but [3, 4] in the model. "
      "To start" % CKPT),
-], ids=["weights only", "weights only, evaluated", "foreign variable", "moment of another shape"])
+    # Trained without the next-sentence loss (no moments for its head), resumed with it.
+    (_with(TRAINED, without=["cls/b/adam_m", "cls/b/adam_v"]), TRAINED,
+     "%s holds optimizer moments, but not 2 of this job's (cls/b/adam_m ...): its run did not "
+     "train those variables (run_pretraining.py's --nonext_sentence_loss" % CKPT),
+], ids=["weights only", "weights only, evaluated", "foreign variable", "moment of another shape",
+        "moments of some variables"])
 def test_checkpoints_that_cannot_be_resumed_are_refused(checkpoint, model, message):
   decision = compat.decide(CKPT, checkpoint, model, "lamb", None)
   assert decision.refusal is not None and decision.refusal.startswith(message)

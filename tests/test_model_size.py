@@ -78,10 +78,11 @@ def test_memory_estimate_by_hand():
   # Activations at batch 2 x 4 tokens (8 tokens): a layer 8 x (11 x 8 + 2 x 12) + 3 x 2 x 2 x 16
   # = 896 + 192 = 1088 elements; 3 layers and the embeddings' 3 x 8 x 8 = 192.
   activations = 3 * 1088 + 192
-  memory = size.estimate_memory(config, batch_size=2, seq_length=4)
+  memory = size.estimate_memory(config, batch_size=2, seq_length=4, optimizer_slots=2)
   assert memory == size.Memory(weights=4 * params, gradients=4 * params, slots=8 * params,
                                accumulation=0, half_copies=0, activations=4 * activations)
-  half = size.estimate_memory(config, 2, 4, half_precision=True, accumulation_steps=4)
+  half = size.estimate_memory(config, 2, 4, half_precision=True, accumulation_steps=4,
+                              optimizer_slots=2)
   assert half == size.Memory(weights=4 * params, gradients=4 * params, slots=8 * params,
                              accumulation=4 * params, half_copies=2 * params,
                              activations=2 * activations)
@@ -89,14 +90,15 @@ def test_memory_estimate_by_hand():
   assert evaluating == size.Memory(weights=4 * params, gradients=0, slots=0, accumulation=0,
                                    half_copies=0, activations=4 * (1088 + 192))
   # The masked-LM head, in fp32: 2 x 3 predictions, each 3 x 8 + 3 x 20 elements.
-  with_head = size.estimate_memory(config, 2, 4, half_precision=True, predictions_per_seq=3)
+  with_head = size.estimate_memory(config, 2, 4, half_precision=True, predictions_per_seq=3,
+                                   optimizer_slots=2)
   assert with_head.activations == 2 * activations + 4 * 6 * 84
 
 
 def test_bert_base_estimate_is_of_the_known_order():
   # Batch 32 x 128 in fp32: 110M parameters x 16 bytes is 1.64 GiB of weights, gradients and
   # slots; the activations of 12 layers are a few GiB.
-  memory = size.estimate_memory(_config("base"), 32, 128)
+  memory = size.estimate_memory(_config("base"), 32, 128, optimizer_slots=2)
   assert sum(memory) - memory.activations == 16 * 110106428
   assert 2 * GIB < memory.activations < 6 * GIB
 
@@ -105,7 +107,8 @@ def test_ten_thousand_narrow_layers_fit_a_24_gib_machine():
   # Long graph building with a model that does fit (the graceful stop's test uses it).
   config = modeling.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=10000,
                                num_attention_heads=2, intermediate_size=64, type_vocab_size=2)
-  memory = size.check_fits(config, 24 * GIB, "narrow.json", batch_size=2, seq_length=16)
+  memory = size.check_fits(config, 24 * GIB, "narrow.json", batch_size=2, seq_length=16,
+                           optimizer_slots=2)
   assert sum(memory) < 3 * GIB
 
 
@@ -118,17 +121,18 @@ def test_ten_thousand_narrow_layers_fit_a_24_gib_machine():
 def test_too_big_names_the_key_the_estimate_and_the_machine(overrides, named):
   config = _config("base", **overrides)
   with pytest.raises(ValueError) as error:
-    size.check_fits(config, 24 * GIB, "big.json", batch_size=4, seq_length=32)
+    size.check_fits(config, 24 * GIB, "big.json", batch_size=4, seq_length=32, optimizer_slots=2)
   message = str(error.value)
   assert message.startswith("big.json: %s does not fit this machine" % named), message
-  total = sum(size.estimate_memory(config, 4, 32))
+  total = sum(size.estimate_memory(config, 4, 32, optimizer_slots=2))
   assert "needs about %.1f GB" % (total / GIB) in message or "e+" in message
   assert "this machine's 24.0 GB of memory" in message and "\n" not in message
 
 
 def test_a_batch_too_big_names_the_main_sizes():
   with pytest.raises(ValueError, match="num_hidden_layers=12, hidden_size=768 does not fit"):
-    size.check_fits(_config("base"), 24 * GIB, "base.json", batch_size=100000, seq_length=128)
+    size.check_fits(_config("base"), 24 * GIB, "base.json", batch_size=100000, seq_length=128,
+                    optimizer_slots=2)
 
 
 def _job(tmp_path, config_values, *args):

@@ -101,11 +101,32 @@ def test_schedule_rules_name_the_step_flags():
   with pytest.raises(errors.UsageError) as raised:
     values.check_schedule(10, 10)
   assert str(raised.value) == ("--num_warmup_steps (10) must be smaller than --num_train_steps "
-                               "(10) with --optimizer_type=adam")
+                               "(10) with --optimizer_type=adam and --lr_schedule=recipe: the "
+                               "decay starts at the end of warmup")
   with pytest.raises(errors.UsageError, match="^--num_train_steps must be >= 1, got 0$"):
     values.check_schedule(0, 0)
   with pytest.raises(errors.UsageError, match="^--learning_rate must be positive, got 0.0$"):
     config("--learning_rate=0").check_schedule(10, 0)
+
+
+def test_optimizer_option_rules_name_their_flags():
+  lamb = config("--optimizer_type=lamb")
+  # LAMB's recipe decays from the peak: warmup may fill the run; the linear decay starts at its end.
+  lamb.check_schedule(10, 10)
+  with pytest.raises(errors.UsageError, match=r"^--num_warmup_steps \(10\) must be smaller than "
+                     r"--num_train_steps \(10\) with --optimizer_type=lamb and "
+                     r"--lr_schedule=linear"):
+    lamb.check_schedule(10, 10, dict(lr_schedule="linear"))
+  with pytest.raises(errors.UsageError, match=r"^--lr_schedule must be one of"):
+    lamb.check_schedule(10, 1, dict(lr_schedule="cosine"))
+  with pytest.raises(errors.UsageError, match=r"^--adam_beta2 must be in \[0, 1\), got 1.0$"):
+    lamb.check_schedule(10, 1, dict(adam_beta2=1.0))
+  with pytest.raises(errors.UsageError, match=r"^--adam_epsilon must be positive, got 0.0$"):
+    lamb.check_schedule(10, 1, dict(adam_epsilon=0.0))
+  schedule = lamb.schedule(2, 10, 1, dict(lr_schedule="linear", adam_beta2=0.98,
+                                          adam_epsilon=1e-8))
+  assert schedule == optimization.Schedule("lamb", 2 * lamb.learning_rate, 10, 1, "linear", 0.98,
+                                           1e-8)
 
 
 def test_flag_error_marks_whole_names_only():

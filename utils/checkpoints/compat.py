@@ -8,6 +8,8 @@ builds anything and decides (docs/DECISIONS.md, "Resuming from --output_dir"):
 
   model weights missing, extra or of another shape      refuse, naming variable and shapes
   no optimizer moments (a weights-only checkpoint)      refuse
+  no moments of some weights (a run that did not train  refuse
+  them: --nonext_sentence_loss)
   no global_step, or another variable of the graph      refuse
   optimizer switched (adam <-> lamb)                    continue: same moments, log line
   accumulation turned on                                continue: accumulators and local_step
@@ -27,6 +29,7 @@ import os
 from absl import logging
 import tensorflow as tf
 
+import optimization
 from utils.checkpoints import contents as ckpt
 
 OPTIMIZER_RECORD = "optimizer.json"
@@ -141,6 +144,11 @@ def _refusal(checkpoint, checkpoint_shapes, model_shapes):
             "--bert_config_file it was trained with." % (
                 checkpoint, len(mismatches), list_some(mismatches), way_out))
   missing_moments = _not_in(model_shapes, ckpt.ROLE_MOMENT, checkpoint_shapes)
+  if missing_moments and ckpt.by_role(checkpoint_shapes, ckpt.ROLE_MOMENT):
+    return ("%s holds optimizer moments, but not %d of this job's (%s ...): its run did not "
+            "train those variables (run_pretraining.py's --nonext_sentence_loss trains neither "
+            "the next-sentence head nor the pooler); resume it with the flags it was trained "
+            "with. %s." % (checkpoint, len(missing_moments), missing_moments[0], fresh_start))
   if missing_moments:
     return ("%s holds no optimizer moments (%s ... not in it): it is a weights-only checkpoint "
             "(e.g. an exported bert_model.ckpt), which cannot be resumed. %s." % (
@@ -164,12 +172,15 @@ def _changes(checkpoint, checkpoint_shapes, model_shapes, optimizer_type, record
   """What resuming `checkpoint` changes (the arguments are `decide`'s), once `_refusal` found
   nothing: (log lines, one per change; names of the variables added at their initial values)."""
   notes, additions = [], []
-  if (optimizer_type and recorded_optimizer and recorded_optimizer != optimizer_type
-      and ckpt.by_role(model_shapes, ckpt.ROLE_MOMENT)):
+  if (optimizer_type and recorded_optimizer in optimization.OPTIMIZER_TYPES
+      and recorded_optimizer != optimizer_type and ckpt.by_role(model_shapes, ckpt.ROLE_MOMENT)):
+    # The slots of both optimizers have the same names and meanings (`optimization.slot_names`);
+    # _refusal has already refused a checkpoint without the job's slots.
     notes.append(
         "resuming %s (trained with --optimizer_type=%s) with --optimizer_type=%s: the moments "
-        "adam_m / adam_v are the same moving averages for both and are restored as they are"
-        % (checkpoint, recorded_optimizer, optimizer_type))
+        "%s are the same moving averages for both and are restored as they are"
+        % (checkpoint, recorded_optimizer, optimizer_type,
+           " / ".join(optimization.slot_names(optimizer_type))))
   added = _not_in(model_shapes, ckpt.ROLE_ACCUMULATION, checkpoint_shapes)
   if added:
     additions += added

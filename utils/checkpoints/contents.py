@@ -18,6 +18,8 @@ is built, so they cannot drift from modeling.py and optimization.py.
 import numpy as np
 import tensorflow as tf
 
+import optimization
+
 _tf1 = tf.compat.v1
 
 ROLE_WEIGHT = "weight"
@@ -28,7 +30,9 @@ ROLE_STEP = "step"
 ROLE_OTHER = "other"
 
 MODEL_SCOPES = ("bert/", "cls/")
-MOMENT_SUFFIXES = ("/adam_m", "/adam_v")
+# The optimizers' slots (`optimization.slot_names`), whichever optimizer wrote the checkpoint.
+MOMENT_SUFFIXES = tuple(sorted({"/" + name for optimizer_type in optimization.OPTIMIZER_TYPES
+                                for name in optimization.slot_names(optimizer_type)}))
 ACCUMULATOR_SUFFIX = "/accum"
 ACCUMULATION_COUNTER = "local_step"
 LOSS_SCALE_VARIABLES = ("current_loss_scale", "good_steps", "skipped_update_count")

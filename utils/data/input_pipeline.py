@@ -25,7 +25,8 @@ _EPOCHS_FOREVER = 2**62
 _as_written = tf.autograph.experimental.do_not_convert
 
 
-def pretraining_feature_spec(max_seq_length, max_predictions_per_seq, max_sequences_per_pack=0):
+def pretraining_feature_spec(max_seq_length, max_predictions_per_seq, max_sequences_per_pack=0,
+                             next_sentence_labels=True):
   """The features of a pretraining record, as `tf.io.parse_example` takes them.
 
   Args:
@@ -34,6 +35,8 @@ def pretraining_feature_spec(max_seq_length, max_predictions_per_seq, max_sequen
       capacity for packed records).
     max_sequences_per_pack: 0 for the release's records; K > 0 for packed records of up to K
       sequences per row (docs/DATA.md, "Packed records").
+    next_sentence_labels: the records must hold next_sentence_labels; False (a run without the
+      next-sentence loss): they may lack it, and it is parsed as zeros then.
 
   Returns:
     dict name -> tf.io.FixedLenFeature: input_ids, input_mask, segment_ids int64
@@ -49,8 +52,10 @@ def pretraining_feature_spec(max_seq_length, max_predictions_per_seq, max_sequen
       "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
       "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
       "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
-      "next_sentence_labels": tf.io.FixedLenFeature([max(1, max_sequences_per_pack)], tf.int64),
   }
+  labels = max(1, max_sequences_per_pack)
+  spec["next_sentence_labels"] = tf.io.FixedLenFeature(
+      [labels], tf.int64, default_value=None if next_sentence_labels else [0] * labels)
   if max_sequences_per_pack:
     spec.update({
         "positions": tf.io.FixedLenFeature([max_seq_length], tf.int64),
@@ -324,7 +329,7 @@ def _serialized_records(files, by_record, num_workers, worker_index, is_training
 def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
                      is_training, num_cpu_threads=4, num_workers=1, worker_index=0,
                      deterministic=False, seed=None, shuffle_buffer_size=100, skip_records=0,
-                     vocab_size=None, max_sequences_per_pack=0):
+                     vocab_size=None, max_sequences_per_pack=0, next_sentence_labels=True):
   """Builds the `input_fn` of the Estimator / TPUEstimator.
 
   Training: this worker's shard (see `shard_input_files`) epoch after epoch, each epoch every record
@@ -356,6 +361,8 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
       record <k>: ..."; `records.name_bad_input` turns it into a usage error).
     max_sequences_per_pack: 0, or K for packed records (`pretraining_feature_spec`); a batch
       then counts rows, each of up to K sequences.
+    next_sentence_labels: False: records may lack next_sentence_labels
+      (`pretraining_feature_spec`).
 
   Returns:
     input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32
@@ -380,7 +387,7 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
     """Returns the dataset; `params` may carry "batch_size" (TPUEstimator)."""
     size = params.get("batch_size", batch_size) if params else batch_size
     name_to_features = pretraining_feature_spec(max_seq_length, max_predictions_per_seq,
-                                                max_sequences_per_pack)
+                                                max_sequences_per_pack, next_sentence_labels)
     files, by_record = shard_input_files(input_files, num_workers, worker_index)
     d = _serialized_records(files, by_record, num_workers, worker_index, is_training,
                             num_cpu_threads, deterministic, shuffle_seed, shuffle_buffer_size)

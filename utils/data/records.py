@@ -241,7 +241,7 @@ class RecordDoesNotFitModel(ValueError):
 
 
 def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size=None,
-                  where="first record", max_sequences_per_pack=0):
+                  where="first record", max_sequences_per_pack=0, next_sentence_labels=True):
   """Raises ValueError naming `path` when a parsed example does not fit the model.
 
   Raises `RecordDoesNotFitModel` when its shapes or token ids are the model's problem.
@@ -255,13 +255,18 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
     where: which record it is (for the message).
     max_sequences_per_pack: 0 for unpacked records; K for packed rows of up to K sequences, whose
       fields must also agree with each other (`record_layout.packed_row_problem`).
+    next_sentence_labels: False: the record may lack next_sentence_labels (a run without the
+      next-sentence loss; `pretraining_feature_spec`).
   """
-  expected = {name: ("float" if spec.dtype == tf.float32 else "int64", spec.shape[0])
-              for name, spec in pretraining_feature_spec(
-                  max_seq_length, max_predictions_per_seq, max_sequences_per_pack).items()}
+  spec = pretraining_feature_spec(max_seq_length, max_predictions_per_seq,
+                                  max_sequences_per_pack, next_sentence_labels)
+  expected = {name: ("float" if feature.dtype == tf.float32 else "int64", feature.shape[0])
+              for name, feature in spec.items()}
   values = {}
   for name in sorted(expected):
     kind, length = expected[name]
+    if name not in example.features.feature and spec[name].default_value is not None:
+      continue
     if name not in example.features.feature:
       raise ValueError("%s: the %s has no feature %r (expected %s [%d]); features present: %s"
                        % (path, where, name, kind, length,
@@ -312,14 +317,15 @@ def _parsed(record, path, where):
 
 
 def _record_problem(record, path, where, max_seq_length, max_predictions_per_seq, vocab_size,
-                    max_sequences_per_pack=0):
+                    max_sequences_per_pack=0, next_sentence_labels=True):
   """What is wrong with one serialised record, or None (see `check_example`)."""
   example = _parsed(record, path, where)
   if isinstance(example, str):
     return example
   try:
     check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size, where=where,
-                  max_sequences_per_pack=max_sequences_per_pack)
+                  max_sequences_per_pack=max_sequences_per_pack,
+                  next_sentence_labels=next_sentence_labels)
   except ValueError as e:
     return str(e)
   return None
@@ -339,7 +345,8 @@ def _first_example(path):
   return example
 
 
-def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size=None):
+def check_input_files(input_files, max_seq_length, max_predictions_per_seq, vocab_size=None,
+                      next_sentence_labels=True):
   """Pre-flight check: the first record of every input file fits the model, one layout for all.
 
   The first file's first record says whether the job reads packed rows (`record_layout`); a
@@ -350,6 +357,7 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
     input_files: list of TFRecord files.
     max_seq_length, max_predictions_per_seq: the lengths the model is built for.
     vocab_size: when given, token ids must be below it (the original trains to NaN otherwise).
+    next_sentence_labels: False: records may lack next_sentence_labels (`check_example`).
 
   Returns:
     the files' `record_layout.Layout` (None for an empty list).
@@ -374,12 +382,12 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
     predictions = layout.predictions if layout.packed else max_predictions_per_seq
     sequences = layout.sequences_per_row if layout.packed else 0
     check_example(example, path, max_seq_length, predictions, vocab_size,
-                  max_sequences_per_pack=sequences)
+                  max_sequences_per_pack=sequences, next_sentence_labels=next_sentence_labels)
   return layout
 
 
 def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=None,
-                    vocab_size=None, max_sequences_per_pack=0):
+                    vocab_size=None, max_sequences_per_pack=0, next_sentence_labels=True):
   """Scans TFRecord files for the first record that cannot be read or parsed.
 
   TF reports a corrupt record as "corrupted record at <byte offset>", without the file; call this
@@ -389,8 +397,8 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
 
   Args:
     input_files: list of TFRecord files, scanned in order.
-    max_seq_length, max_predictions_per_seq, vocab_size, max_sequences_per_pack: see
-      `check_example`.
+    max_seq_length, max_predictions_per_seq, vocab_size, max_sequences_per_pack,
+      next_sentence_labels: see `check_example`.
 
   Returns:
     None when every record is good, else a message "<file>: record <k> (0-based): <problem>", or
@@ -404,7 +412,7 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
       for record in read_records(path):
         problem = check and _record_problem(record, path, "record %d" % index, max_seq_length,
                                             max_predictions_per_seq, vocab_size,
-                                            max_sequences_per_pack)
+                                            max_sequences_per_pack, next_sentence_labels)
         if problem:
           return "%s: record %d: %s" % (path, index, problem)
         index += 1
@@ -426,7 +434,7 @@ def pipeline_problem(error):
 
 
 def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_seq=None,
-                   vocab_size=None, max_sequences_per_pack=0):
+                   vocab_size=None, max_sequences_per_pack=0, next_sentence_labels=True):
   """The error to stop a job with after reading its input failed, with the bad file named.
 
   A problem the in-pipeline check named (an out-of-vocabulary token id) is taken from the error;
@@ -436,8 +444,8 @@ def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_
   Args:
     error: the exception the input pipeline raised (typically `tf.errors.DataLossError`).
     input_files: the files the pipeline read.
-    max_seq_length, max_predictions_per_seq, vocab_size, max_sequences_per_pack: see
-      `find_bad_record`.
+    max_seq_length, max_predictions_per_seq, vocab_size, max_sequences_per_pack,
+      next_sentence_labels: see `find_bad_record`.
 
   Returns:
     an `errors.UsageError` "bad input record: <file>: record <k> (0-based): <problem>", caused by
@@ -447,7 +455,7 @@ def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_
   problem = pipeline_problem(error)
   if problem is None:
     problem = find_bad_record(input_files, max_seq_length, max_predictions_per_seq, vocab_size,
-                              max_sequences_per_pack)
+                              max_sequences_per_pack, next_sentence_labels)
   if problem is None:
     return error
   named = errors.UsageError(BAD_RECORD_PREFIX + problem)

@@ -235,13 +235,27 @@ def batch_counts(features):
   return sequences, real_tokens
 
 
+def _next_sentence_labels(features):
+  """features["next_sentence_labels"], or zeros of its shape for features without it (a run
+  without the next-sentence loss, whose records need not hold it): int32 [batch, K or 1]."""
+  if "next_sentence_labels" in features:
+    return features["next_sentence_labels"]
+  if is_packed(features):
+    return tf.zeros_like(features["next_sentence_positions"], dtype=tf.int32)
+  return tf.zeros([tf.shape(features["input_ids"])[0], 1], tf.int32)
+
+
 def _heads_on(bert_config, model, features):
-  """Both heads on a built encoder: the dict of `build_pretraining_model` without "model"."""
+  """Both heads on a built encoder: the dict of `build_pretraining_model` without "model".
+
+  The next-sentence head is built even when a job trains without its loss (`pretraining_head`):
+  its variables stay in the checkpoint (a fine-tuning or a resumed run finds the release's
+  names) and the graph's random initialisers keep their order."""
   mlm_loss, mlm_per_example_loss, mlm_log_probs = get_masked_lm_output(
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
       features["masked_lm_positions"], features["masked_lm_ids"], _prediction_weights(features))
   nsp_loss, nsp_per_example_loss, nsp_log_probs = get_next_sentence_output(
-      bert_config, model.get_pooled_output(), features["next_sentence_labels"],
+      bert_config, model.get_pooled_output(), _next_sentence_labels(features),
       weights=features.get("next_sentence_weights"))
   return {
       "total_loss": mlm_loss + nsp_loss,
@@ -286,49 +300,83 @@ def packed_metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
   Returns:
     dict of (value, update_op) streaming metrics.
   """
-  masked_lm_predictions = tf.argmax(masked_lm_log_probs, axis=-1, output_type=tf.int32)
-  masked_lm_weights = tf.reshape(masked_lm_weights, [-1])
-  masked_lm_ids = tf.reshape(masked_lm_ids, [-1])
+  metrics = masked_lm_metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
+                                masked_lm_weights)
   next_sentence_predictions = tf.argmax(next_sentence_log_probs, axis=-1, output_type=tf.int32)
   next_sentence_labels = tf.reshape(next_sentence_labels, [-1])
   if next_sentence_weights is not None:
     next_sentence_weights = tf.reshape(next_sentence_weights, [-1])
-  return {
-      "masked_lm_accuracy": _tf1.metrics.accuracy(
-          labels=masked_lm_ids, predictions=masked_lm_predictions, weights=masked_lm_weights),
-      "masked_lm_loss": _tf1.metrics.mean(
-          values=tf.reshape(masked_lm_example_loss, [-1]), weights=masked_lm_weights),
+  metrics.update({
       "next_sentence_accuracy": _tf1.metrics.accuracy(
           labels=next_sentence_labels, predictions=next_sentence_predictions,
           weights=next_sentence_weights),
       "next_sentence_loss": _tf1.metrics.mean(values=next_sentence_example_loss,
                                               weights=next_sentence_weights),
+  })
+  return metrics
+
+
+def masked_lm_metric_fn(masked_lm_example_loss, masked_lm_log_probs, masked_lm_ids,
+                        masked_lm_weights):
+  """The masked-LM half of `metric_fn`: a run without the next-sentence loss evaluates only it.
+
+  Args:
+    as `metric_fn`'s first four.
+
+  Returns:
+    dict of (value, update_op) streaming metrics: masked_lm_accuracy, masked_lm_loss.
+  """
+  masked_lm_predictions = tf.argmax(masked_lm_log_probs, axis=-1, output_type=tf.int32)
+  masked_lm_weights = tf.reshape(masked_lm_weights, [-1])
+  masked_lm_ids = tf.reshape(masked_lm_ids, [-1])
+  return {
+      "masked_lm_accuracy": _tf1.metrics.accuracy(
+          labels=masked_lm_ids, predictions=masked_lm_predictions, weights=masked_lm_weights),
+      "masked_lm_loss": _tf1.metrics.mean(
+          values=tf.reshape(masked_lm_example_loss, [-1]), weights=masked_lm_weights),
   }
 
 
-def pretraining_head(bert_config):
+def pretraining_losses(next_sentence_loss=True):
+  """The graph tensors of the losses a pretraining job logs beside total_loss: mlm_loss, and
+  nsp_loss when it trains the next-sentence loss."""
+  if next_sentence_loss:
+    return (graph_names.MLM_LOSS, graph_names.NSP_LOSS)
+  return (graph_names.MLM_LOSS,)
+
+
+def pretraining_head(bert_config, next_sentence_loss=True):
   """The head of the pretraining job for `utils/training/model_fn.model_fn_builder`.
 
   Args:
     bert_config: `modeling.BertConfig`.
+    next_sentence_loss: add the next-sentence loss (the release's); False (run_pretraining.py's
+      --nonext_sentence_loss): the loss is mlm_loss alone, the records' next_sentence_labels are
+      not read and evaluation reports the masked-LM metrics only. The next-sentence head is built
+      either way (`_heads_on`); without its loss it and the pooler get no gradient and are not
+      trained.
 
   Returns:
-    head_fn(model, features, mode) -> `heads.HeadOutput`: the loss mlm_loss + nsp_loss (the graph
-    tensors `mlm_loss` and `nsp_loss` named for the log hook), the evaluation metrics of
-    `metric_fn`, no predictions.
+    head_fn(model, features, mode) -> `heads.HeadOutput`: the loss mlm_loss + nsp_loss, or
+    mlm_loss (the graph tensors of `pretraining_losses` named for the log hook), the evaluation
+    metrics of `metric_fn` (or `masked_lm_metric_fn`), no predictions.
   """
 
   def head_fn(model, features, mode):  # pylint: disable=unused-argument
     built = _heads_on(bert_config, model, features)
     tf.identity(built["mlm_loss"], name=graph_names.MLM_LOSS)
-    tf.identity(built["nsp_loss"], name=graph_names.NSP_LOSS)
+    if next_sentence_loss:
+      tf.identity(built["nsp_loss"], name=graph_names.NSP_LOSS)
     sequences, tokens = batch_counts(features)
     tf.identity(sequences, name=graph_names.BATCH_SEQUENCES)
     tf.identity(tokens, name=graph_names.BATCH_TOKENS)
     metric_args = [built["mlm_per_example_loss"], built["mlm_log_probs"],
-                   features["masked_lm_ids"], _prediction_weights(features),
-                   built["nsp_per_example_loss"], built["nsp_log_probs"],
-                   features["next_sentence_labels"]]
+                   features["masked_lm_ids"], _prediction_weights(features)]
+    if not next_sentence_loss:
+      return heads.HeadOutput(loss=built["mlm_loss"], predictions=None,
+                              metric_fn=masked_lm_metric_fn, metric_args=metric_args)
+    metric_args += [built["nsp_per_example_loss"], built["nsp_log_probs"],
+                    features["next_sentence_labels"]]
     metrics = metric_fn
     if is_packed(features):
       metrics = packed_metric_fn

@@ -4,8 +4,8 @@ refuses a configuration this machine cannot hold in a second, with one line, ins
 minutes and gigabytes building a graph that cannot run.
 
   params = size.parameter_count(bert_config)                       # exact, with both heads
-  need = size.estimate_memory(bert_config, batch_size=32, seq_length=128, training=True)
-  size.check_fits(bert_config, machine_bytes, "bert_config.json", 32, 128)  # or ValueError
+  need = size.estimate_memory(bert_config, batch_size=32, seq_length=128, optimizer_slots=2)
+  size.check_fits(bert_config, machine_bytes, "bert_config.json", 32, 128, optimizer_slots=2)
 
 Only plain attributes of a `modeling.BertConfig` are read; no TensorFlow.
 """
@@ -27,14 +27,12 @@ REFERENCE_SIZES = collections.OrderedDict([
 
 FP32_BYTES = 4
 HALF_BYTES = 2
-# Both optimizers (AdamWeightDecay and LAMB) keep two fp32 slots per variable: m and v.
-OPTIMIZER_SLOTS = 2
-
 # What a process needs, in bytes, by term (all ints).
-#   weights: fp32 variables; gradients: one fp32 gradient per variable; slots: the optimizer's m
-#   and v; accumulation: the fp32 `<var>/accum` buffers; half_copies: the fp16/bf16 casts of the
-#   weights a reduced-precision step reads; activations: what the forward pass keeps for the
-#   backward pass (or the largest layer's outputs when not training).
+#   weights: fp32 variables; gradients: one fp32 gradient per variable; slots: the optimizer's
+#   fp32 slots (`optimizer_slots` per variable); accumulation: the fp32 `<var>/accum` buffers;
+#   half_copies: the fp16/bf16 casts of the weights a reduced-precision step reads; activations:
+#   what the forward pass keeps for the backward pass (or the largest layer's outputs when not
+#   training).
 Memory = collections.namedtuple("Memory", ["weights", "gradients", "slots", "accumulation",
                                            "half_copies", "activations"])
 
@@ -132,10 +130,10 @@ def head_activation_elements(config, batch_size, predictions_per_seq):
 
 
 def estimate_memory(config, batch_size, seq_length, training=True, half_precision=False,
-                    accumulation_steps=1, predictions_per_seq=0):
+                    accumulation_steps=1, predictions_per_seq=0, optimizer_slots=None):
   """The memory one process needs for the model: an estimate of the main terms.
 
-  Training holds the fp32 weights, a gradient per weight, the optimizer's two slots, the
+  Training holds the fp32 weights, a gradient per weight, the optimizer's slots, the
   accumulation buffers when accumulating, the reduced-precision copies of the weights, and the
   activations of every layer (`layer_activation_elements` x layers, plus the embeddings' output,
   its dropout mask and layer norm: 3 x N x H) in the compute type's bytes, and the masked-LM
@@ -153,9 +151,14 @@ def estimate_memory(config, batch_size, seq_length, training=True, half_precisio
     half_precision: the encoder computes in fp16 or bf16.
     accumulation_steps: micro-steps per update; > 1 adds the accumulation buffers.
     predictions_per_seq: masked-LM predictions per sequence; 0 without the pretraining heads.
+    optimizer_slots: training: the fp32 slots the optimizer keeps per variable (the length of
+      `optimization.Schedule.slot_names`: 2, Adam's moments, for both of ours).
 
   Returns:
     A `Memory` of ints (bytes per term); `sum(memory)` is the total.
+
+  Raises:
+    ValueError: training without `optimizer_slots`.
   """
   params = parameter_count(config)
   value_bytes = HALF_BYTES if half_precision else FP32_BYTES
@@ -166,9 +169,12 @@ def estimate_memory(config, batch_size, seq_length, training=True, half_precisio
     return Memory(weights=FP32_BYTES * params, gradients=0, slots=0, accumulation=0,
                   half_copies=HALF_BYTES * params if half_precision else 0,
                   activations=value_bytes * (per_layer + embeddings) + head)
+  if optimizer_slots is None:
+    raise ValueError("estimate_memory: training needs optimizer_slots (the optimizer's slots per "
+                     "variable)")
   return Memory(
       weights=FP32_BYTES * params, gradients=FP32_BYTES * params,
-      slots=OPTIMIZER_SLOTS * FP32_BYTES * params,
+      slots=optimizer_slots * FP32_BYTES * params,
       accumulation=FP32_BYTES * params if accumulation_steps > 1 else 0,
       half_copies=HALF_BYTES * params if half_precision else 0,
       activations=value_bytes * (config.num_hidden_layers * per_layer + embeddings) + head)
@@ -207,7 +213,7 @@ def check_fits(config, machine_bytes, source, batch_size, seq_length, **estimate
     source: where the configuration came from (its file), first in the message.
     batch_size, seq_length: as for `estimate_memory`.
     **estimate_args: `training`, `half_precision`, `accumulation_steps`,
-      `predictions_per_seq` of `estimate_memory`.
+      `predictions_per_seq`, `optimizer_slots` of `estimate_memory`.
 
   Returns:
     The `Memory` estimate, when it fits.

@@ -34,6 +34,7 @@ import psutil
 import tensorflow as tf
 
 import modeling
+import optimization
 from utils.checkpoints import compat as checkpoint_compat
 from utils.checkpoints import contents as checkpoints_lib
 from utils.checkpoints import recovery
@@ -60,10 +61,13 @@ class Model:
     head_fn: the task's head (`utils/training/model_fn.py`).
     bert_config: from `load_bert_config`.
     dropout_seed: from `dropout_seed` (None: stateful dropout).
+    training_dropout: the training graph's dropout probability instead of the configuration's
+      (`model_fn_lib.with_training_dropout`), or None.
   """
   head_fn: typing.Callable
   bert_config: modeling.BertConfig
   dropout_seed: typing.Optional[int] = None
+  training_dropout: typing.Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,11 +81,14 @@ class Plan:
       predict_batch_size: those the script uses), or None.
     max_sequences_per_pack: K for packed input (rows of up to K sequences: the start line and the
       training log count sequences), 0 otherwise.
+    schedule_options: the `optimization.Schedule` fields the script's flags set beyond the steps
+      (`JobConfig.schedule`'s options), or None for the recipe's.
   """
   num_train_steps: int
   num_warmup_steps: int = 0
   batch_sizes: typing.Optional[dict] = None
   max_sequences_per_pack: int = 0
+  schedule_options: typing.Optional[dict] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +163,8 @@ def check_model_fits(config, bert_config, machine_bytes, predictions_per_seq=0):
                             % config.bert_config_file, batch_size, config.max_seq_length,
                             training=training, half_precision=half_precision,
                             accumulation_steps=config.num_accumulation_steps,
-                            predictions_per_seq=predictions_per_seq)
+                            predictions_per_seq=predictions_per_seq,
+                            optimizer_slots=len(optimization.slot_names(config.optimizer_type)))
     except ValueError as e:
       raise errors.UsageError(str(e))
 
@@ -253,7 +261,8 @@ class Job:
                    " (the newest in --init_checkpoint=%s)" % config.init_checkpoint)
     model_fn = model_fn_lib.model_fn_builder(
         model.head_fn, model.bert_config, init_checkpoint, training_settings(config, workers, plan),
-        verbose_logging=config.verbose_logging, dropout_seed=model.dropout_seed)
+        verbose_logging=config.verbose_logging, dropout_seed=model.dropout_seed,
+        training_dropout=model.training_dropout)
     micro_steps_done = 0
     if resume_check is not None:
       micro_steps_done = check_resume(config, resume_check, output_dir, saves, model_fn)
@@ -430,7 +439,8 @@ def training_settings(config, workers, plan):
   """
   cpu.warn_if_bf16_is_emulated(config.bf16)
   return model_fn_lib.TrainingSettings(
-      schedule=config.schedule(workers.size, plan.num_train_steps, plan.num_warmup_steps),
+      schedule=config.schedule(workers.size, plan.num_train_steps, plan.num_warmup_steps,
+                               plan.schedule_options),
       precision=config.precision, accumulation=config.accumulation,
       distribution=config.distribution(workers.hvd))
 

@@ -100,20 +100,22 @@ class JobConfig:
     (NVIDIA's convention), so the job's is that x workers."""
     return self.learning_rate * num_workers
 
-  def schedule(self, num_workers, num_train_steps, num_warmup_steps):
-    """The optimizer and its learning-rate schedule.
+  def schedule(self, num_workers, num_train_steps, num_warmup_steps, options=None):
+    """The optimizer's description: which one, its learning-rate schedule and its moments.
 
     Args:
       num_workers: the job's workers (the schedule's rate is `job_learning_rate`).
       num_train_steps: optimizer updates (0 when the run does not train).
       num_warmup_steps: warmup updates.
+      options: None (the recipe's), or a dict of the `optimization.Schedule` fields a script's
+        flags set (run_pretraining.py: lr_schedule, adam_beta2, adam_epsilon).
 
     Returns:
       `optimization.Schedule`.
     """
     # A run that does not train still builds its model_fn: the schedule needs an update.
     return optimization.Schedule(self.optimizer_type, self.job_learning_rate(num_workers),
-                                 max(num_train_steps, 1), num_warmup_steps)
+                                 max(num_train_steps, 1), num_warmup_steps, **(options or {}))
 
   @property
   def precision(self):
@@ -189,16 +191,20 @@ class JobConfig:
     except ValueError as e:
       raise flag_error(e) from None
 
-  def check_schedule(self, num_train_steps, num_warmup_steps):
-    """The rules of the learning-rate schedule (`optimization.check_schedule`), for a script
-    whose steps are flags (run_pretraining.py's --num_train_steps and --num_warmup_steps).
+  def check_schedule(self, num_train_steps, num_warmup_steps, options=None):
+    """The rules of the optimizer's description (`optimization.Schedule.check`), for a script
+    whose steps and options are flags (run_pretraining.py's --num_train_steps,
+    --num_warmup_steps, --lr_schedule, --adam_beta2 and --adam_epsilon).
+
+    Args:
+      num_train_steps, num_warmup_steps, options: as `schedule`.
 
     Raises:
       errors.UsageError: naming the flag.
     """
     try:
-      optimization.check_schedule(self.learning_rate, num_train_steps, num_warmup_steps,
-                                  self.optimizer_type)
+      optimization.Schedule(self.optimizer_type, self.learning_rate, num_train_steps,
+                            num_warmup_steps, **(options or {})).check()
     except ValueError as e:
       raise flag_error(e) from None
 
@@ -208,9 +214,10 @@ POSITIVE = ("max_seq_length", "save_checkpoints_steps", "keep_checkpoint_max", "
             "eval_batch_size", "display_loss_steps", "num_tpu_cores", "iterations_per_loop")
 
 # The optimizer's settings named as the flags that carry them: the fields, and run_pretraining.py's
-# step flags.
+# step and optimizer flags.
 _FLAG_NAMES = tuple(field.name for field in dataclasses.fields(JobConfig)
-                    if field.name != "given") + ("num_train_steps", "num_warmup_steps")
+                    if field.name != "given") + ("num_train_steps", "num_warmup_steps",
+                                                 "lr_schedule", "adam_beta2", "adam_epsilon")
 _FLAG_NAME = re.compile(r"\b(%s)\b" % "|".join(sorted(_FLAG_NAMES, key=len, reverse=True)))
 
 

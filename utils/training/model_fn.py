@@ -11,7 +11,8 @@ Everything else is built here, in this order, the same for every task:
    read and this micro-step's dropout key derived from it (`determinism.begin_micro_step`);
 2. `modeling.BertModel` on input_ids / input_mask / segment_ids, computing in the precision's
    compute type (what each part computes in: `Precision.compute_precision`), one-hot embeddings
-   on TPU, dropout keyed on that key;
+   on TPU, dropout keyed on that key (in TRAIN mode at `training_dropout` when the job sets one,
+   `with_training_dropout`; the configuration itself keeps its own probabilities);
 3. the head; its loss is the graph tensor `total_loss`;
 4. the matching variables initialised from `init_checkpoint` (under a TPUEstimator in its
    `scaffold_fn`), listed with `*INIT_FROM_CKPT*` when asked;
@@ -132,6 +133,25 @@ def init_from_checkpoint(init_checkpoint, use_scaffold_fn):
   return None, loaded
 
 
+def with_training_dropout(bert_config, training_dropout):
+  """The configuration a training graph is built from: `bert_config`, or with `training_dropout`
+  (a float in [0, 1)) a copy whose hidden and attention dropout probabilities are that value.
+
+  Args:
+    bert_config: `modeling.BertConfig` (not changed).
+    training_dropout: None, or the dropout probability of the training graph.
+
+  Returns:
+    `modeling.BertConfig`.
+  """
+  if training_dropout is None:
+    return bert_config
+  config = copy.deepcopy(bert_config)
+  config.hidden_dropout_prob = training_dropout
+  config.attention_probs_dropout_prob = training_dropout
+  return config
+
+
 def _log_trainable_variables(loaded, rank):
   logging.info("**** Trainable Variables ****")
   for var in _tf1.trainable_variables():
@@ -140,7 +160,7 @@ def _log_trainable_variables(loaded, rank):
 
 
 def model_fn_builder(head_fn, bert_config, init_checkpoint, settings, verbose_logging=False,
-                     dropout_seed=None):
+                     dropout_seed=None, training_dropout=None):
   """Returns the `model_fn` of an Estimator (or TPUEstimator) around `head_fn`.
 
   Args:
@@ -152,11 +172,14 @@ def model_fn_builder(head_fn, bert_config, init_checkpoint, settings, verbose_lo
     verbose_logging: list every trainable variable, marking those loaded from the checkpoint.
     dropout_seed: a deterministic run's seed: training counts micro-steps (`determinism`) and
       draws each dropout mask from (seed, micro-step, rank, layer, site); None: stateful dropout.
+    training_dropout: None, or the hidden and attention dropout probability of the TRAIN graph
+      instead of `bert_config`'s (run_pretraining.py's --pretraining_dropout).
 
   Returns:
     model_fn(features, labels, mode, params).
   """
   precision, distribution = settings.precision, settings.distribution
+  training_config = with_training_dropout(bert_config, training_dropout)
   tpu_estimator_spec = distribution.uses_tpu_estimator
   rank = distribution.hvd.rank() if distribution.hvd is not None else 0
 
@@ -167,7 +190,8 @@ def model_fn_builder(head_fn, bert_config, init_checkpoint, settings, verbose_lo
     if is_training and dropout_seed is not None:
       dropout_key, advance_micro_step = determinism.begin_micro_step(dropout_seed, rank)
     model = modeling.BertModel(
-        config=bert_config, is_training=is_training, input_ids=features["input_ids"],
+        config=training_config if is_training else bert_config, is_training=is_training,
+        input_ids=features["input_ids"],
         input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
         use_one_hot_embeddings=distribution.use_tpu, compute_type=precision.compute_type,
         dropout_key=dropout_key, **pretraining.packed_encoder_args(features))
