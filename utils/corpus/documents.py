@@ -354,20 +354,23 @@ def _sentence_documents(path, on_bad):
 def _wikidump_documents(path, on_bad, share):
   """"wikidump": the articles of a dump (`wikidump.iter_articles`) in its share [k, K], each as
   the paragraphs of its markup (`wikitext.article_paragraphs`); a dump cut short keeps the
-  articles before the cut. Every share meets a dump's error; with `on_bad`, share 0 alone
-  reports it, so that it is counted once."""
+  articles before the cut. Every share meets a dump's bad pages; with `on_bad`, share 0 alone
+  reports them, so that each is counted once."""
   # Imported here: only a dump needs them (and mwparserfromhell).
   from utils.corpus import wikidump  # pylint: disable=g-import-not-at-top
   from utils.corpus import wikitext  # pylint: disable=g-import-not-at-top
   k, count = share
+  if on_bad is not None and k != 0:
+    on_bad = lambda error: None  # pylint: disable=unnecessary-lambda-assignment
   try:
-    for index, page in enumerate(wikidump.iter_articles(path)):
+    for index, page in enumerate(wikidump.iter_articles(path, on_bad)):
       if index % count != k:
         continue
-      paragraphs = wikitext.article_paragraphs(page.text)
+      paragraphs = wikitext.article_paragraphs(page.text, page.hidden_link_prefixes)
       if paragraphs:
         yield Document(path, "page %s '%s' (line %d)" % (page.page_id, page.title, page.line),
                        paragraphs)
   except bad_input.BadInput as error:
-    if on_bad is None or k == 0:
-      _report(error, on_bad)
+    if on_bad is None:
+      raise
+    on_bad(error)
