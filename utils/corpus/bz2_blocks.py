@@ -7,8 +7,8 @@ stream). Blocks are not byte aligned: a block is found by a bit-level search for
 decompressed alone, re-framed as a stream of its own ("BZh9", its bits, the end magic, its CRC as
 the stream's), so that libbz2 checks its CRC and a block that fails is skipped, reading going on
 at the next block or stream. A block that decompresses but fails its CRC gave its data before the
-check (all but the last piece, up to PIECE_BYTES): that data is handed on as `Lost.data`, not as
-the file's, so that the reader can count what it held.
+check (all but the last piece, up to PIECE_BYTES): its size, not the data, is handed on
+(`Lost.size`), so that the reader can count what the block held.
 
 The magic may also occur by chance inside a block's compressed bits (about once in 3 * 10^13
 bits, a few TB of dumps): that block is then reported lost.
@@ -25,13 +25,14 @@ PIECE_BYTES = 8 << 10
 MAX_HELD_BYTES = 4 << 20
 _HEADER = b"BZh9"
 
-Lost = collections.namedtuple("Lost", ["start", "end", "reason", "data"])
+Lost = collections.namedtuple("Lost", ["start", "end", "reason", "size"])
 Lost.__doc__ = """Compressed bytes `start` to `end` of the file that could not be read.
 
 Attributes:
   start, end: int, the byte range (a block's first and last bytes, rounded out to bytes).
   reason: str, e.g. "a bz2 block that fails its CRC".
-  data: list of bytes, what a block that failed its CRC decompressed to (not to be trusted).
+  size: int, the bytes a block that failed its CRC decompressed to (their text is not to be
+    trusted, and is dropped), but for its last piece; 0 for a block that did not decompress.
 """
 
 
@@ -198,7 +199,7 @@ def iter_blocks(raw, chunk_bytes):
     found = _next_magic(buffer, bit)
     if found is not None and found[0] > bit:  # bytes that are not a block (garbage, a cut block)
       yield from pending.flush()
-      yield Lost(bit // 8, (found[0] + 7) // 8, "bytes that are not a bz2 block", [])
+      yield Lost(bit // 8, (found[0] + 7) // 8, "bytes that are not a bz2 block", 0)
       bit = found[0]
     if found is None:
       break
@@ -209,7 +210,8 @@ def iter_blocks(raw, chunk_bytes):
     if end is None:
       break  # the file ends inside the block
     base_bit = buffer.base * 8
-    block = _decompressed_block(_reframed(buffer.data, bit - base_bit, end[0] - base_bit))
+    framed = _reframed(buffer.data, bit - base_bit, end[0] - base_bit)
+    block = _decompressed_block(framed)
     while True:
       try:
         yield from pending.add(next(block))
@@ -220,7 +222,7 @@ def iter_blocks(raw, chunk_bytes):
       yield from pending.add(pieces)
     else:
       yield from pending.flush()
-      yield Lost(bit // 8, (end[0] + 7) // 8, error, pieces)
+      yield Lost(bit // 8, (end[0] + 7) // 8, error, sum(map(len, pieces)))
     pieces = None  # not held while the next block is decompressed
     bit = end[0]
     buffer.drop_before(bit // 8)

@@ -12,6 +12,7 @@ each depending on the one before, waits for them).
 
 import collections
 import functools
+import os
 import time
 
 from absl import logging
@@ -142,6 +143,9 @@ def run(config, tools):
   """
   start = time.time()
   units = stages.plan(config)
+  for unit in units["extract"]:
+    if unit.spec.get("warning"):  # a plain-text input that looks like markup
+      logging.warning("prepare_corpus: %s", unit.spec["warning"])
   out = config.output_dir
   if config.stage == "all":
     selected = config.stages
@@ -174,7 +178,7 @@ def summary(config, units, seconds, bytes_read=0, units_done_earlier=0):
   Returns:
     dict: documents, input_bytes, bad_documents, duplicates, train_documents, eval_documents
     (of the whole corpus), shards, records (OrderedDict "seq128 train" -> records), seconds,
-    bytes_read, units_done_earlier.
+    bytes_read, units_done_earlier, formats (OrderedDict input's base name -> its format).
   """
   out = config.output_dir
   totals = collections.Counter()
@@ -193,13 +197,16 @@ def summary(config, units, seconds, bytes_read=0, units_done_earlier=0):
       elif stage == "records":
         key = "%s %s" % (config_lib.phase_name(unit.spec["phase"]), unit.spec["split"])
         records[key] = records.get(key, 0) + counts["records"]
+  formats = collections.OrderedDict(
+      (os.path.basename(unit.settings["input"]), unit.settings["format"])
+      for unit in units["extract"])
   return dict(totals, shards=config.num_shards, records=records, seconds=seconds,
-              bytes_read=bytes_read, units_done_earlier=units_done_earlier)
+              bytes_read=bytes_read, units_done_earlier=units_done_earlier, formats=formats)
 
 
 def summary_line(result):
-  """The command's last line: documents, duplicates, bad documents, shards, records per phase and
-  split; this run's time and the MB/s of the input it read."""
+  """The command's last line: documents, the inputs' formats, duplicates, bad documents, shards,
+  records per phase and split; this run's time and the MB/s of the input it read."""
   records = ", ".join("%s %d" % (key, count) for key, count in result["records"].items())
   seconds = result["seconds"]
   this_run = "%.1f s" % seconds
@@ -207,9 +214,11 @@ def summary_line(result):
     this_run += ", %.2f MB/s of input" % (result["bytes_read"] / 1e6 / max(seconds, 1e-9))
   if result["units_done_earlier"]:
     this_run += ", %d units done earlier" % result["units_done_earlier"]
-  return ("prepare_corpus: %d documents read (%.1f MB), %d duplicates dropped, %d bad documents "
+  formats = ", ".join("%s as %s" % item for item in result.get("formats", {}).items())
+  return ("prepare_corpus: %d documents read (%.1f MB%s), %d duplicates dropped, %d bad documents "
           "skipped; %d shards of %d training and %d held-out documents; records: %s; %s" % (
               result.get("documents", 0), result.get("input_bytes", 0) / 1e6,
+              ": " + formats if formats else "",
               result.get("duplicates", 0), result.get("bad_documents", 0), result["shards"],
               result.get("train_documents", 0), result.get("eval_documents", 0),
               records or "none", this_run))

@@ -150,7 +150,8 @@ def _extract_units(config):
                            dict(path=path, fmt=fmt, files=None, share=[k, count])))
     else:
       units.append(_unit("extract", input_id(path), len(units), dict(common, files=[
-          _identity(path)]), dict(path=path, fmt=fmt, files=None)))
+          _identity(path)]), dict(path=path, fmt=fmt, files=None,
+                                  warning=documents.markup_warning(path))))
   return units
 
 

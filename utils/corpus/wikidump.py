@@ -301,6 +301,7 @@ class _PageSplitter:
     self._skipping = False  # a bad page's rest, read past until the next tag
     self._between = b""  # what follows the last page, from its first non-blank byte (a start)
     self._line_begin = 0  # the byte offset where the current line starts
+    self._between_at = None  # (line, byte) where `_between` starts
     self._pages_seen = 0
     self._last_title = None  # (ordinal, title) of the last page ended
     self._pages = []  # pages ended by the current chunk, not yet handed on
@@ -330,16 +331,23 @@ class _PageSplitter:
                        self.after_last_page()), documents=0)
 
   def lose(self, lost):
-    """A bz2 block lost: the page being read is lost with it, the next whole page is read."""
+    """A bz2 block lost: the page being read is lost with it, the next whole page is read.
+
+    Its pages are counted from the XML it held and the size of the pages before it: the XML of
+    a block that failed its CRC is known (its text is not: the check failed), that of a block
+    that did not decompress is its compressed size times the ratio so far.
+    """
     self._route(self._carry)
     self._carry = b""
-    held = sum(piece.count(b"<page>") for piece in lost.data)
-    cut = self._page is not None
+    xml_lost = lost.size or (lost.end - lost.start) * self._offset // max(
+        1, lost.start)
+    pages = round(xml_lost * self._pages_seen / max(1, self._offset))
+    pages = max(pages, 1 if self._page is not None else 0)
     where = "compressed bytes %d to %d (%s)" % (lost.start, lost.end, self._current_page())
     self._page, self._skipping, self._between = None, True, b""
     self._decoder.restart()
-    self._report(where, "%s: %d pages lost" % (lost.reason, held + cut),
-                 documents=held + cut)
+    self._report(where, "%s: about %d pages lost (about %d bytes of XML)" % (
+        lost.reason, pages, xml_lost), documents=pages)
 
   def after_last_page(self):
     """Where the last page read is, e.g. "after page 3 'Paris'" (3: the third page)."""
@@ -395,10 +403,13 @@ class _PageSplitter:
     elif self._skipping:
       pass
     elif self._pages_seen:
+      if not self._between and data.strip():  # where what follows the last page starts
+        blank = len(data) - len(data.lstrip())
+        self._between_at = (self._line + data.count(b"\n", 0, blank), self._offset + blank)
       self._between = (self._between + data).lstrip()[:64]
       if not _ROOT_END.startswith(self._between.rstrip()) and not (
           self._between.startswith(_ROOT_END) and not self._between[len(_ROOT_END):].strip()):
-        self._report("line %d (byte %d of the XML)" % (self._line, self._offset), (
+        self._report("line %d (byte %d of the XML)" % self._between_at, (
             "bytes between pages that are not a page (%r), %s" % (
                 self._between[:40].decode("utf-8", "replace"), self.after_last_page())),
                      documents=0)
