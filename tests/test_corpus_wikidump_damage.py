@@ -9,14 +9,19 @@ dump's text and compressed bytes here, not taken from the reader.
 import bz2
 import gc
 import io
+import os
 import random
 import tracemalloc
 
 import pytest
 
+from tests import corpus_data
 from tests import wiki_dump_data as dump_data
 from utils.corpus import bad_input
 from utils.corpus import bz2_blocks
+from utils.corpus import manifest
+from utils.corpus import runner
+from utils.corpus import stages
 from utils.corpus import wikidump
 
 VILLAGES = 1200  # about 530 KB of XML: six bz2 blocks of 100 KB at compresslevel=1
@@ -195,3 +200,33 @@ def test_a_page_longer_than_the_bound_is_read_past_in_flat_memory(tmp_path, monk
         ("page 2 'Long'", "longer than 65536 characters: read past")]
   # Holding the long page would add 6 MB; the peaks differ by where the chunks' ends fall.
   assert peaks[1] - peaks[0] < 128 << 10, peaks
+
+
+def test_a_damaged_part_file_counts_its_pages_lost_in_the_summary_and_manifest(tmp_path):
+  # A split dump's part under Wikipedia's name, one page never closed, one bz2 block flipped.
+  pages = [dump_data.village_page(n) for n in range(VILLAGES)]
+  pages[5] = pages[5].replace("  </page>\n", "")
+  text = dump_data.DUMP_HEADER + "".join(pages) + dump_data.DUMP_FOOTER
+  damaged, _, _ = _flip_inside_a_block(bz2.compress(text.encode("utf-8"), 1))
+  path = _write(tmp_path / "enwiki-latest-pages-articles1.xml-p000000010p000030302.bz2",
+                damaged)
+  out = tmp_path / "out"
+  summary = runner.run(corpus_data.make_config([path], out, stage="extract", num_shards=1),
+                       stages.Tools(pack_files=None))
+  titles, skipped = _read(path)
+  assert [error.documents for error in skipped][0] == 1 and len(skipped) == 2
+  assert summary["formats"] == {os.path.basename(path): "wikidump"}
+  assert summary["documents"] == len(titles)
+  assert summary["bad_documents"] == sum(error.documents for error in skipped) > 100
+  line = runner.summary_line(dict(summary, seconds=1.0))
+  assert line.startswith("prepare_corpus: %d documents read (%.1f MB: %s as wikidump), 0 "
+                         "duplicates dropped, %d bad documents skipped;" % (
+                             len(titles), len(damaged) / 1e6, os.path.basename(path),
+                             summary["bad_documents"]))
+  entry = manifest.read_entry(str(out), "extract", stages.input_id(path) + "-00000")
+  assert entry["counts"]["bad_documents"] == summary["bad_documents"]
+  with open(os.path.join(str(out), "extracted", stages.input_id(path) + "-00000",
+                         "bucket-00000.txt"), encoding="utf-8") as reader:
+    extracted = reader.read()
+  assert "[[" not in extracted and "{{" not in extracted and "&lt;" not in extracted
+  assert "Village 6 is a village in Ruritania" in extracted
