@@ -8,9 +8,7 @@ dump's text and compressed bytes here, not taken from the reader.
 
 import bz2
 import gc
-import io
 import os
-import random
 import tracemalloc
 
 import pytest
@@ -46,28 +44,6 @@ def _read(path):
 
 def _bit_string(data):
   return "".join(format(byte, "08b") for byte in data)
-
-
-def test_find_magic_finds_the_magic_at_every_bit_alignment():
-  rng = random.Random(3)
-  magic = format(bz2_blocks.BLOCK_MAGIC, "048b")
-  for shift in range(40):
-    bits = "".join(rng.choice("01") for _ in range(shift)) + magic + "".join(
-        rng.choice("01") for _ in range(70 - shift))
-    bits += "0" * (-len(bits) % 8)
-    data = int(bits, 2).to_bytes(len(bits) // 8, "big")
-    expected = _bit_string(data).find(magic)  # found on the bits as a string
-    assert bz2_blocks.find_magic(data, 0, bz2_blocks.BLOCK_MAGIC) == expected == shift
-    assert bz2_blocks.find_magic(data, expected + 1, bz2_blocks.BLOCK_MAGIC) == -1
-
-
-def test_blocks_of_one_and_several_streams_give_the_files_bytes():
-  text = _village_dump(range(400)).encode("utf-8")
-  for data in (bz2.compress(text, 1), bz2.compress(text, 9),
-               bz2.compress(text[:5000], 1) + bz2.compress(text[5000:], 3)):
-    items = list(bz2_blocks.iter_blocks(io.BytesIO(data), 1 << 16))
-    assert all(isinstance(item, bytes) for item in items)
-    assert b"".join(items) == text
 
 
 def _flip_inside_a_block(data):

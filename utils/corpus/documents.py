@@ -437,8 +437,7 @@ def _wikidump_documents(path, on_bad, share):
   the paragraphs of its markup (`wikitext.article_paragraphs`); a dump cut short keeps the
   articles before the cut. Every share meets a dump's bad pages; with `on_bad`, share 0 alone
   reports them, so that each is counted once."""
-  # Imported here: only a dump needs them (and mwparserfromhell).
-  from utils.corpus import wikidump  # pylint: disable=g-import-not-at-top
+  # Imported here: only a dump needs it (and mwparserfromhell).
   from utils.corpus import wikitext  # pylint: disable=g-import-not-at-top
   k, count = share
   if on_bad is not None and k != 0:

@@ -13,7 +13,6 @@ turned into UTF-8 as it is read. The <namespaces> of <siteinfo> give every page 
 site gives to file, media and category links (`Page.hidden_link_prefixes`), beside English's.
 """
 
-import codecs
 import collections
 import os
 import re
@@ -21,6 +20,7 @@ from xml.parsers import expat
 
 from utils.corpus import bad_input
 from utils.corpus import bz2_blocks
+from utils.corpus import xml_encoding
 
 Page = collections.namedtuple("Page", ("title", "namespace", "page_id", "redirect", "text",
                                        "line", "hidden_link_prefixes"))
@@ -42,9 +42,8 @@ Attributes:
 
 # Bytes read from the file at a time, and about the most decompressed bytes taken at a time.
 CHUNK_BYTES = 1 << 20
-# What the format detection reads of a file, and the encoding is decided from: its first bytes.
+# What the format detection reads of a file.
 HEAD_BYTES = 4096
-_DECLARATION_BYTES = 256
 # The namespaces whose links show nothing in an article: files (6: a caption belongs to the
 # picture) and categories (14: listed at the page's foot), by the names the dump's <siteinfo>
 # gives them and by MediaWiki's English names and alias. (Media: links, -2, show their label.)
@@ -58,7 +57,6 @@ _REDIRECT_TEXT = re.compile(r"\s*#redirect", re.IGNORECASE)
 _PAGE_TAG = re.compile(rb"<(/?)page>")
 _LONGEST_TAG = len(b"</page>")
 _ROOT_END = b"</mediawiki>"
-_XML_DECLARATION = re.compile(rb"""^<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9._-]+)["']""")
 _DUMP_START = re.compile(r"^\s*(<\?xml[^>]*>)?\s*(<!--.*?-->\s*)*<mediawiki[\s>/]", re.DOTALL)
 # The elements read, by their path under <mediawiki>.
 _PAGE_FIELDS = {("page", "title"): "title", ("page", "ns"): "ns", ("page", "id"): "id",
@@ -66,28 +64,10 @@ _PAGE_FIELDS = {("page", "title"): "title", ("page", "ns"): "ns", ("page", "id")
 _NAMESPACE = ("siteinfo", "namespaces", "namespace")
 
 
-def xml_encoding(head):
-  """The codec of XML whose first bytes are `head`: by its byte order mark, else the encoding of
-  its declaration, else UTF-8 (a codec name of Python's, e.g. "utf-8", "utf-16")."""
-  if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-    return "utf-16"
-  if head.startswith(b"<\x00?\x00"):
-    return "utf-16-le"
-  if head.startswith(b"\x00<\x00?"):
-    return "utf-16-be"
-  declared = _XML_DECLARATION.match(head.lstrip(codecs.BOM_UTF8))
-  if declared:
-    try:
-      return codecs.lookup(declared.group(1).decode("ascii")).name
-    except LookupError:
-      return "utf-8"  # expat would refuse it too: read as UTF-8, its errors named there
-  return "utf-8"
-
-
 def looks_like_dump(head):
   """Whether the first bytes of a file (decompressed) start a MediaWiki export: a <mediawiki>
   root, after an optional XML declaration (in any encoding) and comments."""
-  text = head.decode(xml_encoding(head), errors="replace").lstrip("\ufeff")
+  text = head.decode(xml_encoding.of_head(head), errors="replace").lstrip("\ufeff")
   return _DUMP_START.match(text) is not None
 
 
@@ -290,7 +270,7 @@ class _PageSplitter:
 
   def __init__(self, path, on_bad):
     self._path, self._on_bad = path, on_bad
-    self._decoder = _Decoder(path)
+    self._decoder = xml_encoding.Utf8Stream(path)
     self._header = _Header()
     self._hidden = None
     self._carry = b""
@@ -538,77 +518,3 @@ class _PageSplitter:
         if name and name.lower() == prefix.strip().lower():
           return key
     return 0
-
-
-class _Decoder:
-  """The dump's bytes, fed in chunks, as UTF-8: checked when the XML is UTF-8, else decoded in
-  the encoding its byte order mark or declaration names (`xml_encoding`, from its first
-  bytes) and encoded as UTF-8. Counts lines and columns to place a bad byte."""
-
-  def __init__(self, path):
-    self._path = path
-    self._head = b""
-    self._encoding = None
-    self._decoder = None
-    self._undecoded = b""
-    self._line, self._column = 1, 0
-
-  def restart(self):
-    """After lost bytes: the next ones start afresh (a character cut by the loss is lost)."""
-    self._undecoded = b""
-    if self._decoder is not None:
-      self._decoder.reset()
-
-  def decode(self, data, final=False):
-    """Yields (UTF-8 bytes, None) pieces of `data` and (b"", BadInput) for each bad byte (read
-    past)."""
-    if self._encoding is None:
-      self._head += data
-      if len(self._head) < _DECLARATION_BYTES and not final:
-        return
-      data, self._head = self._head, b""
-      self._encoding = xml_encoding(data)
-      if self._encoding != "utf-8":
-        self._decoder = codecs.getincrementaldecoder(self._encoding)("strict")
-      elif data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8):]
-    if self._decoder is not None:
-      yield from self._transcoded(data, final)
-      return
-    data = self._undecoded + data if self._undecoded else data
-    while True:
-      try:
-        text, used = codecs.utf_8_decode(data, "strict", final)
-      except UnicodeDecodeError as error:
-        good = data[:error.start]
-        self._advance(good.decode("utf-8"))
-        yield good, self._not_valid(data[error.start:error.end])
-        data = data[error.end:]
-        continue
-      self._advance(text)
-      self._undecoded = data[used:]
-      yield data[:used], None
-      return
-
-  def _transcoded(self, data, final):
-    try:
-      text = self._decoder.decode(data, final)
-    except UnicodeDecodeError as error:
-      self._decoder.reset()
-      yield b"", self._not_valid(error.object[error.start:error.end])
-      return
-    self._advance(text)
-    yield text.lstrip("\ufeff").encode("utf-8"), None
-
-  def _advance(self, text):
-    newlines = text.count("\n")
-    if newlines:
-      self._line += newlines
-      self._column = len(text) - text.rfind("\n") - 1
-    else:
-      self._column += len(text)
-
-  def _not_valid(self, bad):
-    return bad_input.BadInput(self._path, "line %d, column %d" % (self._line, self._column + 1),
-                              "not %s (byte %s)" % (self._encoding.upper().replace("_", "-"),
-                                                    bad.hex(" ")))
