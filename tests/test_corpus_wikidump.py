@@ -137,15 +137,16 @@ def test_malformed_xml_is_named_by_line_and_column_after_the_pages_before_it(tmp
   assert error.position == "line %d, column %d" % (line, column)
   # The page is named by its place: its title is the element that is not closed.
   byte = dump_data.DUMP.encode("utf-8").index(dump_data.TALK_PAGE.encode("utf-8")) + 2
-  assert error.problem == "not well-formed XML: mismatched tag, in page 3 (line %d, byte %d of the XML)" % (
-      _lines_of_pages(dump_data.DUMP)[2], byte)
+  assert error.problem == ("not well-formed XML: mismatched tag, in page 3 (line %d, byte %d of "
+                           "the XML)" % (_lines_of_pages(dump_data.DUMP)[2], byte))
 
 
 def test_xml_that_ends_early_names_the_last_whole_page(tmp_path):
   cut = dump_data.DUMP_HEADER + "".join(dump_data.PAGES[:2]) + dump_data.PAGES[2][:40]
   error = _expect_bad_input(_write(tmp_path / "dump.xml", cut),
                             pages_before=["Paris", "Lutetia"])
-  assert error.problem == "not well-formed XML: the page is never closed (the XML ends early, after page 2 'Lutetia')"
+  assert error.problem == ("not well-formed XML: the page is never closed (the XML ends early, "
+                           "after page 2 'Lutetia')")
   assert error.position.startswith("page 3 'Talk:Paris' (line %d, byte " % (
       _lines_of_pages(dump_data.DUMP)[2]))
 
@@ -166,8 +167,8 @@ def test_bytes_that_are_not_utf8_are_named_by_line_and_column(tmp_path):
                                                   "User:Example editor"])
     assert error.position == "line %d, column %d" % (line, column)
     byte = dump_data.DUMP.encode("utf-8").index(dump_data.ATHENS.encode("utf-8")) + 2
-    assert error.problem == "not UTF-8 (byte ff), in page 5 'Athens' (id 1216, line %d, byte %d of the XML)" % (
-        _lines_of_pages(dump_data.DUMP)[4], byte)
+    assert error.problem == ("not UTF-8 (byte ff), in page 5 'Athens' (id 1216, line %d, byte %d "
+                             "of the XML)" % (_lines_of_pages(dump_data.DUMP)[4], byte))
 
 
 def test_a_utf8_character_cut_by_the_files_end_is_bad_input(tmp_path):

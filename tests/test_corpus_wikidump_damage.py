@@ -97,9 +97,9 @@ def test_a_stream_cut_short_in_a_multistream_bz2_costs_its_pages_only(tmp_path):
   titles, skipped = _read(_write(tmp_path / "cut-multistream.xml.bz2", cut))
   assert titles == ["Village %d" % n for n in list(groups[0]) + list(groups[2])]
   # The block, after its stream's 4-byte header, up to the next stream's block.
-  assert [error.position for error in skipped] == ["compressed bytes %d to %d (after page 100 "
-                                                   "'Village 99')" % (len(streams[0]) + 4,
-                                                                      len(cut) - len(streams[2]) + 4)]
+  block = (len(streams[0]) + 4, len(cut) - len(streams[2]) + 4)
+  assert [error.position for error in skipped] == [
+      "compressed bytes %d to %d (after page 100 'Village 99')" % block]
   assert skipped[0].problem.startswith("a bz2 block that ")
   # Its pages counted from its compressed size: half the stream's 100 pages is in the file.
   assert 25 <= skipped[0].documents <= 100
@@ -206,3 +206,16 @@ def test_a_damaged_part_file_counts_its_pages_lost_in_the_summary_and_manifest(t
     extracted = reader.read()
   assert "[[" not in extracted and "{{" not in extracted and "&lt;" not in extracted
   assert "Village 6 is a village in Ruritania" in extracted
+
+
+def test_a_dump_forced_to_plain_text_is_warned_about_by_name(tmp_path, caplog):
+  path = _write(tmp_path / "pages.txt", _village_dump(range(20)))
+  config = corpus_data.make_config([path], tmp_path / "out", stage="extract", num_shards=1,
+                                   input_formats=("documents_per_line",))
+  with caplog.at_level("WARNING"):
+    summary = runner.run(config, stages.Tools(pack_files=None))
+  assert summary["formats"] == {"pages.txt": "documents_per_line"}
+  warnings = [r.getMessage() for r in caplog.records if "look like XML or wiki markup" in
+              r.getMessage()]
+  assert len(warnings) == 1 and warnings[0].startswith("prepare_corpus: %s is read as plain "
+                                                       "text, but " % path)

@@ -75,3 +75,13 @@ def test_localized_names_and_aliases_hide_file_and_category_links():
   text = ("Начало [[Файл:Карта.png|thumb|Надпис]] на [[категория:Календари|х]] текста "
           "[[Image:Old.jpg]] [[:Категория:Календари|списък]] [[Медия:Звук.ogg|звук]].")
   assert wikitext.article_paragraphs(text, hidden) == ["Начало на текста списък звук."]
+
+
+def test_a_page_without_ns_takes_its_namespace_from_its_titles_prefix(tmp_path):
+  xml = "".join(line + "\n" for line in dump_data.DUMP.split("\n")[:-1]
+                if not line.strip().startswith("<ns>"))
+  path = tmp_path / "old.xml"
+  path.write_bytes(xml.encode("utf-8"))
+  # The header's <namespaces> name 1 "Talk" and 2 "User"; the expected numbers are the dump's.
+  assert [(p.title, p.namespace) for p in wikidump.iter_pages(str(path))] == [
+      (title, namespace) for title, namespace, _, _ in dump_data.EXPECTED_PAGES]

@@ -10,7 +10,7 @@ id, line and byte offset) or the compressed bytes, handed to `on_bad` and skippe
 
 The XML may be in any encoding its declaration or byte order mark names (UTF-16 too); it is
 turned into UTF-8 as it is read. The <namespaces> of <siteinfo> give every page the names its
-site gives to file, media and category links (`Page.hidden_link_prefixes`), beside English's.
+site gives to file and category links (`Page.hidden_link_prefixes`), beside English's.
 """
 
 import collections
@@ -37,7 +37,7 @@ Attributes:
     "" when that revision has no text (or its text was deleted).
   line: int, the 1-based line of the <page> start tag in the decompressed XML.
   hidden_link_prefixes: frozenset of str, lower case: the names of the namespaces whose links
-    show nothing in an article on its site (files, media, categories: `hidden_link_prefixes`).
+    show nothing in an article on its site (files and categories: HIDDEN_LINK_NAMESPACES).
 """
 
 # Bytes read from the file at a time, and about the most decompressed bytes taken at a time.
@@ -173,9 +173,9 @@ class _Header:
 
   def hidden_link_prefixes(self):
     """The lower-case names whose links show nothing on this site (HIDDEN_LINK_NAMESPACES)."""
+    names = (self.namespaces.get(key) for key in HIDDEN_LINK_NAMESPACES)
     return ENGLISH_HIDDEN_LINK_PREFIXES | frozenset(
-        " ".join(self.namespaces[key].lower().replace("_", " ").split()) for key in HIDDEN_LINK_NAMESPACES
-        if self.namespaces.get(key))
+        " ".join(name.lower().replace("_", " ").split()) for name in names if name)
 
 
 def _parser(start, end, characters):
@@ -277,7 +277,7 @@ class _PageSplitter:
     self._offset = 0  # bytes of XML before the data being fed
     self._line = 1  # the line of the data being fed
     self._page = None  # the _PageParser of the page being read
-    self._page_start = None  # (ordinal, line, byte) of the page being read
+    self._page_start = None  # (ordinal, line, byte, column) of the page being read
     self._skipping = False  # a bad page's rest, read past until the next tag
     self._between = b""  # what follows the last page, from its first non-blank byte (a start)
     self._line_begin = 0  # the byte offset where the current line starts

@@ -419,8 +419,8 @@ def _walk_wikilink(link, pieces, hidden):
 
 def _is_hidden_link(title, hidden):
   """Whether a link whose title is written `title` shows nothing: links to files, images and
-  categories (whose prefix, lower case, is in `hidden`), and interlanguage links. A leading colon ([[:Category:Cities]]) makes any of them
-  an ordinary link."""
+  categories (whose prefix, lower case, is in `hidden`), and interlanguage links. A leading
+  colon ([[:Category:Cities]]) makes any of them an ordinary link."""
   prefix, colon, _ = title.partition(":")
   prefix = prefix.strip()
   if not colon or not prefix:
