@@ -289,3 +289,14 @@ def test_a_line_or_a_document_file_over_the_bound_is_read_past(tmp_path, monkeyp
   assert as_tuples(documents.iter_documents(str(folder), "directory", skipped.append)) == [
       ("a.txt", ["Fine."])]
   assert [e.problem for e in skipped] == ["longer than 100 bytes: not read"]
+
+
+def test_a_block_of_sentences_over_the_bound_is_not_held(tmp_path, monkeypatch):
+  monkeypatch.setattr(bad_input, "MAX_DOCUMENT_BYTES", 100)
+  block = "".join("Sentence number %d of the long one.\n" % n for n in range(10))  # 360 chars
+  path = write(tmp_path / "blocks.txt", "Short one.\nIts second.\n\n" + block + "\nLast.\nOne.\n")
+  skipped = []
+  assert as_tuples(documents.iter_documents(path, "sentences_per_line", skipped.append)) == [
+      ("line 1", ["Short one.", "Its second."]), ("line 15", ["Last.", "One."])]
+  assert [str(e) for e in skipped] == [
+      "%s: line 4: a document of more than 100 characters: read past" % path]

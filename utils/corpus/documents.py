@@ -402,9 +402,10 @@ def _line_documents(path, on_bad):
 
 def _sentence_documents(path, on_bad):
   """"sentences_per_line": blocks of non-blank lines, one sentence a line. A document with a line
-  that is not UTF-8 is bad as a whole; one cut by the end of a compressed stream is dropped with
+  that is not UTF-8, or of more than bad_input.MAX_DOCUMENT_BYTES characters (its sentences are
+  not held past it), is bad as a whole; one cut by the end of a compressed stream is dropped with
   the rest of the file."""
-  sentences, first, bad = [], None, False
+  sentences, first, bad, size = [], None, False, 0
   for number, text, error in _numbered_lines(path):
     if isinstance(error, CutShort):
       _report(error, on_bad)
@@ -416,13 +417,19 @@ def _sentence_documents(path, on_bad):
       continue
     sentence = " ".join(text.split())
     if sentence:
-      if not sentences:
-        first = number
-      sentences.append(sentence)
+      first = number if first is None else first
+      size += len(sentence) + 1
+      if not bad and size > bad_input.MAX_DOCUMENT_BYTES:
+        _report(bad_input.BadInput(path, "line %d" % first, "a document of more than %d "
+                                   "characters: read past" % bad_input.MAX_DOCUMENT_BYTES),
+                on_bad)
+        sentences, bad = [], True
+      if not bad:
+        sentences.append(sentence)
       continue
     if sentences and not bad:
       yield Document(path, "line %d" % first, sentences)
-    sentences, bad = [], False
+    sentences, first, bad, size = [], None, False, 0
   if sentences and not bad:
     yield Document(path, "line %d" % first, sentences)
 
