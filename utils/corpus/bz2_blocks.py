@@ -52,17 +52,18 @@ class NotBz2(Exception):
     self.start, self.end, self.reason = start, end, reason
 
 
-def find_magic(data, start_bit, magic):
+def find_magic(data, start_bit, magic, before_bit=-1):
   """The first bit offset >= `start_bit` of `data` (bytes) where the 48-bit `magic` starts, or
-  -1. Each of the 8 bit alignments is found by its 5 whole bytes, then checked whole."""
-  best = -1
+  -1 (also when it starts at or after `before_bit`, if that is not -1). Each of the 8 bit
+  alignments is found by its 5 whole bytes, then checked whole."""
+  best = before_bit
   for shift in range(8):
     pattern = magic << (8 - shift)  # the magic at bit `shift` of a 7-byte window
     needle = pattern.to_bytes(7, "big")[1:6]
     mask = ((1 << 48) - 1) << (8 - shift)
     at = max(1, start_bit // 8)
-    while True:
-      found = data.find(needle, at)
+    while True:  # (past the best found so far, a later alignment need not look)
+      found = data.find(needle, at, len(data) if best < 0 else best // 8 + 7)
       if found < 0 or found + 6 > len(data) or (best >= 0 and (found - 1) * 8 > best):
         break
       bit = (found - 1) * 8 + shift
@@ -70,7 +71,7 @@ def find_magic(data, start_bit, magic):
         best = bit if best < 0 else min(best, bit)
         break
       at = found + 1
-  return best
+  return -1 if best == before_bit else best
 
 
 def _bits(data, start, end):
@@ -155,10 +156,10 @@ def _next_magic(buffer, start_bit):
   reading more of the file as needed; None when the file ends first."""
   while True:
     relative = start_bit - buffer.base * 8
-    found = [(at, magic) for at, magic in ((find_magic(buffer.data, relative, magic), magic)
-                                           for magic in (BLOCK_MAGIC, END_MAGIC)) if at >= 0]
-    if found:
-      at, magic = min(found)
+    block = find_magic(buffer.data, relative, BLOCK_MAGIC)
+    end = find_magic(buffer.data, relative, END_MAGIC, block)  # only an end before the block
+    if end >= 0 or block >= 0:
+      at, magic = (end, END_MAGIC) if end >= 0 else (block, BLOCK_MAGIC)
       return at + buffer.base * 8, magic
     if not buffer.more():
       return None
