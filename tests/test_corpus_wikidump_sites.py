@@ -10,6 +10,7 @@ import bz2
 import os
 
 from tests import wiki_dump_data as dump_data
+from utils.corpus import page_xml
 from utils.corpus import wikidump
 from utils.corpus import wikitext
 
@@ -71,7 +72,7 @@ def test_the_sites_category_links_show_nothing_in_its_articles():
 
 
 def test_localized_names_and_aliases_hide_file_and_category_links():
-  hidden = wikidump.ENGLISH_HIDDEN_LINK_PREFIXES | {"файл", "категория"}
+  hidden = page_xml.ENGLISH_HIDDEN_LINK_PREFIXES | {"файл", "категория"}
   text = ("Начало [[Файл:Карта.png|thumb|Надпис]] на [[категория:Календари|х]] текста "
           "[[Image:Old.jpg]] [[:Категория:Календари|списък]] [[Медия:Звук.ogg|звук]].")
   assert wikitext.article_paragraphs(text, hidden) == ["Начало на текста списък звук."]

@@ -33,7 +33,7 @@ from mwparserfromhell.parser import builder
 from mwparserfromhell.parser import tokenizer
 from mwparserfromhell.parser import tokens
 
-from utils.corpus import wikidump
+from utils.corpus import page_xml
 
 # Sections listing references and links rather than prose: each is dropped with its subsections,
 # up to the next heading of the same or a higher level. Matched on the heading's text, lower case.
@@ -81,7 +81,7 @@ _WHITESPACE = re.compile(r"\s+")
 _WORD_CHARACTER = re.compile(r"\w")
 
 
-def article_paragraphs(wikitext, hidden_link_prefixes=wikidump.ENGLISH_HIDDEN_LINK_PREFIXES):
+def article_paragraphs(wikitext, hidden_link_prefixes=page_xml.ENGLISH_HIDDEN_LINK_PREFIXES):
   """An article's wikitext -> its plain-text paragraphs.
 
   Args:
@@ -96,7 +96,7 @@ def article_paragraphs(wikitext, hidden_link_prefixes=wikidump.ENGLISH_HIDDEN_LI
   return _paragraphs(_top_level(wikitext, hidden_link_prefixes), hidden_link_prefixes)
 
 
-def tree_paragraphs(wikicode, hidden_link_prefixes=wikidump.ENGLISH_HIDDEN_LINK_PREFIXES):
+def tree_paragraphs(wikicode, hidden_link_prefixes=page_xml.ENGLISH_HIDDEN_LINK_PREFIXES):
   """The paragraphs of an article's whole tree: what `article_paragraphs` returns for the text
   whose tree it is, mwparserfromhell.parse(wikitext, skip_style_tags=True).
 
