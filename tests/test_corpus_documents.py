@@ -10,6 +10,7 @@ import random
 import pytest
 
 from tests import corpus_data
+from tests import wiki_dump_data
 from utils.corpus import bad_input
 from utils.corpus import documents
 
@@ -227,3 +228,75 @@ def test_every_share_of_a_dump_cut_short_keeps_its_articles_before_the_cut(tmp_p
     assert len(skipped) == (1 if k == 0 else 0)
   before = whole[:len(kept[0]) + len(kept[1])]
   assert 0 < len(before) < len(whole) and kept == [before[0::2], before[1::2]]
+
+
+# Wikipedia's names of a split dump's parts, a multistream dump's parts and their index.
+PART_NAMES = ("enwiki-latest-pages-articles1.xml-p000000010p000030302.bz2",
+              "enwiki-latest-pages-articles-multistream1.xml-p1p41242.bz2")
+INDEX_NAME = "enwiki-latest-pages-articles-multistream-index1.txt-p1p41242.bz2"
+
+
+def test_a_dump_is_told_by_its_first_bytes_whatever_its_name(tmp_path):
+  xml = wiki_dump_data.DUMP.encode("utf-8")
+  for name in PART_NAMES:
+    path = write(tmp_path / name, xml)
+    assert documents.detect_format(path) == "wikidump", name
+    assert [d.position.split(" (")[0] for d in documents.iter_documents(path, "wikidump")] == [
+        "page 22989 'Paris'", "page 1216 'Athens'", "page 30057 'Tokyo'"]
+  declared = '<?xml version="1.0" encoding="UTF-16"?>\n' + wiki_dump_data.DUMP
+  assert documents.detect_format(write(tmp_path / "pages.txt", declared.encode("utf-16"))) == (
+      "wikidump")
+  commented = write(tmp_path / "export", "<!-- exported -->\n" + wiki_dump_data.DUMP)
+  assert documents.detect_format(commented) == "wikidump"
+  # Text that mentions the root is text.
+  assert documents.detect_format(write(tmp_path / "notes.txt", "About <mediawiki> roots.\n")) == (
+      "documents_per_line")
+
+
+def test_a_multistream_index_is_refused_with_what_to_give_instead(tmp_path):
+  path = write(tmp_path / INDEX_NAME, "616:10:AccessibleComputing\n616:12:Anarchism\n"
+                                      "616:13:AfghanistanHistory\n")
+  with pytest.raises(bad_input.BadInput, match="a multistream dump's index .lines offset:page "
+                                               "id:title., which holds no text: give the dump"):
+    documents.detect_format(path)
+
+
+def test_plain_text_that_looks_like_markup_is_warned_about(tmp_path):
+  lines = wiki_dump_data.DUMP.split("\n")
+  looks = write(tmp_path / "looks.txt", wiki_dump_data.DUMP)
+  warning = documents.markup_warning(looks)
+  markup = sum(1 for line in lines if line.lstrip().startswith(("<", "{|")) or "[[" in line
+               or "{{" in line or "&lt;" in line)  # tags, links, templates, tables
+  assert warning == ("%s is read as plain text, but %d of its first %d lines look like XML or "
+                     "wiki markup: if it is a MediaWiki dump, give --input_format=wikidump" % (
+                         looks, markup, sum(1 for line in lines if line.strip())))
+  assert documents.markup_warning(write(tmp_path / "plain.txt", GENERATOR_TEXT)) is None
+
+
+def test_a_line_or_a_document_file_over_the_bound_is_read_past(tmp_path, monkeypatch):
+  monkeypatch.setattr(bad_input, "MAX_DOCUMENT_BYTES", 100)
+  long_line = "word " * 30 + "\n"  # 151 bytes
+  path = write(tmp_path / "lines.txt.gz", "Short one.\n" + long_line + "Short two.\n")
+  skipped = []
+  assert as_tuples(documents.iter_documents(path, "documents_per_line", skipped.append)) == [
+      ("line 1", ["Short one."]), ("line 3", ["Short two."])]
+  assert [str(e) for e in skipped] == [
+      "%s: line 2 (byte 11 of the decompressed text): longer than 100 bytes: read past" % path]
+  folder = tmp_path / "folder"
+  write(folder / "a.txt", "Fine.\n")
+  write(folder / "b.txt", long_line)
+  skipped = []
+  assert as_tuples(documents.iter_documents(str(folder), "directory", skipped.append)) == [
+      ("a.txt", ["Fine."])]
+  assert [e.problem for e in skipped] == ["longer than 100 bytes: not read"]
+
+
+def test_a_block_of_sentences_over_the_bound_is_not_held(tmp_path, monkeypatch):
+  monkeypatch.setattr(bad_input, "MAX_DOCUMENT_BYTES", 100)
+  block = "".join("Sentence number %d of the long one.\n" % n for n in range(10))  # 360 chars
+  path = write(tmp_path / "blocks.txt", "Short one.\nIts second.\n\n" + block + "\nLast.\nOne.\n")
+  skipped = []
+  assert as_tuples(documents.iter_documents(path, "sentences_per_line", skipped.append)) == [
+      ("line 1", ["Short one.", "Its second."]), ("line 15", ["Last.", "One."])]
+  assert [str(e) for e in skipped] == [
+      "%s: line 4: a document of more than 100 characters: read past" % path]

@@ -135,15 +135,20 @@ def test_malformed_xml_is_named_by_line_and_column_after_the_pages_before_it(tmp
   error = _expect_bad_input(_write(tmp_path / "dump.xml", broken),
                             pages_before=["Paris", "Lutetia"])
   assert error.position == "line %d, column %d" % (line, column)
-  assert error.problem == "not well-formed XML: mismatched tag"
+  # The page is named by its place: its title is the element that is not closed.
+  byte = dump_data.DUMP.encode("utf-8").index(dump_data.TALK_PAGE.encode("utf-8")) + 2
+  assert error.problem == ("not well-formed XML: mismatched tag, in page 3 (line %d, byte %d of "
+                           "the XML)" % (_lines_of_pages(dump_data.DUMP)[2], byte))
 
 
 def test_xml_that_ends_early_names_the_last_whole_page(tmp_path):
   cut = dump_data.DUMP_HEADER + "".join(dump_data.PAGES[:2]) + dump_data.PAGES[2][:40]
   error = _expect_bad_input(_write(tmp_path / "dump.xml", cut),
                             pages_before=["Paris", "Lutetia"])
-  assert error.problem.startswith("not well-formed XML")
-  assert error.problem.endswith("(the XML ends early, after page 2 'Lutetia')")
+  assert error.problem == ("not well-formed XML: the page is never closed (the XML ends early, "
+                           "after page 2 'Lutetia')")
+  assert error.position.startswith("page 3 'Talk:Paris' (line %d, byte " % (
+      _lines_of_pages(dump_data.DUMP)[2]))
 
 
 def test_a_root_other_than_mediawiki_is_bad_input(tmp_path):
@@ -161,8 +166,9 @@ def test_bytes_that_are_not_utf8_are_named_by_line_and_column(tmp_path):
     error = _expect_bad_input(path, pages_before=["Paris", "Lutetia", "Talk:Paris",
                                                   "User:Example editor"])
     assert error.position == "line %d, column %d" % (line, column)
-    assert error.problem == "not UTF-8 (byte ff), in page 5 'Athens' (line %d)" % (
-        _lines_of_pages(dump_data.DUMP)[4])
+    byte = dump_data.DUMP.encode("utf-8").index(dump_data.ATHENS.encode("utf-8")) + 2
+    assert error.problem == ("not UTF-8 (byte ff), in page 5 'Athens' (id 1216, line %d, byte %d "
+                             "of the XML)" % (_lines_of_pages(dump_data.DUMP)[4], byte))
 
 
 def test_a_utf8_character_cut_by_the_files_end_is_bad_input(tmp_path):
@@ -174,7 +180,9 @@ def test_a_utf8_character_cut_by_the_files_end_is_bad_input(tmp_path):
 def test_a_page_whose_namespace_is_not_a_number_is_bad_input(tmp_path):
   path = _write(tmp_path / "dump.xml", dump_data.DUMP.replace("<ns>1</ns>", "<ns>x</ns>"))
   error = _expect_bad_input(path, pages_before=["Paris", "Lutetia"])
-  assert error.position == "page 3 'Talk:Paris' (line %d)" % _lines_of_pages(dump_data.DUMP)[2]
+  byte = dump_data.DUMP.encode("utf-8").index(dump_data.TALK_PAGE.encode("utf-8")) + 2
+  assert error.position == "page 3 'Talk:Paris' (id 5002, line %d, byte %d of the XML)" % (
+      _lines_of_pages(dump_data.DUMP)[2], byte)
   assert error.problem == "the page's <ns> is 'x', not a number"
 
 
@@ -207,13 +215,14 @@ def _peak_memory_reading(path):
 
 def test_memory_stays_flat_whatever_the_dumps_size(tmp_path, monkeypatch):
   monkeypatch.setattr(wikidump, "CHUNK_BYTES", 16 << 10)
-  small = _write(tmp_path / "small.xml.bz2", bz2.compress(_generated_dump(500).encode()))
-  large_text = _generated_dump(4000).encode()
+  # Both span whole bz2 blocks (900 KB of XML each), read one at a time.
+  small = _write(tmp_path / "small.xml.bz2", bz2.compress(_generated_dump(2000).encode()))
+  large_text = _generated_dump(8000).encode()
   large = _write(tmp_path / "large.xml.bz2", bz2.compress(large_text))
-  assert len(large_text) > 2 << 20
+  assert len(large_text) > 4 << 20
   small_count, small_peak = _peak_memory_reading(small)
   large_count, large_peak = _peak_memory_reading(large)
-  assert (small_count, large_count) == (500, 4000)
-  # 8 times the pages: keeping the 3,500 more pages' text would add 1.5 MB; the peak differs by
+  assert (small_count, large_count) == (2000, 8000)
+  # 4 times the pages: keeping the 6,000 more pages' text would add 3 MB; the peak differs by
   # no more than where the chunks' ends happen to fall (a chunk is 16 KB).
   assert large_peak - small_peak < 64 << 10, (small_peak, large_peak)

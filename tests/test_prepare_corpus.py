@@ -291,9 +291,10 @@ VILLAGES_KEPT, VILLAGES_CUT = range(0, 12), range(12, 20)
 
 
 def _write_dumps(root):
-  """The dump (.xml.bz2) and a multistream dump of villages cut in its second stream; returns
-  (the dump, the cut dump, the cut dump's size)."""
-  dump = os.path.join(root, "enwiki-test-pages-articles.xml.bz2")
+  """The dump and a multistream dump of villages cut in its second stream, named as Wikipedia
+  names the parts of a split and of a multistream dump; returns (the dump, the cut dump, the cut
+  dump's size)."""
+  dump = os.path.join(root, "enwiki-test-pages-articles1.xml-p000000010p000030302.bz2")
   with open(dump, "wb") as writer:
     writer.write(bz2.compress(wiki_dump_data.DUMP.encode("utf-8")))
   first = wiki_dump_data.DUMP_HEADER + "".join(map(wiki_dump_data.village_page, VILLAGES_KEPT))
@@ -301,7 +302,7 @@ def _write_dumps(root):
   data = wiki_dump_data.multistream([first, second])
   first_size = len(bz2.compress(first.encode("utf-8")))
   cut_size = first_size + (len(data) - first_size) // 2
-  cut = os.path.join(root, "villages-multistream.xml.bz2")
+  cut = os.path.join(root, "villages-pages-articles-multistream1.xml-p1p41242.bz2")
   with open(cut, "wb") as writer:
     writer.write(data[:cut_size])
   return dump, cut, cut_size
@@ -341,7 +342,9 @@ def test_a_dumps_articles_reach_the_text_shards_sentence_by_sentence(dump_run):
   # article are not documents) and the villages before the cut.
   assert len(documents) == len(DUMP_ARTICLES) + len(VILLAGES_KEPT)
   summary = dump_run["proc"].stdout
-  assert summary.startswith("prepare_corpus: 15 documents read"), summary
+  assert summary.startswith("prepare_corpus: 15 documents read (0.0 MB: %s as wikidump, %s as "
+                            "wikidump)" % (os.path.basename(dump_run["dump"]),
+                                           os.path.basename(dump_run["cut"]))), summary
   assert re.search(r"records: seq32 train [1-9]\d*, seq32 eval [1-9]\d*, seq64 train [1-9]\d*",
                    summary), summary
 

@@ -5,8 +5,8 @@
     document.paragraphs  # list of str
 
 The formats (`detect_format`; `prepare_corpus.py --input_format` forces one):
-  "wikidump"            a MediaWiki XML dump, `.xml` or `.xml.bz2` (`wikidump.py`, markup removed
-                        by `wikitext.py`): one document per article, its paragraphs.
+  "wikidump"            a MediaWiki XML dump, whatever its name (`wikidump.py`, markup removed by
+                        `wikitext.py`): one document per article, its paragraphs.
   "directory"           a directory of plain-text documents, one a file: `.txt`, `.gz`, `.bz2`
                         (compressed text), walked recursively in sorted order of the relative
                         paths; a file's paragraphs are split at blank lines.
@@ -15,7 +15,11 @@ The formats (`detect_format`; `prepare_corpus.py --input_format` forces one):
   "sentences_per_line"  the generator's own format: one sentence a line, a blank line between
                         documents; the document's paragraphs are its sentences, taken as they
                         are (not split again).
-A plain file may be `.gz` or `.bz2` compressed (the extension says which).
+A plain file may be `.gz` or `.bz2` compressed (the extension says which). A multistream dump's
+index (lines "offset:page id:title") is refused: it holds no text.
+
+No reader holds more of one document than bad_input.MAX_DOCUMENT_BYTES: a longer line, document
+file or dump page is read past and is a bad document.
 
 Errors: an input that cannot be read raises `bad_input.BadInput` naming the file and the position
 (line and byte offset, the member file of a directory): text that is not UTF-8, a compressed file
@@ -27,11 +31,13 @@ import bz2
 import collections
 import gzip
 import os
+import re
 import zlib
 
 from absl import logging
 
 from utils.corpus import bad_input
+from utils.corpus import wikidump
 
 FORMATS = ("wikidump", "directory", "documents_per_line", "sentences_per_line")
 # The extensions of a directory's document files.
@@ -39,6 +45,14 @@ DOCUMENT_EXTENSIONS = (".txt", ".gz", ".bz2")
 # What format detection reads of a plain file at most: bytes of (decompressed) text, lines.
 SNIFF_BYTES = 4 << 20
 SNIFF_LINES = 10000
+
+# Lines of a multistream dump's index: "offset:page id:title".
+_INDEX_LINE = re.compile(r"^\d+:\d+:.")
+# Lines that are markup, not text: an XML tag at the line's start, a wiki link, template or
+# table, an escaped tag. A plain-text input with more than MARKUP_SHARE of such lines among its
+# first ones is read as asked, with a warning.
+_MARKUP_LINE = re.compile(r"^\s*</?[A-Za-z][\w:.-]*[\s>/]|\[\[|\{\{|^\s*\{\||&lt;")
+MARKUP_SHARE = 0.1
 
 # One document. source: the input path; position: where it starts ("line 12", the relative path
 # of a directory's file, "page 4 'Title' (line 120)"); paragraphs: list of str (for
@@ -54,24 +68,27 @@ class CutShort(bad_input.BadInput):
 
 
 def detect_format(path):
-  """The format of an input (one of FORMATS), by its kind, extension and, for a plain file, its
-  content.
+  """The format of an input (one of FORMATS), by its kind and content.
 
-  A directory is "directory"; `.xml` and `.xml.bz2` are "wikidump". Any other file is read
-  (decompressed) up to SNIFF_BYTES or SNIFF_LINES: when a run of consecutive non-blank lines
-  (a block between blank lines) holds two lines or more, it is "sentences_per_line"; when every
-  block is one line, or there is no blank line at all (one document a line without separators),
-  it is "documents_per_line".
+  A directory is "directory". A file whose first bytes (decompressed) start a MediaWiki export
+  (`wikidump.looks_like_dump`: a <mediawiki> root, after an XML declaration in any encoding), or
+  named `.xml` / `.xml.bz2`, is "wikidump". Any other file is read (decompressed) up to
+  SNIFF_BYTES or SNIFF_LINES: when a run of consecutive non-blank lines (a block between blank
+  lines) holds two lines or more, it is "sentences_per_line"; when every block is one line, or
+  there is no blank line at all (one document a line without separators), it is
+  "documents_per_line".
 
   Raises:
-    bad_input.BadInput: the path does not exist or cannot be read.
+    bad_input.BadInput: the path does not exist or cannot be read, or is a multistream dump's
+      index.
   """
   if os.path.isdir(path):
     return "directory"
   if not os.path.isfile(path):
     raise bad_input.BadInput(path, "the input", "no such file or directory")
-  if path.endswith((".xml", ".xml.bz2")):
+  if path.endswith((".xml", ".xml.bz2")) or wikidump.looks_like_dump(_head(path)):
     return "wikidump"
+  refuse_dump_index(path)
   has_blank_line = has_long_block = False
   block_lines = 0
   try:
@@ -89,16 +106,50 @@ def detect_format(path):
   return "documents_per_line"
 
 
-def _sniffed_lines(path):
-  """The first lines of a plain (maybe compressed) file, decoded leniently; a stream error ends
-  them (the real read reports it)."""
+def _head(path):
+  """The first wikidump.HEAD_BYTES of a file, decompressed (fewer when a stream error ends
+  them: the real read reports it)."""
+  with open(path, "rb") as raw:
+    try:
+      return _decompressed(raw, path).read(wikidump.HEAD_BYTES)
+    except _STREAM_ERRORS:
+      return b""
+
+
+def refuse_dump_index(path):
+  """Raises bad_input.BadInput for a multistream dump's index: its first lines all
+  "offset:page id:title" (e.g. enwiki-latest-pages-articles-multistream-index1.txt-p1p41242.bz2),
+  which holds no text; the dump it indexes is read instead."""
+  lines = [line for line in _sniffed_lines(path, 20) if line.strip()]
+  if lines and all(_INDEX_LINE.match(line) for line in lines):
+    raise bad_input.BadInput(path, "the input", (
+        "a multistream dump's index (lines offset:page id:title), which holds no text: give "
+        "the dump it indexes instead (its name without '-index')"))
+
+
+def markup_warning(path):
+  """A warning (str) for a file read as plain text whose first lines look like XML or wiki
+  markup (more than MARKUP_SHARE of them, `_MARKUP_LINE`), else None."""
+  lines = [line for line in _sniffed_lines(path, 1000) if line.strip()]
+  markup = sum(1 for line in lines if _MARKUP_LINE.search(line))
+  if lines and markup > MARKUP_SHARE * len(lines):
+    return ("%s is read as plain text, but %d of its first %d lines look like XML or wiki "
+            "markup: if it is a MediaWiki dump, give --input_format=wikidump" % (
+                path, markup, len(lines)))
+  return None
+
+
+def _sniffed_lines(path, most=SNIFF_LINES):
+  """The first lines (at most `most`) of a plain (maybe compressed) file, decoded leniently,
+  each cut to SNIFF_BYTES; a stream error ends them (the real read reports it)."""
   read = 0
   with open(path, "rb") as raw:
     stream = _decompressed(raw, path)
     try:
-      for count, line in enumerate(stream):
+      for _ in range(most):
+        line = stream.readline(SNIFF_BYTES)
         read += len(line)
-        if count >= SNIFF_LINES or read > SNIFF_BYTES:
+        if not line or read > SNIFF_BYTES:
           return
         yield line.decode("utf-8", errors="replace")
     except _STREAM_ERRORS:
@@ -226,9 +277,12 @@ def _read_document_file(path):
     raise bad_input.BadInput(path, "the document", "cannot be read: %s" % e.strerror)
   with raw:
     try:
-      data = _decompressed(raw, path).read()
+      data = _decompressed(raw, path).read(bad_input.MAX_DOCUMENT_BYTES + 1)
     except _STREAM_ERRORS as e:
       raise _stream_error(path, raw, e, "the document")
+  if len(data) > bad_input.MAX_DOCUMENT_BYTES:
+    raise bad_input.BadInput(path, "the document", "longer than %d bytes%s: not read" % (
+        bad_input.MAX_DOCUMENT_BYTES, _of_text(path)))
   try:
     return data.decode("utf-8").lstrip("\ufeff")
   except UnicodeDecodeError as e:
@@ -277,7 +331,7 @@ def _numbered_lines(path):
     yield 0, None, CutShort(path, "the file", "cannot be read: %s" % e.strerror)
     return
   with raw:
-    lines = iter(_decompressed(raw, path))
+    lines = _bounded_lines(_decompressed(raw, path))
     number, offset, held = 0, 0, None
     while True:
       try:
@@ -286,15 +340,42 @@ def _numbered_lines(path):
         error = _stream_error(path, raw, e, "after line %d" % number)
         yield number, None, CutShort(error.path, error.position, error.problem)
         return
-      for whole in ([held] if held is not None else []) + (
-          [line] if line is not None and line.endswith(b"\n") else []):
+      for whole in ([held] if held is not None else []) + ([line] if line is not None and (
+          isinstance(line, int) or line.endswith(b"\n")) else []):
         number += 1
+        if isinstance(whole, int):  # a line too long, its length
+          yield number, None, bad_input.BadInput(path, "line %d (byte %d%s)" % (
+              number, offset, _of_text(path)), "longer than %d bytes: read past" % (
+                  bad_input.MAX_DOCUMENT_BYTES))
+          offset += whole
+          continue
         text, error = _decoded(path, whole, number, offset)
         yield number, text, error
         offset += len(whole)
-      held = line if line is not None and not line.endswith(b"\n") else None
+      held = line if line is not None and not (
+          isinstance(line, int) or line.endswith(b"\n")) else None
       if line is None:
         return
+
+
+def _bounded_lines(stream):
+  """The lines of a binary stream, each with its newline (the last maybe without), but a line
+  longer than bad_input.MAX_DOCUMENT_BYTES, which is read past and given as its length (int)."""
+  limit = bad_input.MAX_DOCUMENT_BYTES
+  while True:
+    line = stream.readline(limit + 1)
+    if not line:
+      return
+    if len(line) <= limit:
+      yield line
+      continue
+    length = len(line)
+    while not line.endswith(b"\n"):
+      line = stream.readline(limit)
+      if not line:
+        break
+      length += len(line)
+    yield length
 
 
 def _decoded(path, line, number, offset):
@@ -321,9 +402,10 @@ def _line_documents(path, on_bad):
 
 def _sentence_documents(path, on_bad):
   """"sentences_per_line": blocks of non-blank lines, one sentence a line. A document with a line
-  that is not UTF-8 is bad as a whole; one cut by the end of a compressed stream is dropped with
+  that is not UTF-8, or of more than bad_input.MAX_DOCUMENT_BYTES characters (its sentences are
+  not held past it), is bad as a whole; one cut by the end of a compressed stream is dropped with
   the rest of the file."""
-  sentences, first, bad = [], None, False
+  sentences, first, bad, size = [], None, False, 0
   for number, text, error in _numbered_lines(path):
     if isinstance(error, CutShort):
       _report(error, on_bad)
@@ -335,13 +417,19 @@ def _sentence_documents(path, on_bad):
       continue
     sentence = " ".join(text.split())
     if sentence:
-      if not sentences:
-        first = number
-      sentences.append(sentence)
+      first = number if first is None else first
+      size += len(sentence) + 1
+      if not bad and size > bad_input.MAX_DOCUMENT_BYTES:
+        _report(bad_input.BadInput(path, "line %d" % first, "a document of more than %d "
+                                   "characters: read past" % bad_input.MAX_DOCUMENT_BYTES),
+                on_bad)
+        sentences, bad = [], True
+      if not bad:
+        sentences.append(sentence)
       continue
     if sentences and not bad:
       yield Document(path, "line %d" % first, sentences)
-    sentences, bad = [], False
+    sentences, first, bad, size = [], None, False, 0
   if sentences and not bad:
     yield Document(path, "line %d" % first, sentences)
 
@@ -354,20 +442,22 @@ def _sentence_documents(path, on_bad):
 def _wikidump_documents(path, on_bad, share):
   """"wikidump": the articles of a dump (`wikidump.iter_articles`) in its share [k, K], each as
   the paragraphs of its markup (`wikitext.article_paragraphs`); a dump cut short keeps the
-  articles before the cut. Every share meets a dump's error; with `on_bad`, share 0 alone
-  reports it, so that it is counted once."""
-  # Imported here: only a dump needs them (and mwparserfromhell).
-  from utils.corpus import wikidump  # pylint: disable=g-import-not-at-top
+  articles before the cut. Every share meets a dump's bad pages; with `on_bad`, share 0 alone
+  reports them, so that each is counted once."""
+  # Imported here: only a dump needs it (and mwparserfromhell).
   from utils.corpus import wikitext  # pylint: disable=g-import-not-at-top
   k, count = share
+  if on_bad is not None and k != 0:
+    on_bad = lambda error: None  # pylint: disable=unnecessary-lambda-assignment
   try:
-    for index, page in enumerate(wikidump.iter_articles(path)):
+    for index, page in enumerate(wikidump.iter_articles(path, on_bad)):
       if index % count != k:
         continue
-      paragraphs = wikitext.article_paragraphs(page.text)
+      paragraphs = wikitext.article_paragraphs(page.text, page.hidden_link_prefixes)
       if paragraphs:
         yield Document(path, "page %s '%s' (line %d)" % (page.page_id, page.title, page.line),
                        paragraphs)
   except bad_input.BadInput as error:
-    if on_bad is None or k == 0:
-      _report(error, on_bad)
+    if on_bad is None:
+      raise
+    on_bad(error)

@@ -9,7 +9,7 @@ with its own rank). `--stage=NAME` runs that stage's units of this task only, af
 the stages before it are done, and does not wait for the other tasks (a Slurm array job per stage,
 each depending on the one before, waits for them).
 
-A unit that fails or is stopped (`stop_signals.StopSignal`) leaves nothing half-written: its
+A unit that fails or is stopped (`stop_at_once.StopSignal`) leaves nothing half-written: its
 temporary files are removed on the way out (`run_unit` for a unit of this process; `run_stage`,
 after the workers are ended, for those of the workers). A stopped unit writes no entry: the next
 run does it.
@@ -18,6 +18,7 @@ run does it.
 import collections
 import contextlib
 import functools
+import os
 import time
 
 from absl import logging
@@ -161,10 +162,13 @@ def run(config, units=None):
     manifest.StageIncomplete: another task's unit failed or the wait timed out (exit 1).
     stages.CheckFailed, RuntimeError: the check's findings, a worker that died (exit 1).
     bad_input.BadInput: an input that does not exist (when planned here).
-    stop_signals.StopSignal: a stop signal (`prepare_corpus.py`); nothing half-written is left.
+    stop_at_once.StopSignal: a stop signal (`prepare_corpus.py`); nothing half-written is left.
   """
   start = time.time()
   units = stages.plan(config) if units is None else units
+  for unit in units["extract"]:
+    if unit.spec.get("warning"):  # a plain-text input that looks like markup
+      logging.warning("prepare_corpus: %s", unit.spec["warning"])
   out = config.output_dir
   if config.stage == "all":
     selected = config.stages
@@ -197,7 +201,8 @@ def summary(config, units, seconds, bytes_read=0, units_done_earlier=0):
   Returns:
     dict: documents, input_bytes, bad_documents, duplicates, train_documents, eval_documents,
     shards.SENTENCE_COUNTS (of the whole corpus), shards, records (OrderedDict "seq128 train" ->
-    records), seconds, bytes_read, units_done_earlier.
+    records), seconds, bytes_read, units_done_earlier, formats (OrderedDict input's base name ->
+    its format).
   """
   out = config.output_dir
   totals = collections.Counter()
@@ -216,13 +221,16 @@ def summary(config, units, seconds, bytes_read=0, units_done_earlier=0):
       elif stage == "records":
         key = "%s %s" % (config_lib.phase_name(unit.spec["phase"]), unit.spec["split"])
         records[key] = records.get(key, 0) + counts["records"]
+  formats = collections.OrderedDict(
+      (os.path.basename(unit.settings["input"]), unit.settings["format"])
+      for unit in units["extract"])
   return dict(totals, shards=config.num_shards, records=records, seconds=seconds,
-              bytes_read=bytes_read, units_done_earlier=units_done_earlier)
+              bytes_read=bytes_read, units_done_earlier=units_done_earlier, formats=formats)
 
 
 def summary_line(result):
-  """The command's last line: documents, duplicates, bad documents, shards, records per phase and
-  split; this run's time and the MB/s of the input it read."""
+  """The command's last line: documents, the inputs' formats, duplicates, bad documents, shards,
+  records per phase and split; this run's time and the MB/s of the input it read."""
   records = ", ".join("%s %d" % (key, count) for key, count in result["records"].items())
   seconds = result["seconds"]
   this_run = "%.1f s" % seconds
@@ -230,9 +238,11 @@ def summary_line(result):
     this_run += ", %.2f MB/s of input" % (result["bytes_read"] / 1e6 / max(seconds, 1e-9))
   if result["units_done_earlier"]:
     this_run += ", %d units done earlier" % result["units_done_earlier"]
-  return ("prepare_corpus: %d documents read (%.1f MB), %d duplicates dropped, %d bad documents "
+  formats = ", ".join("%s as %s" % item for item in result.get("formats", {}).items())
+  return ("prepare_corpus: %d documents read (%.1f MB%s), %d duplicates dropped, %d bad documents "
           "skipped; %s%d shards of %d training and %d held-out documents; records: %s; %s" % (
               result.get("documents", 0), result.get("input_bytes", 0) / 1e6,
+              ": " + formats if formats else "",
               result.get("duplicates", 0), result.get("bad_documents", 0),
               shards.sentence_summary(result), result["shards"], result.get("train_documents", 0),
               result.get("eval_documents", 0), records or "none", this_run))

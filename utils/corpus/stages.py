@@ -149,7 +149,8 @@ def _extract_units(config):
                            dict(path=path, fmt=fmt, files=None, share=[k, count])))
     else:
       units.append(_unit("extract", input_id(path), len(units), dict(common, files=[
-          _identity(path)]), dict(path=path, fmt=fmt, files=None)))
+          _identity(path)]), dict(path=path, fmt=fmt, files=None,
+                                  warning=documents.markup_warning(path))))
   return units
 
 
@@ -226,13 +227,15 @@ def _record_units(config, shard_units, vocab_unit):
 def _extract(config, unit):
   """An input's (or a directory's group of files', or a dump's share of articles') documents
   into its bucket files; bad documents skipped and counted with --skip_bad_documents. A share
-  counts its part of the dump's bytes as read (input_bytes), so that the shares add up to it."""
+  counts its part of the dump's bytes as read (input_bytes), so that the shares add up to it.
+  A skipped item counts the documents it cost (`BadInput.documents`: a dump's lost bz2 block, the
+  pages it held)."""
   spec, out = unit.spec, config.output_dir
   skipped = []
 
   def on_bad(error):
     logging.warning("skipped a bad document: %s", error)
-    skipped.append(str(error))
+    skipped.append(error.documents)
 
   on_bad = on_bad if config.skip_bad_documents else None
   if spec["fmt"] == "directory":
@@ -250,7 +253,7 @@ def _extract(config, unit):
   written, counts = shards.write_buckets(
       document_iter, spec["fmt"], config.num_shards,
       lambda j: manifest.temp_name(os.path.join(out, relative(j))))
-  counts.update(bad_documents=len(skipped), input_bytes=input_bytes)
+  counts.update(bad_documents=sum(skipped), input_bytes=input_bytes)
   return [relative(j) for j in written], counts
 
 

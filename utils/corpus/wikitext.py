@@ -33,6 +33,8 @@ from mwparserfromhell.parser import builder
 from mwparserfromhell.parser import tokenizer
 from mwparserfromhell.parser import tokens
 
+from utils.corpus import page_xml
+
 # Sections listing references and links rather than prose: each is dropped with its subsections,
 # up to the next heading of the same or a higher level. Matched on the heading's text, lower case.
 END_SECTIONS = frozenset((
@@ -49,9 +51,6 @@ _DROPPED_TAGS = frozenset((
     "style", "script", "h1", "h2", "h3", "h4", "h5", "h6"))
 # Tags shown as a block of their own: their text is kept as separate paragraphs.
 _BLOCK_TAGS = frozenset(("div", "p", "blockquote", "center", "poem"))
-# Link namespaces whose links show no text in the article: images and files (a caption belongs to
-# the picture), and categories (listed at the page's foot).
-_HIDDEN_LINK_NAMESPACES = frozenset(("file", "image", "category"))
 # The prefix of an interlanguage link ([[fr:Paris]], [[zh-yue:...]], [[simple:...]]): a language
 # code, written lower case as Wikipedia writes them. Interwiki links to sister projects ([[wikt:
 # word|word]]) show their label and are kept.
@@ -82,36 +81,40 @@ _WHITESPACE = re.compile(r"\s+")
 _WORD_CHARACTER = re.compile(r"\w")
 
 
-def article_paragraphs(wikitext):
+def article_paragraphs(wikitext, hidden_link_prefixes=page_xml.ENGLISH_HIDDEN_LINK_PREFIXES):
   """An article's wikitext -> its plain-text paragraphs.
 
   Args:
     wikitext: str, the markup of one article (a page's `text` in the dump).
+    hidden_link_prefixes: frozenset of lower-case namespace names whose links show nothing:
+      its site's names for files and categories (`wikidump.Page.hidden_link_prefixes`).
 
   Returns:
     list of str, the paragraphs in the article's order, each one line (no newline), whitespace
     collapsed to single spaces, stripped; paragraphs without a letter or digit are left out.
   """
-  return _paragraphs(_top_level(wikitext))
+  return _paragraphs(_top_level(wikitext, hidden_link_prefixes), hidden_link_prefixes)
 
 
-def tree_paragraphs(wikicode):
+def tree_paragraphs(wikicode, hidden_link_prefixes=page_xml.ENGLISH_HIDDEN_LINK_PREFIXES):
   """The paragraphs of an article's whole tree: what `article_paragraphs` returns for the text
   whose tree it is, mwparserfromhell.parse(wikitext, skip_style_tags=True).
 
   Args:
     wikicode: mwparserfromhell.wikicode.Wikicode.
+    hidden_link_prefixes: as for `article_paragraphs`.
 
   Returns:
     list of str, as `article_paragraphs`.
   """
-  return _paragraphs(wikicode.nodes)
+  return _paragraphs(wikicode.nodes, hidden_link_prefixes)
 
 
-def _paragraphs(items):
-  """The paragraphs of an article's top-level items (nodes, or str for text)."""
+def _paragraphs(items, hidden):
+  """The paragraphs of an article's top-level items (nodes, or str for text); `hidden`: the
+  link prefixes that show nothing."""
   pieces = []
-  _walk_article(items, pieces)
+  _walk_article(items, pieces, hidden)
   text = _QUOTE_MARKS.sub("", _MAGIC_WORD.sub("", "".join(pieces)))
   paragraphs = []
   lines = []
@@ -151,7 +154,7 @@ _TAG_NAME_ENDS = (tokens.TagAttrStart, tokens.TagCloseOpen, tokens.TagCloseSelfc
 _TAG_OPENING_ENDS = (tokens.TagCloseOpen, tokens.TagCloseSelfclose)
 
 
-def _top_level(wikitext):
+def _top_level(wikitext, hidden):
   """The top-level items of an article's tree, with what shows no text left out: str for text,
   else the node, built alone.
 
@@ -181,7 +184,7 @@ def _top_level(wikitext):
       index += 1
       continue
     if kind is tokens.WikilinkOpen:
-      label, end = _plain_link(token_list, index)
+      label, end = _plain_link(token_list, index, hidden)
       if end:
         yield label
         index = end
@@ -193,11 +196,11 @@ def _top_level(wikitext):
       yield piece
     elif not (kind in _HIDDEN or kind is tokens.TagOpenOpen and _is_hidden_tag(token_list,
                                                                                index)):
-      yield builder.Builder().build(_shortened(token_list[index:end])).nodes[0]
+      yield builder.Builder().build(_shortened(token_list[index:end], hidden)).nodes[0]
     index = end
 
 
-def _shortened(token_list):
+def _shortened(token_list, hidden):
   """The tokens of one construct, for the builder, with the subtrees inside it that show
   nothing (`_HIDDEN`, `_is_hidden_tag`) as empty comments and its links of plain text as the
   text they show (`_plain_link`).
@@ -220,7 +223,7 @@ def _shortened(token_list):
       kept += (tokens.CommentStart(), tokens.CommentEnd())
       continue
     if kind is tokens.WikilinkOpen and not links and not openings:
-      label, end = _plain_link(token_list, index)
+      label, end = _plain_link(token_list, index, hidden)
       if end:
         kept += (tokens.Text(text=label),) if label else (tokens.CommentStart(),
                                                           tokens.CommentEnd())
@@ -251,7 +254,7 @@ def _subtree_end(token_list, start):
   raise parser.ParserError("the tokenizer left a %s unclosed" % opener.__name__)
 
 
-def _plain_link(token_list, start):
+def _plain_link(token_list, start, hidden):
   """(what it shows, the index after it) of the link opened at `start` when it is written in
   plain text without "<" ([[Paris]], [[Paris|the capital]], [[Paris, Texas|]],
   [[Category:Cities]]: "" for a link that shows nothing), as `_walk_wikilink` finds it; (None, 0)
@@ -275,7 +278,7 @@ def _plain_link(token_list, start):
       return None, 0
   else:
     return None, 0
-  if _is_hidden_link(title):
+  if _is_hidden_link(title, hidden):
     return "", end
   if label is None or not label.strip():
     return _title_label(title, piped=label is not None), end
@@ -304,7 +307,7 @@ def _is_hidden_tag(token_list, start):
 # ---------------------------------------------------------------------------------------------
 
 
-def _walk_article(items, pieces):
+def _walk_article(items, pieces, hidden):
   """Appends to `pieces` the text of an article's top-level items (nodes, or str for text),
   skipping END_SECTIONS.
 
@@ -319,21 +322,21 @@ def _walk_article(items, pieces):
     elif isinstance(item, nodes.Heading):
       if end_section_level is not None and item.level > end_section_level:
         continue
-      end_section_level = item.level if _heading_text(item) in END_SECTIONS else None
+      end_section_level = item.level if _heading_text(item, hidden) in END_SECTIONS else None
       pieces.append("\n\n")  # a heading is dropped, and ends the paragraph before it
     elif end_section_level is None:
-      _walk(item, pieces)
+      _walk(item, pieces, hidden)
 
 
-def _heading_text(heading):
+def _heading_text(heading, hidden):
   """A heading's text, lower case, whitespace collapsed: "== See also ==" -> "see also"."""
   pieces = []
   for node in heading.title.nodes:
-    _walk(node, pieces)
+    _walk(node, pieces, hidden)
   return _WHITESPACE.sub(" ", "".join(pieces)).strip().rstrip(":").strip().lower()
 
 
-def _walk(node, pieces):
+def _walk(node, pieces, hidden):
   """Appends to `pieces` the text that `node` shows as prose (nothing for what is dropped).
 
   Lists: a list item's marker (*, #, ;, :) is replaced by _LIST_ITEM and its whole line is
@@ -346,15 +349,15 @@ def _walk(node, pieces):
   if kind is nodes.Text:
     pieces.append(_text_piece(node.value))
   elif kind is nodes.Wikilink:
-    _walk_wikilink(node, pieces)
+    _walk_wikilink(node, pieces, hidden)
   elif kind is nodes.ExternalLink:
     # [http://x label] shows its label; [http://x] shows a number and a bare URL itself.
     if node.brackets and node.title is not None:
-      _walk_all(node.title, pieces)
+      _walk_all(node.title, pieces, hidden)
   elif kind is nodes.HTMLEntity:
     pieces.append(node.normalize())
   elif kind is nodes.Tag:
-    _walk_tag(node, pieces)
+    _walk_tag(node, pieces, hidden)
   elif kind is nodes.Heading:
     pieces.append("\n\n")  # a heading nested in a tag: dropped, ends the paragraph
   # Templates, template arguments ({{{1}}}) and comments show nothing.
@@ -365,19 +368,19 @@ def _text_piece(text):
   return _STRAY_TAG.sub("", text) if "<" in text else text
 
 
-def _walk_all(wikicode, pieces):
+def _walk_all(wikicode, pieces, hidden):
   for node in wikicode.nodes:
-    _walk(node, pieces)
+    _walk(node, pieces, hidden)
 
 
-def _walk_tag(tag, pieces):
+def _walk_tag(tag, pieces, hidden):
   """Appends the text a tag shows: none for dropped tags, its content for the others."""
   if tag.wiki_markup is not None:  # markup written as wikitext, not as an HTML tag
     piece = _markup_piece(tag.wiki_markup)
     if piece:
       pieces.append(piece)
     elif str(tag.tag).lower() not in _DROPPED_TAGS and tag.contents is not None:
-      _walk_all(tag.contents, pieces)  # '' and ''' when style tags are parsed
+      _walk_all(tag.contents, pieces, hidden)  # '' and ''' when style tags are parsed
     return  # {| tables |}
   name = str(tag.tag).strip().lower()
   if name in _DROPPED_TAGS:
@@ -387,10 +390,10 @@ def _walk_tag(tag, pieces):
   elif name in _BLOCK_TAGS:
     pieces.append("\n\n")
     if tag.contents is not None:
-      _walk_all(tag.contents, pieces)
+      _walk_all(tag.contents, pieces, hidden)
     pieces.append("\n\n")
   elif tag.contents is not None and not tag.self_closing:
-    _walk_all(tag.contents, pieces)
+    _walk_all(tag.contents, pieces, hidden)
 
 
 def _markup_piece(markup):
@@ -401,28 +404,28 @@ def _markup_piece(markup):
   return "\n\n" if markup.startswith("-") else None
 
 
-def _walk_wikilink(link, pieces):
+def _walk_wikilink(link, pieces, hidden):
   """Appends a wiki link's label: its text after "|", else its title as written
   (`_title_label`); nothing for a link that shows nothing (`_is_hidden_link`)."""
-  if _is_hidden_link(str(link.title)):
+  if _is_hidden_link(str(link.title), hidden):
     return
   if link.text is not None and str(link.text).strip():
-    _walk_all(link.text, pieces)
+    _walk_all(link.text, pieces, hidden)
     return
   title = []
-  _walk_all(link.title, title)
+  _walk_all(link.title, title, hidden)
   pieces.append(_title_label("".join(title), piped=link.text is not None))
 
 
-def _is_hidden_link(title):
+def _is_hidden_link(title, hidden):
   """Whether a link whose title is written `title` shows nothing: links to files, images and
-  categories, and interlanguage links. A leading colon ([[:Category:Cities]]) makes any of them
-  an ordinary link."""
+  categories (whose prefix, lower case, is in `hidden`), and interlanguage links. A leading
+  colon ([[:Category:Cities]]) makes any of them an ordinary link."""
   prefix, colon, _ = title.partition(":")
   prefix = prefix.strip()
   if not colon or not prefix:
     return False
-  return (prefix.lower().replace("_", " ") in _HIDDEN_LINK_NAMESPACES
+  return (" ".join(prefix.lower().replace("_", " ").split()) in hidden
           or _LANGUAGE_PREFIX.fullmatch(prefix) is not None)
 
 
