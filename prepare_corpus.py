@@ -48,7 +48,7 @@ from utils.corpus import runner
 from utils.corpus import stages
 from utils.datafiles import generator
 from utils.datafiles import generator_flags
-from utils.runtime import stop_signals
+from utils.runtime import stop_at_once
 from utils.runtime import worker_pool
 
 
@@ -125,16 +125,16 @@ def main(argv):
     that timed out, a failed check or a dead worker end with status 1 and one line.
   """
   program = os.path.basename(argv[0])
-  with stop_signals.raise_on_stop_signals():
+  with stop_at_once.raise_on_stop_signals():
     try:
       return _run(argv, program)
-    except stop_signals.StopSignal as stop:
-      print(stop_signals.ran_until_stopped(program, stop), file=sys.stderr, flush=True)
+    except stop_at_once.StopSignal as stop:
+      print(stop_at_once.ran_until_stopped(program, stop), file=sys.stderr, flush=True)
       return errors.STOP_EXIT_CODE
 
 
 def _run(argv, program):
-  """`main`'s work (a stop signal raises `stop_signals.StopSignal` out of it)."""
+  """`main`'s work (a stop signal raises `stop_at_once.StopSignal` out of it)."""
   if len(argv) > 1:
     raise errors.UsageError("unexpected argument(s) %s (give inputs with --input)"
                             % " ".join(argv[1:]))

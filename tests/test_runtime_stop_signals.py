@@ -291,23 +291,3 @@ def test_watch_signals_refuses_other_threads():
   thread.join()
   assert errors and "main thread" in errors[0]
 
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1])
-def test_raise_on_stop_signals_raises_in_the_main_thread_once(signum):
-  before = {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS}
-  stop, during = None, None
-  with stop_signals.raise_on_stop_signals():
-    try:
-      os.kill(os.getpid(), signum)
-      time.sleep(10)  # interrupted: the handler raises at once
-    except stop_signals.StopSignal as e:
-      stop = e
-      # A second signal now ends the process at once: the default actions are back.
-      during = {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS}
-  assert stop is not None and stop.signum == signum
-  assert not isinstance(stop, Exception)  # no `except Exception` takes it for a failure
-  assert during == {s: signal.SIG_DFL for s in stop_signals.STOP_SIGNALS}
-  assert {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS} == before
-  assert stop_signals.ran_until_stopped("prepare_corpus.py", stop) == (
-      "prepare_corpus.py: stopped by %s: the work in progress removed; run the same command to "
-      "continue" % signal.Signals(signum).name)
