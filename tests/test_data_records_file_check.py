@@ -195,7 +195,7 @@ def _preflight(paths, max_seq_length=data_records_tests.SEQ,
       do_train=True, do_eval=False, eval_files_dir=None, input_file=",".join(paths),
       input_files_dir=None, max_seq_length=max_seq_length,
       max_predictions_per_seq=max_predictions_per_seq, enable_packed_data_mode=None,
-      avg_seq_per_pack=None)
+      avg_seq_per_pack=None, next_sentence_loss=True)
   with pytest.raises(errors.UsageError) as raised:
     run_pretraining._resolve_inputs(f, vocab_size)  # pylint: disable=protected-access
   return str(raised.value)
