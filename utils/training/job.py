@@ -41,7 +41,7 @@ from utils.core import errors
 from utils.model import size as model_size
 from utils.runlog import dllogger_setup
 from utils.runlog import start_line
-from utils.runtime import cpu
+from utils.runtime import bf16_probe
 from utils.runtime import hvd_utils
 from utils.runtime import workers as workers_lib
 from utils.training import determinism
@@ -246,7 +246,9 @@ class Job:
     with messages.explaining_full_disks(config.output_dir):
       run_logger = dllogger_setup.open_run_log(log_path, workers.rank,
                                                estimator_lib.checkpoint_step(config.output_dir))
-    log_start_line(program, config, workers, plan)
+    device = start_line.compute_device(config.use_tpu, config.tpu_name, workers.local_rank)
+    config, choice = decide_precision(config, model.bert_config, device, workers.rank)
+    log_start_line(program, config, workers, plan, device, choice)
     if init_checkpoint and workers.rank == 0:
       logging.info("%s: initialising from checkpoint %s%s", program, init_checkpoint,
                    "" if init_checkpoint == config.init_checkpoint else
@@ -394,7 +396,43 @@ def start_line_sizes(config, num_workers, plan):
       max_sequences_per_pack=plan.max_sequences_per_pack)
 
 
-def log_start_line(program, config, workers, plan):
+def decide_precision(config, bert_config, device, rank, bf16_ratio=None):
+  """The job's precision and its measured reason, decided once, before the graph.
+
+  * --precision=auto: rank 0 measures the model's products in fp32 and bf16 here
+    (`bf16_probe.cached_bf16_ratio`, cached per machine) and every worker takes its choice
+    (`bf16_probe.choose_precision`: bf16 where its products are faster, else fp32).
+  * --bf16 on the CPU: bf16 as asked; rank 0's start line says the measured ratio and, where bf16
+    is slower, that fp32 is faster (`bf16_probe.bf16_cost_note`; from the cache after the
+    machine's first bf16 or auto job, else measured once).
+  * every other precision: as the flags say, nothing measured.
+
+  Args:
+    config: the `job_config.JobConfig`.
+    bert_config: the `modeling.BertConfig` (the probe's product shapes).
+    device: `start_line.compute_device`'s.
+    rank: this worker's rank (0 measures).
+    bf16_ratio: `bf16_probe.ProductShapes` -> bf16 products' rate / fp32's, or None;
+      `bf16_probe.cached_bf16_ratio` when None.
+
+  Returns:
+    (the configuration computing in the chosen precision, `bf16_probe.PrecisionChoice`: its
+    reason None when nothing was measured).
+  """
+  shapes = bf16_probe.model_shapes(bert_config, config.train_batch_size, config.max_seq_length)
+  if config.auto_precision:
+    kind = "GPU" if device.startswith("GPU") else "CPU"
+    choice = bf16_probe.auto_precision(shapes, kind, bf16_ratio) if rank == 0 else None
+    choice = hvd_utils.broadcast_value(choice)
+    return config.with_precision(choice.precision), choice
+  name = config.precision.name
+  if name == "bf16" and device == start_line.CPU_DEVICE and rank == 0:
+    ratio = (bf16_ratio or bf16_probe.cached_bf16_ratio)(shapes)
+    return config, bf16_probe.PrecisionChoice(name, ratio, bf16_probe.bf16_cost_note(ratio))
+  return config, bf16_probe.PrecisionChoice(name, None, None)
+
+
+def log_start_line(program, config, workers, plan, device, choice):
   """Logs the start line (`start_line.start_line`) for this machine, on rank 0 only (the job's
   settings are the same on every worker; ranks > 0 log warnings only anyway, but the line must not
   depend on that).
@@ -404,21 +442,19 @@ def log_start_line(program, config, workers, plan):
     config: the `job_config.JobConfig`.
     workers: `workers_lib.Workers`.
     plan: the `Plan`.
+    device: from `start_line.compute_device`.
+    choice: the `bf16_probe.PrecisionChoice` of `decide_precision`.
   """
   if workers.rank != 0:
     return
-  device = start_line.compute_device(config.use_tpu, config.tpu_name, workers.local_rank)
-  logging.info("%s", start_line.start_line(program, config.precision.name, device,
-                                           cpu.bf16_units(),
-                                           start_line_sizes(config, workers.size, plan)))
+  logging.info("%s", start_line.start_line(
+      program, choice.precision, device, start_line_sizes(config, workers.size, plan),
+      note=choice.reason, auto=config.auto_precision))
 
 
 def training_settings(config, workers, plan):
   """The training step's settings, built once from the configuration's views (the start line says
   what they are).
-
-  With --bf16 on a CPU without bf16 units (and no GPU), one warning says that TensorFlow emulates
-  bf16 there and which CPU flags would make it fast.
 
   Args:
     config: the `job_config.JobConfig`.
@@ -428,7 +464,6 @@ def training_settings(config, workers, plan):
   Returns:
     `model_fn_lib.TrainingSettings`.
   """
-  cpu.warn_if_bf16_is_emulated(config.bf16)
   return model_fn_lib.TrainingSettings(
       schedule=config.schedule(workers.size, plan.num_train_steps, plan.num_warmup_steps),
       precision=config.precision, accumulation=config.accumulation,
