@@ -161,3 +161,24 @@ def test_the_demos_choice_is_the_measured_one(monkeypatch, capsys, ratio, line):
   assert capsys.readouterr().out == line + "\n"
   # bert_configs/tiny.json: hidden 128, intermediate 512; 16 x 128 rows, capped.
   assert measured == [(bf16_probe.MAX_PROBE_ROWS, 128, 512)]
+
+
+def test_jobs_started_together_measure_once(tmp_path):
+  # Two processes asking at once: the second waits for the first's measurement and takes it (so
+  # the two start lines agree, and the probes do not disturb each other's timing).
+  import multiprocessing  # pylint: disable=import-outside-toplevel
+  path = str(tmp_path / "probe.json")
+  with multiprocessing.get_context("fork").Pool(2) as pool:
+    ratios = pool.starmap(_slow_probe_ratio, [(path, 1.66), (path, 0.54)])
+  assert ratios[0] == ratios[1] and ratios[0] in (1.66, 0.54)
+  assert bf16_probe.cached_bf16_ratio(SHAPES, path, KEY, Probe(2.0)) == ratios[0]
+
+
+def _slow_probe_ratio(path, ratio):
+  """`cached_bf16_ratio` with a measurement that takes 0.5 s and returns `ratio`."""
+  import time  # pylint: disable=import-outside-toplevel
+
+  def measure(shapes):
+    time.sleep(0.5)
+    return ratio
+  return bf16_probe.cached_bf16_ratio(SHAPES, path, KEY, measure)

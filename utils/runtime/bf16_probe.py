@@ -25,6 +25,8 @@ machine, model shape and TensorFlow version: a few hundred milliseconds to two s
 """
 
 import collections
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -247,6 +249,22 @@ def _write_cache(path, entries):
                     "next time", path, e)
 
 
+@contextlib.contextmanager
+def _cache_lock(path):
+  """Holds an exclusive lock on `path`.lock while the cache is read, measured into and written:
+  jobs started together on one machine measure one after the other (not disturbing each other's
+  timing), and the later ones take the first one's ratio. Without a writable directory: no lock."""
+  try:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    lock = open(path + ".lock", "a")
+  except OSError:
+    yield
+    return
+  with lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    yield
+
+
 def cached_bf16_ratio(shapes, cache_path=None, key=None, measure=None):
   """bf16 products' rate / fp32's at `shapes` on this machine, measured once per machine.
 
@@ -263,17 +281,18 @@ def cached_bf16_ratio(shapes, cache_path=None, key=None, measure=None):
   if key is None:
     key = machine_key(gpu_name=gpu_environment.local_gpu_name(0))
   name = _entry_name(key, shapes)
-  entries = _read_cache(cache_path)
-  entry = entries.get(name)
-  if isinstance(entry, dict) and isinstance(entry.get("bf16_ratio"), (int, float)) \
-      and entry["bf16_ratio"] > 0:
-    return float(entry["bf16_ratio"])
-  ratio = (measure or measure_bf16_ratio)(shapes)
-  if ratio is not None:
-    entries[name] = {"bf16_ratio": ratio, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                         time.gmtime())}
-    _write_cache(cache_path, entries)
-  return ratio
+  with _cache_lock(cache_path):
+    entries = _read_cache(cache_path)
+    entry = entries.get(name)
+    if isinstance(entry, dict) and isinstance(entry.get("bf16_ratio"), (int, float)) \
+        and entry["bf16_ratio"] > 0:
+      return float(entry["bf16_ratio"])
+    ratio = (measure or measure_bf16_ratio)(shapes)
+    if ratio is not None:
+      entries[name] = {"bf16_ratio": ratio, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                           time.gmtime())}
+      _write_cache(cache_path, entries)
+    return ratio
 
 
 def model_shapes(bert_config, batch_size, seq_length):
