@@ -1,6 +1,6 @@
 """utils/runlog/start_line.py: the line every Estimator script starts with, exact strings for each
-precision, with what was measured about it given as arguments, not measured on this machine. The scripts'
-end-to-end tests check that a real run prints it once (tests/test_run_pretraining.py,
+precision, with what was measured about it given as arguments, not measured on this machine.
+The scripts' end-to-end tests check that a real run prints it once (tests/test_run_pretraining.py,
 tests/test_run_finetuning.py); tests/test_training_job.py, that a job's configuration gives these
 values.
 """
@@ -32,7 +32,8 @@ def test_start_line_names_the_precision_and_its_flag(precision_name, precision):
 
 @pytest.mark.parametrize("precision_name,auto,note,precision", [
     # An explicit --bf16 where bf16 is faster, and where it is slower: it runs, and says the cost.
-    ("bf16", False, "bf16 products 1.66x fp32 here", "bf16 (--bf16; bf16 products 1.66x fp32 here)"),
+    ("bf16", False, "bf16 products 1.66x fp32 here",
+     "bf16 (--bf16; bf16 products 1.66x fp32 here)"),
     ("bf16", False, "bf16 products run at 0.54x fp32 on this CPU: fp32 is faster here",
      "bf16 (--bf16; bf16 products run at 0.54x fp32 on this CPU: fp32 is faster here)"),
     # --precision=auto names itself, the choice and its measured reason.

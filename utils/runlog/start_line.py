@@ -1,7 +1,8 @@
 """The line every Estimator script starts with: what it computes in, where, and its sizes.
 
   device = compute_device(use_tpu, tpu_name, local_rank)
-  line = start_line("run_squad.py", "bf16", device, Sizes(...), note="bf16 products 1.66x fp32 here")
+  line = start_line("run_squad.py", "bf16", device, Sizes(...),
+                    note="bf16 products 1.66x fp32 here")
 
 Everything comes in as a plain value: the precision's name, the device, the job's sizes and what
 was measured about the precision here (the training layer computes them from its configuration

@@ -41,7 +41,6 @@ from utils.core import errors
 from utils.model import size as model_size
 from utils.runlog import dllogger_setup
 from utils.runlog import start_line
-from utils.runtime import bf16_probe
 from utils.runtime import hvd_utils
 from utils.runtime import workers as workers_lib
 from utils.training import determinism
@@ -49,6 +48,7 @@ from utils.training import estimator as estimator_lib
 from utils.training import job_config
 from utils.training import messages
 from utils.training import model_fn as model_fn_lib
+from utils.training import precision as precision_lib
 from utils.training import watched_training
 
 
@@ -247,7 +247,8 @@ class Job:
       run_logger = dllogger_setup.open_run_log(log_path, workers.rank,
                                                estimator_lib.checkpoint_step(config.output_dir))
     device = start_line.compute_device(config.use_tpu, config.tpu_name, workers.local_rank)
-    config, choice = decide_precision(config, model.bert_config, device, workers.rank)
+    config, choice = precision_lib.decide_precision(config, model.bert_config, device,
+                                                    workers.rank)
     log_start_line(program, config, workers, plan, device, choice)
     if init_checkpoint and workers.rank == 0:
       logging.info("%s: initialising from checkpoint %s%s", program, init_checkpoint,
@@ -396,42 +397,6 @@ def start_line_sizes(config, num_workers, plan):
       max_sequences_per_pack=plan.max_sequences_per_pack)
 
 
-def decide_precision(config, bert_config, device, rank, bf16_ratio=None):
-  """The job's precision and its measured reason, decided once, before the graph.
-
-  * --precision=auto: rank 0 measures the model's products in fp32 and bf16 here
-    (`bf16_probe.cached_bf16_ratio`, cached per machine) and every worker takes its choice
-    (`bf16_probe.choose_precision`: bf16 where its products are faster, else fp32).
-  * --bf16 on the CPU: bf16 as asked; rank 0's start line says the measured ratio and, where bf16
-    is slower, that fp32 is faster (`bf16_probe.bf16_cost_note`; from the cache after the
-    machine's first bf16 or auto job, else measured once).
-  * every other precision: as the flags say, nothing measured.
-
-  Args:
-    config: the `job_config.JobConfig`.
-    bert_config: the `modeling.BertConfig` (the probe's product shapes).
-    device: `start_line.compute_device`'s.
-    rank: this worker's rank (0 measures).
-    bf16_ratio: `bf16_probe.ProductShapes` -> bf16 products' rate / fp32's, or None;
-      `bf16_probe.cached_bf16_ratio` when None.
-
-  Returns:
-    (the configuration computing in the chosen precision, `bf16_probe.PrecisionChoice`: its
-    reason None when nothing was measured).
-  """
-  shapes = bf16_probe.model_shapes(bert_config, config.train_batch_size, config.max_seq_length)
-  if config.auto_precision:
-    kind = "GPU" if device.startswith("GPU") else "CPU"
-    choice = bf16_probe.auto_precision(shapes, kind, bf16_ratio) if rank == 0 else None
-    choice = hvd_utils.broadcast_value(choice)
-    return config.with_precision(choice.precision), choice
-  name = config.precision.name
-  if name == "bf16" and device == start_line.CPU_DEVICE and rank == 0:
-    ratio = (bf16_ratio or bf16_probe.cached_bf16_ratio)(shapes)
-    return config, bf16_probe.PrecisionChoice(name, ratio, bf16_probe.bf16_cost_note(ratio))
-  return config, bf16_probe.PrecisionChoice(name, None, None)
-
-
 def log_start_line(program, config, workers, plan, device, choice):
   """Logs the start line (`start_line.start_line`) for this machine, on rank 0 only (the job's
   settings are the same on every worker; ranks > 0 log warnings only anyway, but the line must not
@@ -443,7 +408,7 @@ def log_start_line(program, config, workers, plan, device, choice):
     workers: `workers_lib.Workers`.
     plan: the `Plan`.
     device: from `start_line.compute_device`.
-    choice: the `bf16_probe.PrecisionChoice` of `decide_precision`.
+    choice: the `bf16_probe.PrecisionChoice` of `precision.decide_precision`.
   """
   if workers.rank != 0:
     return

@@ -3,9 +3,10 @@ flags by the script's `main` (`entry.script_main`) and passed down: nothing belo
 reads the flags object.
 
 `JobConfig` has a field for every flag of `utils/training/flags.py`, of the flag's type (named
-as the flag, but for --precision: `precision_flag`), plus `given`, the names of the flags that were on the command line (two rules depend on it:
---save_checkpoints_secs excludes a given --save_checkpoints_steps, and a script refuses shared flags
-it has no use for when they are given). `check` holds every rule about their values that needs no
+as the flag, but for --precision: `precision_flag`), plus `given`, the names of the flags that
+were on the command line (two rules depend on it: --save_checkpoints_secs excludes a given
+--save_checkpoints_steps, and a script refuses shared flags it has no use for when they are
+given). `check` holds every rule about their values that needs no
 file; the scripts add the rules of their own flags. The optimizer's settings are views of it
 (`schedule`, `precision`, `accumulation`, `distribution`), built where they are used.
 """
