@@ -76,8 +76,9 @@ class ProductShapes(collections.namedtuple("ProductShapes", ["rows", "hidden", "
 PrecisionChoice = collections.namedtuple("PrecisionChoice", ["precision", "bf16_ratio", "reason"])
 PrecisionChoice.__doc__ = """The precision chosen for a job and why, decided once and passed down.
 
-Fields: precision, "bf16" or "fp32"; bf16_ratio, bf16 products' rate / fp32's measured here
-(None when they could not be measured); reason, e.g. "bf16 products 1.66x fp32 here".
+Fields: precision, "bf16" or "fp32" (an explicit flag's: also "fp16" or "amp"); bf16_ratio, bf16
+products' rate / fp32's measured here (None when not measured); reason, e.g. "bf16 products 1.66x
+fp32 here" (None when nothing was measured).
 """
 
 

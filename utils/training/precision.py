@@ -1,6 +1,6 @@
 """The precision a job computes in and why, decided once before its graph (`decide_precision`):
 --precision=auto measured by `utils/runtime/bf16_probe.py`, an explicit --bf16 told what it costs
-on this CPU, every other precision as its flag says (docs/PRECISION.md, "--precision=auto")."""
+on this CPU, every other precision as its flag says (docs/PRECISION.md)."""
 
 from utils.runlog import start_line
 from utils.runtime import bf16_probe
