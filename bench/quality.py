@@ -131,11 +131,11 @@ def parse_args(argv=None):
   return args
 
 
-def resolve_variants(names, bf16_units):
-  """`names` (list of --variants) with "best" replaced by lamb_bf16 when the CPU has bf16 units
-  (`bf16_units` true), else lamb_fp32, and "best_packed" by the same name + "_packed"; each once,
-  in order. Returns the list."""
-  best = "lamb_bf16" if bf16_units else "lamb_fp32"
+def resolve_variants(names, best_precision):
+  """`names` (list of --variants) with "best" replaced by lamb_<best_precision> ("fp32" or "bf16":
+  what `bf16_probe.auto_precision` measured to be faster here, `best_precision_here`), and
+  "best_packed" by the same name + "_packed"; each once, in order. Returns the list."""
+  best = "lamb_" + best_precision
   aliases = {"best": best, "best_packed": best + quality_packed.SUFFIX}
   resolved = []
   for name in names:
@@ -143,6 +143,16 @@ def resolve_variants(names, bf16_units):
     if name not in resolved:
       resolved.append(name)
   return resolved
+
+
+def best_precision_here(config_path):
+  """The `bf16_probe.PrecisionChoice` of "best": the model's products at this benchmark's batch
+  timed in fp32 and bf16 here (cached per machine)."""
+  import modeling  # pylint: disable=g-import-not-at-top
+  from utils.runtime import bf16_probe  # pylint: disable=g-import-not-at-top
+  shapes = bf16_probe.model_shapes(modeling.BertConfig.from_json_file(config_path), BATCH,
+                                   MAX_SEQ_LENGTH)
+  return bf16_probe.auto_precision(shapes)
 
 
 def job_command(variant, config_path, data_dir, out_dir, updates,
@@ -406,10 +416,13 @@ def main(argv=None):
   from utils.model import evaluation  # pylint: disable=g-import-not-at-top
   from utils.runtime import cpu  # pylint: disable=g-import-not-at-top
   bf16_units = cpu.bf16_units()
-  variants = resolve_variants(args.variants, bf16_units)
   os.makedirs(args.output_dir, exist_ok=True)
   config_path = os.path.join(args.output_dir, "bert_config.json")
   convergence.demo_config(args.data_dir, config_path)
+  best = best_precision_here(config_path)
+  if {"best", "best_packed"} & set(args.variants):
+    print("best: lamb_%s (%s)" % (best.precision, best.reason), flush=True)
+  variants = resolve_variants(args.variants, best.precision)
   config = modeling.BertConfig.from_json_file(config_path)
   records = load_eval_records(args.data_dir)
   unigram = evaluation.unigram_accuracy(records)
@@ -435,6 +448,7 @@ def main(argv=None):
   result = {
       "budget_minutes": args.budget_minutes, "variant": jobs[0]["variant"],
       "bf16_units": bf16_units, "cpu": cpu.cpu_model_name() or "unknown",
+      "best_precision": best._asdict(),
       "mlm_accuracy": last["masked_lm_accuracy"], "mlm_loss": last["masked_lm_loss"],
       "next_sentence_accuracy": last["next_sentence_accuracy"],
       "unigram_accuracy": round(unigram, 4),

@@ -5,8 +5,13 @@ release) is marked `e2e`, so `make test-fast` (`-m "not e2e"`) runs the in-proce
 import os
 import subprocess
 import sys
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The bf16 probe's cache (utils/runtime/bf16_probe.py) of this test run, never the user's: the
+# scripts the tests start inherit it, so a test can read the ratio a script measured.
+os.environ.setdefault("BERT_PRECISION_CACHE", os.path.join(
+    tempfile.mkdtemp(prefix="bf16_probe_"), "bf16_probe.json"))
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)

@@ -336,14 +336,17 @@ def expected_start_line(script, args, num_train_steps, num_warmup_steps, num_wor
     str, `start_line.start_line` of the command line.
   """
   from utils.runlog import start_line  # pylint: disable=import-outside-toplevel
-  from utils.runtime import cpu  # pylint: disable=import-outside-toplevel
   from utils.training import job as job_lib  # pylint: disable=import-outside-toplevel
+  from utils.training import precision as precision_lib  # pylint: disable=import-outside-toplevel
   config = job_config(args, script.DEFAULTS)
   sizes = job_lib.start_line_sizes(config, num_workers,
                                    job_lib.Plan(num_train_steps, num_warmup_steps))
-  return start_line.start_line(script.PROGRAM, config.precision.name,
-                               start_line.compute_device(config.use_tpu, config.tpu_name, 0),
-                               cpu.bf16_units(), sizes)
+  device = start_line.compute_device(config.use_tpu, config.tpu_name, 0)
+  # The ratio a bf16 or auto run measured is in the test run's probe cache (tests/conftest.py).
+  config, choice = precision_lib.decide_precision(
+      config, modeling.BertConfig.from_json_file(config.bert_config_file), device, 0)
+  return start_line.start_line(script.PROGRAM, choice.precision, device, sizes,
+                               note=choice.reason, auto=config.auto_precision)
 
 
 def run_script_in_process(script, args):

@@ -5,6 +5,7 @@ comparison's batches and tables.
 (Speed itself is measured by bench/, never asserted in tests.)
 """
 
+import json
 import os
 
 import pytest
@@ -14,6 +15,7 @@ from bench import quality
 from bench import quality_finetune
 from bench import quality_packed
 from bench import quality_report
+from tests import helpers
 
 
 def test_quality_minutes_to_a_loss_interpolate_between_checkpoints_by_hand():
@@ -86,9 +88,9 @@ def test_quality_jobs_differ_only_in_what_the_variant_names():
   for flag in ("--train_batch_size=64", "--num_train_steps=400", "--num_warmup_steps=40",
                "--save_checkpoints_steps=20", "--learning_rate=0.001", "--bert_config_file=c.json"):
     assert flag in original and flag in adam
-  assert quality.resolve_variants(["best", "adam_fp32", "lamb_bf16"], ["amx_bf16"]) == [
+  assert quality.resolve_variants(["best", "adam_fp32", "lamb_bf16"], "bf16") == [
       "lamb_bf16", "adam_fp32"]
-  assert quality.resolve_variants(["best", "original"], []) == ["lamb_fp32", "original"]
+  assert quality.resolve_variants(["best", "original"], "fp32") == ["lamb_fp32", "original"]
   # Fewer checkpoints: a checkpoint every 1/4 of the updates, and all of them kept.
   fewer = quality.job_command("lamb_fp32", "c.json", "/d", "/out", 400, checkpoints=4)
   assert sorted(a for a in fewer if a not in lamb) == ["--keep_checkpoint_max=6",
@@ -123,7 +125,7 @@ def test_quality_packed_rows_per_batch_keep_the_batch_in_sequences_by_hand():
 
 
 def test_quality_packed_variants_resolve_and_parse():
-  bf16, no_bf16 = ["amx_bf16"], []
+  bf16, no_bf16 = "bf16", "fp32"
   assert quality.resolve_variants(["best", "best_packed"], bf16) == [
       "lamb_bf16", "lamb_bf16_packed"]
   assert quality.resolve_variants(["best", "best_packed"], no_bf16) == [
@@ -253,3 +255,25 @@ def test_quality_packed_comparison_prints_the_final_checkpoints_table(capsys):
   lines = capsys.readouterr().out.splitlines()
   assert "| lamb_fp32 | 10 | 5.250 | 0.500 (0.400-0.600) |" in lines
   assert "| lamb_fp32_packed | 10 | 5.500 | 0.550 (0.400-0.600) |" in lines
+
+
+@pytest.mark.parametrize("ratio,best,reason", [
+    (0.54, "lamb_fp32", "bf16 products run at 0.54x fp32 on this CPU"),
+    (1.66, "lamb_bf16", "bf16 products 1.66x fp32 here")])
+def test_quality_best_is_what_the_probe_measured_faster(monkeypatch, tmp_path, ratio, best,
+                                                        reason):
+  # The probe's two outcomes injected: "best" follows the measured ratio, not the CPU's flags,
+  # and is measured at the benchmark's model and batch.
+  from utils.runtime import bf16_probe  # pylint: disable=import-outside-toplevel
+  measured = []
+  monkeypatch.setattr(bf16_probe, "cached_bf16_ratio",
+                      lambda shapes: measured.append(shapes) or ratio)
+  config_path = tmp_path / "bert_config.json"
+  config_path.write_text(json.dumps(helpers.tiny_config().to_dict()))
+  choice = quality.best_precision_here(str(config_path))
+  assert (choice.bf16_ratio, choice.reason) == (ratio, reason)
+  assert quality.resolve_variants(["best", "best_packed"], choice.precision) == [
+      best, best + "_packed"]
+  tiny = helpers.tiny_config()
+  assert measured == [(min(quality.BATCH * quality.MAX_SEQ_LENGTH, bf16_probe.MAX_PROBE_ROWS),
+                       tiny.hidden_size, tiny.intermediate_size)]

@@ -19,7 +19,6 @@ import modeling
 import optimization
 import run_pretraining
 from tests import helpers
-from utils.runtime import cpu
 from utils.runtime import workers as workers_lib
 from tests import numpy_bert
 
@@ -278,15 +277,13 @@ def test_bf16_checkpoints_are_fp32_and_resume_across_precisions(data, tmp_path):
                   for out in (fp32_out, bf16_out)]
   assert first_losses[0] != first_losses[1]
   np.testing.assert_allclose(first_losses[1], first_losses[0], rtol=8 * 2.0**-8)
-  # On a CPU without bf16 units: exactly one warning naming the flags that would make it fast;
-  # on one with them (or an unknown CPU), none.
-  units = cpu.bf16_units()
-  if units == []:
-    warnings = _bf16_warnings(bf16_err)
-    assert len(warnings) == 1, bf16_err[-3000:]
-    assert "avx512_bf16" in warnings[0] and "amx_bf16" in warnings[0]
-  else:
-    assert not _bf16_warnings(bf16_err), (units, bf16_err[-3000:])
+  # The bf16 run's start line (checked whole above against the ratio the run left in the test
+  # run's probe cache, tests/conftest.py) says what bf16 products run at here, measured: faster,
+  # or what it costs; no other line says it again, and no warning repeats it.
+  line = helpers.start_lines(bf16_err, "run_pretraining.py")[0]
+  assert re.search(r"precision bf16 \(--bf16; bf16 products (\d+\.\d\dx fp32 here|run at "
+                   r"\d+\.\d\dx fp32 on this CPU: fp32 is faster here)\);", line), line
+  assert bf16_err.count("bf16 products") == 1 and not _bf16_warnings(bf16_err), bf16_err[-3000:]
   # Each run resumes in the other precision: the step continues from the checkpoint and the
   # weights (and LAMB slots) move on from it.
   runs = [common_flags(data, bf16_out, num_train_steps=4, **flags),

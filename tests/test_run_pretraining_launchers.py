@@ -115,7 +115,8 @@ def test_launcher_dry_run_builds_the_nvidia_style_commands(tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("precision,flag", [("bf16", "--bf16"), ("fp32", None)])
+@pytest.mark.parametrize("precision,flag", [("bf16", "--bf16"), ("fp32", None),
+                                            ("auto", "--precision=auto")])
 def test_launcher_precision_bf16(precision, flag):
   proc = subprocess.run(
       ["bash", LAUNCHER, "--dry_run", "--launcher", "none", "--phases", "1",
@@ -125,7 +126,8 @@ def test_launcher_precision_bf16(precision, flag):
   assert proc.returncode == 0, proc.stderr
   commands = [line[2:].split() for line in proc.stderr.splitlines() if line.startswith("+ ")]
   assert len(commands) == 1
-  precision_flags = [a for a in commands[0] if a in ("--bf16", "--manual_fp16", "--amp")]
+  precision_flags = [a for a in commands[0] if a in ("--bf16", "--manual_fp16", "--amp")
+                     or a.startswith("--precision")]
   assert precision_flags == ([flag] if flag else [])
 
 

@@ -16,9 +16,11 @@ import pytest
 import tensorflow as tf
 
 from tests import helpers
+from tests.test_training_precision import Probe
 from utils.checkpoints import contents
 from utils.core import errors
 from utils.runlog import start_line
+from utils.runtime import bf16_probe
 from utils.runtime import output_lock
 from utils.runtime import workers as workers_lib
 from utils.training import job as job_lib
@@ -67,7 +69,7 @@ def test_the_start_line_sizes_are_the_configs():
                                    job_learning_rate=1e-4, num_train_steps=6,
                                    num_warmup_steps=1, max_sequences_per_pack=3)
   line = start_line.start_line("run_squad.py", config.precision.name, start_line.CPU_DEVICE,
-                               [], job_lib.start_line_sizes(config, 2, job_lib.Plan(6, 1)))
+                               job_lib.start_line_sizes(config, 2, job_lib.Plan(6, 1)))
   assert line == ("run_squad.py: precision fp32 (default); device CPU; 2 workers; global batch "
                   "12 = 2 x 3 accumulation x 2 workers; learning rate 0.0001 = 5e-05 per worker "
                   "x 2 workers; 6 updates, 1 of warmup")
@@ -143,3 +145,24 @@ def test_dropout_seed_of_a_deterministic_run(hidden, head, counts, seed):
   config = helpers.job_config(["--deterministic_run", "--seed=7"])
   assert job_lib.dropout_seed(config, bert_config, head, counts) == seed
   assert job_lib.dropout_seed(helpers.job_config(), bert_config, head, counts) is None
+
+
+
+@pytest.mark.parametrize("ratio,precision", [
+    (0.54, "fp32 (--precision=auto; bf16 products run at 0.54x fp32 on this CPU)"),
+    (1.66, "bf16 (--precision=auto; bf16 products 1.66x fp32 here)")])
+def test_open_runs_the_auto_choice_and_names_it_on_the_start_line(tmp_path, caplog, monkeypatch,
+                                                                  ratio, precision):
+  monkeypatch.setattr(bf16_probe, "cached_bf16_ratio", Probe(ratio))
+  with caplog.at_level("INFO"):
+    job = _open(tmp_path / "out", "--precision=auto")
+  try:
+    # The job's configuration (its training settings and Estimator) computes in the choice.
+    assert job.config.precision.name == precision.split()[0]
+    lines = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("run_pretraining.py: precision ")]
+    assert len(lines) == 1 and lines[0].startswith(
+        "run_pretraining.py: precision %s; device " % precision), lines
+  finally:
+    job.output_lock.release()
+    job.close()

@@ -38,7 +38,9 @@ def test_every_shared_flag_has_a_field_of_its_value_and_type():
   assert values.seed == 3 and config().seed == job_flags.DEFAULT_SEED
   # A field for every flag utils/training/flags.py defines (its alias --use_fp16 is --amp), and
   # nothing else.
-  fields = {field.name for field in dataclasses.fields(job_config.JobConfig)} - {"given"}
+  # --precision's field is precision_flag (the `precision` property is the optimizer's view).
+  fields = {job_config.FLAG_OF_FIELD.get(field.name, field.name)
+            for field in dataclasses.fields(job_config.JobConfig)} - {"given"}
   defined = {flag.name for flag in flags.FLAGS.get_flags_for_module(job_flags)}
   assert fields == defined - {"use_fp16"}
 
@@ -47,6 +49,44 @@ def test_given_names_the_flags_on_the_command_line_only():
   values = config("--save_checkpoints_steps=1000", "--nobf16")
   assert values.given == {"bert_config_file", "output_dir", "save_checkpoints_steps", "bf16"}
   assert "train_batch_size" not in values.given
+
+
+@pytest.mark.parametrize("name,field", [("bf16", "bf16"), ("fp16", "manual_fp16"),
+                                        ("amp", "amp")])
+def test_precision_by_name_is_its_flag(name, field):
+  values = config("--precision=" + name)
+  assert getattr(values, field) and values.precision == config("--" + field).precision
+  assert values.precision.name == name and not values.auto_precision
+  values.check(TRAIN)
+  assert values.given >= {"precision"} and field not in values.given
+
+
+def test_precision_fp32_and_auto():
+  assert config("--precision=fp32").precision == config().precision
+  auto = config("--precision=auto")
+  auto.check(TRAIN)
+  # Until the job measures (utils/training/job.py, decide_precision), auto is fp32's view.
+  assert auto.auto_precision and auto.precision.name == "fp32"
+  assert auto.with_precision("bf16").precision.name == "bf16"
+  assert auto.with_precision("bf16").auto_precision
+  assert auto.with_precision("fp32") == auto
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--precision=auto", "--bf16"), "--precision=auto and --bf16 exclude each other: give one"),
+    (("--precision=fp32", "--manual_fp16"),
+     "--precision=fp32 and --manual_fp16 exclude each other: give one"),
+    (("--precision=bf16", "--amp"), "--precision=bf16 and --amp exclude each other: give one"),
+    (("--precision=auto", "--use_tpu"),
+     "--precision=auto measures this machine's CPU or GPU, not a TPU: give --precision=bf16 or "
+     "--precision=fp32 with --use_tpu")])
+def test_precision_refused_beside_another_precision_flag(args, message):
+  assert usage_error(*args) == message
+
+
+def test_an_unknown_precision_is_a_usage_error():
+  with pytest.raises(flags.IllegalFlagValueError, match="fp8"):
+    config("--precision=fp8")
 
 
 def test_frozen():

@@ -1,17 +1,19 @@
 """The line every Estimator script starts with: what it computes in, where, and its sizes.
 
   device = compute_device(use_tpu, tpu_name, local_rank)
-  line = start_line("run_squad.py", "bf16", device, cpu_bf16_units, Sizes(...))
+  line = start_line("run_squad.py", "bf16", device, Sizes(...),
+                    note="bf16 products 1.66x fp32 here")
 
-Everything comes in as a plain value: the precision's name, the device, the CPU's bf16 units and
-the job's sizes (the training layer computes them from its configuration).
+Everything comes in as a plain value: the precision's name, the device, the job's sizes and what
+was measured about the precision here (the training layer computes them from its configuration
+and `utils/runtime/bf16_probe.py`).
 """
 
 import collections
 
 import gpu_environment
 
-# The device name of a run on the CPU (`compute_device`): bf16 speed depends on its units there.
+# The device name of a run on the CPU (`compute_device`): whether bf16 is fast there is measured.
 CPU_DEVICE = "CPU"
 # The flag that chose each reduced precision (`optimization.Precision.name`); fp32 is the default.
 PRECISION_FLAGS = {"fp16": "--manual_fp16", "amp": "--amp", "bf16": "--bf16"}
@@ -46,30 +48,25 @@ def compute_device(use_tpu, tpu_name, local_rank):
   return CPU_DEVICE if gpu_name is None else "GPU (%s)" % gpu_name
 
 
-def precision_text(precision_name, device, cpu_bf16_units):
+def precision_text(precision_name, device, note=None, auto=False):
   """The precision a job computes in and where that came from.
 
   Args:
     precision_name: `optimization.Precision.name`: "fp32", "fp16", "amp" or "bf16".
     device: from `compute_device`.
-    cpu_bf16_units: the CPU's bf16 flags (`cpu.bf16_units`: a sorted list, empty when it has
-      none, None when they cannot be read); said only for bf16 on the CPU, where they decide
-      whether bf16 is fast.
+    note: what was measured about it here (`bf16_probe.PrecisionChoice.reason`), or None.
+    auto: --precision=auto chose it.
 
   Returns:
-    e.g. "fp32 (default)", "bf16 (--bf16; CPU has amx_bf16, avx512_bf16)".
+    e.g. "fp32 (default)", "bf16 (--bf16; bf16 products 1.66x fp32 here)", "fp32
+    (--precision=auto; bf16 products run at 0.54x fp32 on this CPU)".
   """
-  notes = [PRECISION_FLAGS.get(precision_name, "default")]
+  notes = ["--precision=auto" if auto else PRECISION_FLAGS.get(precision_name, "default")]
   if precision_name == "amp" and not device.startswith("GPU"):
     # The rewrite applies to GPU kernels only (gpu_environment.amp_takes_effect).
     notes.append("no effect without a GPU: computes in fp32")
-  if precision_name == "bf16" and device == CPU_DEVICE:
-    if cpu_bf16_units:
-      notes.append("CPU has %s" % ", ".join(cpu_bf16_units))
-    elif cpu_bf16_units is None:
-      notes.append("the CPU's bf16 units are unknown")
-    else:
-      notes.append("CPU has no bf16 units: emulated, no faster than fp32")
+  if note:
+    notes.append(note)
   return "%s (%s)" % (precision_name, "; ".join(notes))
 
 
@@ -78,11 +75,11 @@ def _count(number, noun):
   return "%d %s%s" % (number, noun, "" if number == 1 else "s")
 
 
-def start_line(program, precision_name, device, cpu_bf16_units, sizes):
+def start_line(program, precision_name, device, sizes, note=None, auto=False):
   """The line every Estimator script starts with.
 
-  One format for the three scripts, e.g. "run_squad.py: precision bf16 (--bf16; CPU has
-  avx512_bf16); device CPU; 1 worker; global batch 8 = 8 x 1 accumulation x 1 worker; learning
+  One format for the three scripts, e.g. "run_squad.py: precision bf16 (--bf16; bf16 products
+  1.66x fp32 here); device CPU; 1 worker; global batch 8 = 8 x 1 accumulation x 1 worker; learning
   rate 3e-05 = 3e-05 per worker x 1 worker; 6 updates, 0 of warmup". Packed input counts the
   batch in rows: "...; global batch 8 rows per update = 8 x 1 accumulation x 1 worker (packed:
   up to 3 sequences per row); learning rate ...".
@@ -91,8 +88,8 @@ def start_line(program, precision_name, device, cpu_bf16_units, sizes):
     program: the script's name, e.g. "run_squad.py".
     precision_name: see `precision_text`.
     device: from `compute_device`.
-    cpu_bf16_units: from `cpu.bf16_units` (see `precision_text`).
     sizes: `Sizes`.
+    note, auto: see `precision_text`.
 
   Returns:
     str, one line.
@@ -105,7 +102,7 @@ def start_line(program, precision_name, device, cpu_bf16_units, sizes):
     packing = " (packed: up to %d sequences per row)" % sizes.max_sequences_per_pack
   return ("%s: precision %s; device %s; %s; global batch %d%s = %d x %d accumulation x %s%s; "
           "learning rate %g = %g per worker x %s; %s, %d of warmup" % (
-              program, precision_text(precision_name, device, cpu_bf16_units),
+              program, precision_text(precision_name, device, note, auto),
               device, workers, sizes.global_batch_size, rows,
               sizes.batch_size, sizes.accumulation_steps, workers, packing,
               sizes.job_learning_rate, sizes.learning_rate, workers,

@@ -70,9 +70,14 @@ flags.DEFINE_bool("amp", False,
 flags.DEFINE_alias("use_fp16", "amp")
 flags.DEFINE_bool("bf16", False,
                   "bf16 encoder with fp32 master weights, fp32 layer-norm statistics, softmax, "
-                  "GELU, heads, losses and optimizer update; no loss scaling. Fast on CPUs with "
-                  "avx512_bf16 or amx_bf16, Ampere or newer GPUs and TPUs; emulated (no faster "
-                  "than fp32) on other CPUs.")
+                  "GELU, heads, losses and optimizer update; no loss scaling. Fast on Zen 4/5 "
+                  "(avx512_bf16), Xeons with AMX, Ampere or newer GPUs and TPUs; slower than "
+                  "fp32 on Xeons without AMX and CPUs without bf16 units (the start line says "
+                  "the measured ratio; --precision=auto chooses).")
+flags.DEFINE_enum("precision", None, ["auto", "fp32", "fp16", "amp", "bf16"],
+                  "The precision by name: fp16, amp and bf16 are --manual_fp16, --amp and --bf16; "
+                  "auto measures the model's products in fp32 and bf16 here (once per machine, "
+                  "cached) and takes bf16 where they run faster, else fp32.")
 flags.DEFINE_integer("init_loss_scale", 2**32, "Initial dynamic loss scale (fp16).")
 flags.DEFINE_bool("use_xla", False, "XLA JIT compilation of the graph.")
 flags.DEFINE_bool("deterministic_run", False,

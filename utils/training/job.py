@@ -42,7 +42,6 @@ from utils.core import errors
 from utils.model import size as model_size
 from utils.runlog import dllogger_setup
 from utils.runlog import start_line
-from utils.runtime import cpu
 from utils.runtime import hvd_utils
 from utils.runtime import workers as workers_lib
 from utils.training import determinism
@@ -50,6 +49,7 @@ from utils.training import estimator as estimator_lib
 from utils.training import job_config
 from utils.training import messages
 from utils.training import model_fn as model_fn_lib
+from utils.training import precision as precision_lib
 from utils.training import watched_training
 
 
@@ -254,7 +254,10 @@ class Job:
     with messages.explaining_full_disks(config.output_dir):
       run_logger = dllogger_setup.open_run_log(log_path, workers.rank,
                                                estimator_lib.checkpoint_step(config.output_dir))
-    log_start_line(program, config, workers, plan)
+    device = start_line.compute_device(config.use_tpu, config.tpu_name, workers.local_rank)
+    config, choice = precision_lib.decide_precision(config, model.bert_config, device,
+                                                    workers.rank)
+    log_start_line(program, config, workers, plan, device, choice)
     if init_checkpoint and workers.rank == 0:
       logging.info("%s: initialising from checkpoint %s%s", program, init_checkpoint,
                    "" if init_checkpoint == config.init_checkpoint else
@@ -403,7 +406,7 @@ def start_line_sizes(config, num_workers, plan):
       max_sequences_per_pack=plan.max_sequences_per_pack)
 
 
-def log_start_line(program, config, workers, plan):
+def log_start_line(program, config, workers, plan, device, choice):
   """Logs the start line (`start_line.start_line`) for this machine, on rank 0 only (the job's
   settings are the same on every worker; ranks > 0 log warnings only anyway, but the line must not
   depend on that).
@@ -413,21 +416,19 @@ def log_start_line(program, config, workers, plan):
     config: the `job_config.JobConfig`.
     workers: `workers_lib.Workers`.
     plan: the `Plan`.
+    device: from `start_line.compute_device`.
+    choice: the `bf16_probe.PrecisionChoice` of `precision.decide_precision`.
   """
   if workers.rank != 0:
     return
-  device = start_line.compute_device(config.use_tpu, config.tpu_name, workers.local_rank)
-  logging.info("%s", start_line.start_line(program, config.precision.name, device,
-                                           cpu.bf16_units(),
-                                           start_line_sizes(config, workers.size, plan)))
+  logging.info("%s", start_line.start_line(
+      program, choice.precision, device, start_line_sizes(config, workers.size, plan),
+      note=choice.reason, auto=config.auto_precision))
 
 
 def training_settings(config, workers, plan):
   """The training step's settings, built once from the configuration's views (the start line says
   what they are).
-
-  With --bf16 on a CPU without bf16 units (and no GPU), one warning says that TensorFlow emulates
-  bf16 there and which CPU flags would make it fast.
 
   Args:
     config: the `job_config.JobConfig`.
@@ -437,7 +438,6 @@ def training_settings(config, workers, plan):
   Returns:
     `model_fn_lib.TrainingSettings`.
   """
-  cpu.warn_if_bf16_is_emulated(config.bf16)
   return model_fn_lib.TrainingSettings(
       schedule=config.schedule(workers.size, plan.num_train_steps, plan.num_warmup_steps,
                                plan.schedule_options),

@@ -2,10 +2,11 @@
 flags by the script's `main` (`entry.script_main`) and passed down: nothing below the script
 reads the flags object.
 
-`JobConfig` has a field for every flag of `utils/training/flags.py`, of the flag's type, plus
-`given`, the names of the flags that were on the command line (two rules depend on it:
---save_checkpoints_secs excludes a given --save_checkpoints_steps, and a script refuses shared flags
-it has no use for when they are given). `check` holds every rule about their values that needs no
+`JobConfig` has a field for every flag of `utils/training/flags.py`, of the flag's type (named
+as the flag, but for --precision: `precision_flag`), plus `given`, the names of the flags that
+were on the command line (two rules depend on it: --save_checkpoints_secs excludes a given
+--save_checkpoints_steps, and a script refuses shared flags it has no use for when they are
+given). `check` holds every rule about their values that needs no
 file; the scripts add the rules of their own flags. The optimizer's settings are views of it
 (`schedule`, `precision`, `accumulation`, `distribution`), built where they are used.
 """
@@ -45,6 +46,7 @@ class JobConfig:
   manual_fp16: bool
   amp: bool
   bf16: bool
+  precision_flag: typing.Optional[str]
   init_loss_scale: int
   use_xla: bool
   deterministic_run: bool
@@ -81,10 +83,25 @@ class JobConfig:
       KeyError: naming a field the flags object has no flag for (a script that did not import
         `utils/training/flags.py`).
     """
-    names = [field.name for field in dataclasses.fields(cls) if field.name != "given"]
-    values = {name: flag_values[name].value for name in names}
-    given = frozenset(name for name in names if flag_values[name].present)
+    fields = [field.name for field in dataclasses.fields(cls) if field.name != "given"]
+    values = {field: flag_values[FLAG_OF_FIELD.get(field, field)].value for field in fields}
+    given = frozenset(FLAG_OF_FIELD.get(field, field) for field in fields
+                      if flag_values[FLAG_OF_FIELD.get(field, field)].present)
+    # --precision=fp16|amp|bf16 is the flag of that precision (`check` refuses both given).
+    named = PRECISION_FLAG_FIELDS.get(values["precision_flag"])
+    if named:
+      values[named] = True
     return cls(given=given, **values)
+
+  @property
+  def auto_precision(self):
+    """--precision=auto: the job measures which of fp32 and bf16 is faster here
+    (`utils/runtime/bf16_probe.py`) and takes it (`with_precision`)."""
+    return self.precision_flag == "auto"
+
+  def with_precision(self, name):
+    """This configuration computing in `name` ("fp32" or "bf16"), what --precision=auto chose."""
+    return dataclasses.replace(self, bf16=name == "bf16")
 
   @property
   def random_seed(self):
@@ -177,6 +194,13 @@ class JobConfig:
             "--resume_from_step must be >= 0, got %s", self.resume_from_step)
     require(self.intra_op_threads >= 0 and self.inter_op_threads >= 0,
             "--intra_op_threads and --inter_op_threads must be >= 0")
+    if self.precision_flag is not None:
+      for field in sorted(set(PRECISION_FLAG_FIELDS.values())):
+        require(field not in self.given, "--precision=%s and --%s exclude each other: give one",
+                self.precision_flag, field)
+      require(not (self.auto_precision and self.use_tpu),
+              "--precision=auto measures this machine's CPU or GPU, not a TPU: give "
+              "--precision=bf16 or --precision=fp32 with --use_tpu")
     if self.save_checkpoints_secs is not None:
       require("save_checkpoints_steps" not in self.given,
               "--save_checkpoints_secs and --save_checkpoints_steps exclude each other: give one")
@@ -209,6 +233,10 @@ class JobConfig:
       raise flag_error(e) from None
 
 
+# The field of a flag whose name is taken by a view: --precision (the `precision` property).
+FLAG_OF_FIELD = {"precision_flag": "precision"}
+# The boolean flag each named --precision sets (fp32 and auto set none).
+PRECISION_FLAG_FIELDS = {"fp16": "manual_fp16", "amp": "amp", "bf16": "bf16"}
 # The fields whose value must be >= 1.
 POSITIVE = ("max_seq_length", "save_checkpoints_steps", "keep_checkpoint_max", "train_batch_size",
             "eval_batch_size", "display_loss_steps", "num_tpu_cores", "iterations_per_loop")
