@@ -224,6 +224,18 @@ def _record_units(config, shard_units, vocab_unit):
 # ---------------------------------------------------------------------------------------------
 
 
+def skipped_what(error):
+  """What a skipped `bad_input.BadInput` cost, as its warning says: "skipped a bad document",
+  "skipped 12 documents" (a lost bz2 block's pages), or, when it cost none (bytes between a
+  dump's pages, the XML's end outside a page), "skipped bytes that are not a page (no document
+  lost)"."""
+  if error.documents == 0:
+    return "skipped bytes that are not a page (no document lost)"
+  if error.documents == 1:
+    return "skipped a bad document"
+  return "skipped %d documents" % error.documents
+
+
 def _extract(config, unit):
   """An input's (or a directory's group of files', or a dump's share of articles') documents
   into its bucket files; bad documents skipped and counted with --skip_bad_documents. A share
@@ -234,7 +246,7 @@ def _extract(config, unit):
   skipped = []
 
   def on_bad(error):
-    logging.warning("skipped a bad document: %s", error)
+    logging.warning("%s: %s", skipped_what(error), error)
     skipped.append(error.documents)
 
   on_bad = on_bad if config.skip_bad_documents else None
