@@ -96,7 +96,7 @@ def write_long_page_dump(path, page_bytes, articles_bytes, seed=17):
 def run_stages(args, dump, out):
   """{stage: timed_run's figures (logs dropped)}, one process a stage, one worker."""
   base = [sys.executable, "prepare_corpus.py", "--input=%s" % dump, "--output_dir=%s" % out,
-          "--num_shards=2", "--num_workers=1", "--eval_fraction=0",
+          "--num_shards=2", "--num_workers=1", "--eval_fraction=0", "--skip_bad_documents",
           "--vocab_size=%d" % args.vocab_size, "--phases=%s" % args.phases]
   results = {}
   for stage in STAGES:
