@@ -43,7 +43,7 @@ PIPELINE_VERSION = 2
 GROUP_BYTES = 64 << 20
 # A MediaWiki dump is cleaned by K extract units: share k of K reads the whole dump and cleans
 # the articles whose index in it is k mod K (`dump_shares`). Reading is fast beside cleaning
-# (about 150 MB/s of plain XML and 26 MB/s of XML from bz2 on one core, against about 4 MB/s
+# (about 80-90 MB/s of plain XML and 14-15 MB/s of XML from bz2 on one core, against 4 MB/s
 # cleaned and split), but every share reads it all, so K grows with the dump only up to a few:
 # one share per DUMP_SHARE_BYTES of XML (about as long to clean as GROUP_BYTES of plain text
 # takes to split), a .bz2 file's size counted BZ2_XML_RATIO times (Wikipedia's dumps compress
