@@ -4,10 +4,12 @@ stopped (docs/DATA.md, "From raw text").
   python prepare_corpus.py --input=enwiki-latest-pages-articles.xml.bz2 --input=books/ \\
       --output_dir=corpus --phases=128:20,512:80 --num_workers=8 [generator flags ...]
 
-Inputs (`--input`, repeated): a MediaWiki XML dump (`.xml`, `.xml.bz2`), a directory of
-plain-text documents (one a file: `.txt`, `.gz`, `.bz2`), a file of one document a line (NVIDIA's
-formatted text), a file in the generator's own format (one sentence a line, a blank line between
-documents); `utils/corpus/documents.py` tells them apart, `--input_format` forces a format.
+Inputs (`--input`, repeated): a MediaWiki XML dump, plain or bz2, recognised by its first bytes
+whatever its name (a whole dump, Wikipedia's part files `*.xml-p<first>p<last>.bz2`, multistream
+parts; a multistream index is refused: it holds no text), a directory of plain-text documents (one
+a file: `.txt`, `.gz`, `.bz2`), a file of one document a line (NVIDIA's formatted text), a file in
+the generator's own format (one sentence a line, a blank line between documents);
+`utils/corpus/documents.py` tells them apart by their content, `--input_format` forces a format.
 
 Output (OUT = --output_dir): OUT/text/{train,eval}/shard-<j>.txt (the sentences, exact duplicate
 documents dropped, a held-out split by document), OUT/vocab.txt (trained unless --vocab_file is
@@ -55,9 +57,11 @@ from utils.runtime import worker_pool
 def define_flags():
   """Defines the command-line flags: the corpus's, then the generator's (shared with
   create_pretraining_data.py: `generator_flags.define_generator_flags`)."""
-  flags.DEFINE_multi_string("input", None, "An input: a MediaWiki dump (.xml, .xml.bz2), a "
-                            "directory of documents (.txt, .gz, .bz2), a one-document-per-line "
-                            "file or a file in the generator's format")
+  flags.DEFINE_multi_string("input", None, "An input: a MediaWiki XML dump, plain or bz2, "
+                            "whatever its name (told by its first bytes: a whole dump, a part "
+                            "file *.xml-p<first>p<last>.bz2, a multistream part; an index is "
+                            "refused), a directory of documents (.txt, .gz, .bz2), a "
+                            "one-document-per-line file or a file in the generator's format")
   flags.DEFINE_string("input_format", "auto", "The inputs' format: auto, or %s; one for every "
                       "input or a comma-separated list, one per --input."
                       % ", ".join(documents.FORMATS))

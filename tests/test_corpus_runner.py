@@ -4,6 +4,7 @@ same bytes for any number of tasks and workers (a dump's shares too), reruns, ch
 bad input. The command itself, a kill, mpirun and the original release:
 test_prepare_corpus.py."""
 
+import collections
 import os
 import unicodedata
 
@@ -196,3 +197,32 @@ def test_the_summary_line(written, reference):
   assert runner.summary_line(dict(reference[1], seconds=0.5, bytes_read=0,
                                   units_done_earlier=20)).endswith("; 0.5 s, 20 units done "
                                                                    "earlier")
+
+
+def test_few_inputs_are_named_with_their_formats():
+  formats = collections.OrderedDict([("/d/enwiki-1.xml-p1p30.bz2", "wikidump"),
+                                     ("/d/books", "directory")])
+  assert runner.formats_summary(formats) == ("enwiki-1.xml-p1p30.bz2 as wikidump, books as "
+                                             "directory")
+  line = runner.summary_line(dict(formats=formats, records={}, shards=1, seconds=1.0,
+                                  bytes_read=0, units_done_earlier=0))
+  assert "(0.0 MB: enwiki-1.xml-p1p30.bz2 as wikidump, books as directory)" in line
+
+
+def test_many_inputs_are_counted_by_format_and_the_rare_ones_named():
+  parts = ["/d/enwiki-pages-articles%d.xml-p%dp%d.bz2" % (i, 10 * i, 10 * i + 9)
+           for i in range(1, 63)]
+  formats = collections.OrderedDict([(path, "wikidump") for path in parts[:30]] +
+                                    [("/d/notes.txt", "documents_per_line")] +
+                                    [(path, "wikidump") for path in parts[30:]])
+  summary = runner.formats_summary(formats)
+  assert summary == "63 inputs: 62 wikidump, 1 documents_per_line (notes.txt)"
+  line = runner.summary_line(dict(formats=formats, records={}, shards=1, seconds=1.0,
+                                  bytes_read=0, units_done_earlier=0))
+  assert "(0.0 MB: 63 inputs: 62 wikidump, 1 documents_per_line (notes.txt))" in line
+  assert "enwiki" not in line
+  # Two inputs of the same base name in different folders are two inputs.
+  assert runner.formats_summary(collections.OrderedDict(
+      [("/a/x.txt", "documents_per_line"), ("/b/x.txt", "documents_per_line"),
+       ("/c/y", "directory"), ("/c/z", "directory")])) == (
+           "4 inputs: 2 documents_per_line (x.txt, x.txt), 2 directory (y, z)")

@@ -9,6 +9,7 @@ dump's text and compressed bytes here, not taken from the reader.
 import bz2
 import gc
 import os
+import re
 import tracemalloc
 
 import pytest
@@ -190,7 +191,7 @@ def test_a_damaged_part_file_counts_its_pages_lost_in_the_summary_and_manifest(t
   summary = runner.run(corpus_data.make_config([path], out, stage="extract", num_shards=1))
   titles, skipped = _read(path)
   assert [error.documents for error in skipped][0] == 1 and len(skipped) == 2
-  assert summary["formats"] == {os.path.basename(path): "wikidump"}
+  assert summary["formats"] == {os.path.abspath(path): "wikidump"}
   assert summary["documents"] == len(titles)
   assert summary["bad_documents"] == sum(error.documents for error in skipped) > 100
   line = runner.summary_line(dict(summary, seconds=1.0))
@@ -213,8 +214,28 @@ def test_a_dump_forced_to_plain_text_is_warned_about_by_name(tmp_path, caplog):
                                    input_formats=("documents_per_line",))
   with caplog.at_level("WARNING"):
     summary = runner.run(config)
-  assert summary["formats"] == {"pages.txt": "documents_per_line"}
+  assert summary["formats"] == {os.path.abspath(str(path)): "documents_per_line"}
   warnings = [r.getMessage() for r in caplog.records if "look like XML or wiki markup" in
               r.getMessage()]
   assert len(warnings) == 1 and warnings[0].startswith("prepare_corpus: %s is read as plain "
                                                        "text, but " % path)
+
+
+def test_the_warnings_of_skipped_input_say_what_it_cost(tmp_path, caplog):
+  pages = [dump_data.village_page(n) for n in range(VILLAGES)]
+  pages[5] = pages[5].replace("  </page>\n", "")  # a bad document
+  xml = (dump_data.DUMP_HEADER + "".join(pages[:20]) + "?? junk <b>bold</b>\n"
+         + "".join(pages[20:]) + dump_data.DUMP_FOOTER)
+  damaged, _, _ = _flip_inside_a_block(bz2.compress(xml.encode("utf-8"), 1))
+  path = _write(tmp_path / "dump.xml.bz2", damaged)
+  with caplog.at_level("WARNING"):
+    runner.run(corpus_data.make_config([path], tmp_path / "out", stage="extract",
+                                       num_shards=1))
+  warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipped ")]
+  assert len(warnings) == 3, warnings
+  assert warnings[0].startswith("skipped a bad document: %s: page 6 'Village 5'" % path)
+  assert warnings[1].startswith("skipped bytes that are not a page (no document lost): %s: "
+                                "line " % path)
+  assert "'?? junk" in warnings[1]
+  lost = int(re.search(r"^skipped (\d+) documents: .*: about (\d+) pages lost", warnings[2])[1])
+  assert lost > 100 and "about %d pages lost" % lost in warnings[2]

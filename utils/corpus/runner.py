@@ -34,6 +34,9 @@ from utils.runtime import worker_pool
 
 # The errors of a unit that are its input's or its settings' fault: reported in one line, exit 2.
 _DATA_ERRORS = (bad_input.BadInput, instances.InputDataError, ValueError)
+# The summary line names the inputs one by one up to this many, and a format's inputs when it
+# has no more (60 part files of a dump are counted, not named).
+NAMED_INPUTS = 3
 
 
 def is_mine(unit, config):
@@ -201,8 +204,8 @@ def summary(config, units, seconds, bytes_read=0, units_done_earlier=0):
   Returns:
     dict: documents, input_bytes, bad_documents, duplicates, train_documents, eval_documents,
     shards.SENTENCE_COUNTS (of the whole corpus), shards, records (OrderedDict "seq128 train" ->
-    records), seconds, bytes_read, units_done_earlier, formats (OrderedDict input's base name ->
-    its format).
+    records), seconds, bytes_read, units_done_earlier, formats (OrderedDict input's absolute path
+    -> its format).
   """
   out = config.output_dir
   totals = collections.Counter()
@@ -222,10 +225,31 @@ def summary(config, units, seconds, bytes_read=0, units_done_earlier=0):
         key = "%s %s" % (config_lib.phase_name(unit.spec["phase"]), unit.spec["split"])
         records[key] = records.get(key, 0) + counts["records"]
   formats = collections.OrderedDict(
-      (os.path.basename(unit.settings["input"]), unit.settings["format"])
-      for unit in units["extract"])
+      (unit.settings["input"], unit.settings["format"]) for unit in units["extract"])
   return dict(totals, shards=config.num_shards, records=records, seconds=seconds,
               bytes_read=bytes_read, units_done_earlier=units_done_earlier, formats=formats)
+
+
+def formats_summary(formats):
+  """The inputs' formats as the summary line gives them: each input named by its base name when
+  there are at most NAMED_INPUTS ("a.xml.bz2 as wikidump, books as directory"), else a count per
+  format in the order of the inputs, a format's inputs named when it has at most NAMED_INPUTS
+  ("63 inputs: 62 wikidump, 1 documents_per_line (notes.txt)").
+
+  Args:
+    formats: OrderedDict input path -> format (`summary`'s).
+
+  Returns:
+    str, "" for no input.
+  """
+  names = collections.OrderedDict()
+  for path, fmt in formats.items():
+    names.setdefault(fmt, []).append(os.path.basename(path))
+  if len(formats) <= NAMED_INPUTS:
+    return ", ".join("%s as %s" % (os.path.basename(path), fmt) for path, fmt in formats.items())
+  return "%d inputs: %s" % (len(formats), ", ".join(
+      "%d %s%s" % (len(inputs), fmt, " (%s)" % ", ".join(inputs)
+                   if len(inputs) <= NAMED_INPUTS else "") for fmt, inputs in names.items()))
 
 
 def summary_line(result):
@@ -238,7 +262,7 @@ def summary_line(result):
     this_run += ", %.2f MB/s of input" % (result["bytes_read"] / 1e6 / max(seconds, 1e-9))
   if result["units_done_earlier"]:
     this_run += ", %d units done earlier" % result["units_done_earlier"]
-  formats = ", ".join("%s as %s" % item for item in result.get("formats", {}).items())
+  formats = formats_summary(result.get("formats", {}))
   return ("prepare_corpus: %d documents read (%.1f MB%s), %d duplicates dropped, %d bad documents "
           "skipped; %s%d shards of %d training and %d held-out documents; records: %s; %s" % (
               result.get("documents", 0), result.get("input_bytes", 0) / 1e6,

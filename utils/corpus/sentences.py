@@ -4,7 +4,8 @@ the text held at once.
 blingfire was chosen by measurement (`bench/sentence_split.py` on the hand-labelled sample
 `bench/data/sentences_labelled.txt`; docs/DECISIONS.md, section Data): near pysbd's accuracy at
 about a hundred times its speed and in time linear in the paragraph's length. The repairs are
-measured on real Wikipedia text too (`bench/wiki_sentences.py`). It needs no download (its model ships in the wheel).
+measured on real Wikipedia text too (`bench/wiki_sentences.py`). It needs no download (its
+model ships in the wheel).
 
 Its mistakes with encyclopedia prose are breaks after an abbreviation that does not end the
 sentence (`Maj.` | `Gen. Polk ignored ...`, `Susan B.` | `Anthony`, `Article 68, Par.` | `2 of

@@ -101,6 +101,13 @@ def iter_pages(path, on_bad=None):
         error.strerror or error)) from None
 
 
+def _may_end_the_root(between):
+  """Whether the bytes after a dump's last page (blanks stripped before them) are the root's end
+  tag, or its start, and blanks: the XML's end, not bytes between pages."""
+  return page_xml.ROOT_END.startswith(between.rstrip()) or (
+      between.startswith(page_xml.ROOT_END) and not between[len(page_xml.ROOT_END):].strip())
+
+
 def _pages_of(splitter, step, *args):
   """Yields the pages `step(*args)` of the splitter ends, also when it raises."""
   try:
@@ -257,8 +264,7 @@ class _PageSplitter:
         blank = len(data) - len(data.lstrip())
         self._between_at = (self._line + data.count(b"\n", 0, blank), self._offset + blank)
       self._between = (self._between + data).lstrip()[:64]
-      if not page_xml.ROOT_END.startswith(self._between.rstrip()) and not (
-          self._between.startswith(page_xml.ROOT_END) and not self._between[len(page_xml.ROOT_END):].strip()):
+      if not _may_end_the_root(self._between):
         self._report("line %d (byte %d of the XML)" % self._between_at, (
             "bytes between pages that are not a page (%r), %s" % (
                 self._between[:40].decode("utf-8", "replace"), self.after_last_page())),
