@@ -79,3 +79,16 @@ def test_layout_of_packed_and_unpacked_records():
   assert record_layout.describe(unpacked) == "unpacked records (16 tokens, 4 predictions)"
   # An empty Example is neither: no tokens, no predictions.
   assert record_layout.layout_of(tf.train.Example()) == record_layout.Layout(False, 0, 0, 1)
+
+
+def test_layout_of_records_without_masks():
+  batch = helpers.random_batch(np.random.RandomState(0), 1, 16, 30, 4)
+  values = {k: v[0] for k, v in batch.items() if not k.startswith("masked_lm_")}
+  layout = record_layout.layout_of(example(values))
+  assert layout == record_layout.Layout(False, 16, 0, 1, dynamic_masks=True)
+  assert record_layout.describe(layout) == "unpacked records (16 tokens, no masks)"
+  packed = {k: v for k, v in GOOD.items() if not k.startswith("masked_lm_")}
+  layout = record_layout.layout_of(example(packed))
+  assert layout == record_layout.Layout(True, 12, 0, 3, dynamic_masks=True)
+  assert record_layout.describe(layout) == (
+      "packed records (up to 3 sequences per row of 12 tokens, no masks)")

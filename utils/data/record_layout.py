@@ -16,9 +16,12 @@ import numpy as np
 PACKED_ONLY = ("positions", "next_sentence_positions", "next_sentence_weights")
 
 # The layout of a file's records: packed or not; tokens per row; the masked_lm_* width
-# (max_predictions_per_seq, or a packed row's prediction capacity); sequences per row (1 unpacked).
+# (max_predictions_per_seq, or a packed row's prediction capacity; 0 without masks); sequences
+# per row (1 unpacked); whether the records hold no masks (the input pipeline draws them: records
+# made with --dynamic_masking).
 Layout = collections.namedtuple("Layout", ["packed", "seq_length", "predictions",
-                                           "sequences_per_row"])
+                                           "sequences_per_row", "dynamic_masks"],
+                                defaults=[False])
 
 
 def _length(example, name):
@@ -32,19 +35,26 @@ def _length(example, name):
 
 def layout_of(example):
   """The `Layout` of a parsed `tf.train.Example` (its feature lengths; not checked here)."""
-  packed = any(name in example.features.feature for name in PACKED_ONLY)
+  features = example.features.feature
+  packed = any(name in features for name in PACKED_ONLY)
   return Layout(packed=packed, seq_length=_length(example, "input_ids"),
                 predictions=_length(example, "masked_lm_positions"),
-                sequences_per_row=(_length(example, "next_sentence_positions") if packed else 1))
+                sequences_per_row=(_length(example, "next_sentence_positions") if packed else 1),
+                dynamic_masks=("input_ids" in features and "masked_lm_positions" not in features))
 
 
 def describe(layout):
   """A layout in words, for messages: "packed records (up to 3 sequences per row of 512 tokens,
-  83 predictions)" or "unpacked records (512 tokens, 80 predictions)"."""
+  83 predictions)", "unpacked records (512 tokens, 80 predictions)" or "unpacked records (128
+  tokens, no masks)"."""
+  if layout.dynamic_masks:
+    predictions = "no masks"
+  else:
+    predictions = "%d predictions" % layout.predictions
   if layout.packed:
-    return ("packed records (up to %d sequences per row of %d tokens, %d predictions)"
-            % (layout.sequences_per_row, layout.seq_length, layout.predictions))
-  return "unpacked records (%d tokens, %d predictions)" % (layout.seq_length, layout.predictions)
+    return ("packed records (up to %d sequences per row of %d tokens, %s)"
+            % (layout.sequences_per_row, layout.seq_length, predictions))
+  return "unpacked records (%d tokens, %s)" % (layout.seq_length, predictions)
 
 
 def _sequence_spans(sequence_numbers, capacity):
