@@ -50,13 +50,11 @@ def chosen_positions(ids, input_mask, order_noise, options, vocab):
                  max(1, round(len(positions) * options.masked_lm_prob)))
     words = _words(ids, positions, vocab, options.whole_word)
     words.sort(key=lambda word: (float(order_noise[word[0]]), word[0]))
-    taken = []
-    for word in words:
-      if len(taken) >= wanted:
-        break
-      if len(taken) + len(word) <= wanted:
-        taken.extend(word)
-    chosen.extend(taken)
+    left = wanted
+    for word in words:  # Google's loop; its `break` at n taken changes nothing: no word fits then
+      if len(word) <= left:
+        chosen.extend(word)
+        left -= len(word)
   return sorted(chosen)
 
 
