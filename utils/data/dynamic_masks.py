@@ -209,27 +209,35 @@ def _greedy_words(group, word_length, wanted):
   return tf.transpose(fits)
 
 
+def _chosen_tokens(candidate, sequence, noise_order, wanted, seq_length):
+  """Token level: bool [batch, L], the n candidates of each sequence of the smallest noise."""
+  order, group = _unit_order(noise_order, sequence, candidate, seq_length)
+  taken = (_first_n_tokens(group, tf.gather(wanted, order, batch_dims=1))
+           & tf.gather(candidate, order, batch_dims=1))
+  return tf.gather(taken, tf.argsort(order, axis=1), batch_dims=1)  # back to positions
+
+
+def _chosen_words(input_ids, candidate, sequence, noise_order, wanted, vocab, seq_length):
+  """Whole words: bool [batch, L], the pieces of the words each sequence takes."""
+  start = _word_starts(input_ids, sequence, candidate, vocab)
+  word = tf.cumsum(tf.cast(start, tf.int32), axis=1)  # each candidate's word: 1, 2, ...
+  length = tf.where(start, _segment_totals(tf.cast(candidate, tf.int32), word, seq_length + 1), 0)
+  order, group = _unit_order(noise_order, sequence, start, seq_length)
+  taken = _greedy_words(group, tf.gather(length, order, batch_dims=1),
+                        tf.gather(wanted, order, batch_dims=1))
+  taken_start = tf.gather(taken, tf.argsort(order, axis=1), batch_dims=1)  # back to positions
+  return candidate & (_segment_totals(tf.cast(taken_start, tf.int32), word, seq_length + 1) > 0)
+
+
 def _chosen_positions(input_ids, sequence, noise_order, options, vocab, seq_length):
   """bool [batch, L]: the positions to predict (the rules of the module's docstring)."""
   real = sequence > 0
   candidate = real & tf.not_equal(input_ids, vocab.cls_id) & tf.not_equal(input_ids, vocab.sep_id)
   lengths = _segment_totals(tf.cast(real, tf.int32), sequence, seq_length + 1)
   wanted = _predictions_wanted(lengths, options)
-  unit = _word_starts(input_ids, sequence, candidate, vocab) if options.whole_word else candidate
-  order, group = _unit_order(noise_order, sequence, unit, seq_length)
-  wanted_in_order = tf.gather(wanted, order, batch_dims=1)
   if options.whole_word:
-    word = tf.cumsum(tf.cast(unit, tf.int32), axis=1)  # each candidate's word: 1, 2, ...
-    word_length = tf.where(unit, _segment_totals(tf.cast(candidate, tf.int32), word,
-                                                 seq_length + 1), 0)
-    taken = _greedy_words(group, tf.gather(word_length, order, batch_dims=1), wanted_in_order)
-  else:
-    taken = _first_n_tokens(group, wanted_in_order) & tf.gather(unit, order, batch_dims=1)
-  taken_at = tf.gather(taken, tf.argsort(order, axis=1), batch_dims=1)  # back to positions
-  if not options.whole_word:
-    return taken_at
-  word_taken = _segment_totals(tf.cast(taken_at, tf.int32), word, seq_length + 1)
-  return candidate & (word_taken > 0)
+    return _chosen_words(input_ids, candidate, sequence, noise_order, wanted, vocab, seq_length)
+  return _chosen_tokens(candidate, sequence, noise_order, wanted, seq_length)
 
 
 def _replacements(input_ids, noise, options, vocab):
