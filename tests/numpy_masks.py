@@ -1,6 +1,6 @@
 """Masks drawn while training, written as plain loops from the rules of Google's
 create_pretraining_data.py (docs/DATA.md, "Masks drawn while training"): the reference
-tests/test_dynamic_masks.py compares utils/data/dynamic_masks.py with, for the same noise.
+tests/test_data_dynamic_masks.py compares utils/data/dynamic_masks.py with, for the same noise.
 
 One row at a time, one sequence at a time; no TensorFlow.
 """
