@@ -305,8 +305,9 @@ def unpack_files(input_files, output_files, max_seq_length=None, max_predictions
       packed = packed_records.read_packed(path)
       seq = packed["input_ids"].shape[1] if max_seq_length is None else max_seq_length
       width = max_predictions_per_seq
-      if width is None and packed_records.has_masks(packed):
-        width = packed["masked_lm_ids"].shape[1] - packed["next_sentence_weights"].shape[1]
+      if width is None:  # rows without masks: no predictions
+        width = (packed["masked_lm_ids"].shape[1] - packed["next_sentence_weights"].shape[1]
+                 if packed_records.has_masks(packed) else 0)
       features = packed_records.unpack_features(packed, seq, width, path)
       partial = output_set.partial_name(output)
       with paths.open_file(partial, "wb") as writer:
