@@ -92,7 +92,7 @@ def _record_values(record, where, widths):
                             % (where, ", ".join(UNPACKED_KINDS),
                                ", ".join(without_masks(UNPACKED_KINDS)), ", ".join(sorted(names))))
   if widths is not None and has_masks(widths) != has_masks(names):
-    raise PackingInputError("%s: %s masks, but the first record %s: one input has one kind"
+    raise PackingInputError("%s: %s masks, but the first record %s: give records of one kind"
                             % (where, "has" if has_masks(names) else "has no",
                                "does not" if has_masks(names) else "does"))
   values = {}
