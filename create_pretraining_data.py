@@ -17,6 +17,9 @@ How it differs from the original (docs/DECISIONS.md, "Data"):
   * tokenisation runs in Rust (`tokenization.py`), sampling in Python on token offsets, masking,
     serialisation and TFRecord framing (CRC32C included) vectorised in numpy
     (`utils/data/record_encoder.py`). TensorFlow is not imported (except for "scheme://" paths).
+  * `--dynamic_masking` writes the records without masks (input_ids unmasked, no masked_lm_*
+    features: run_pretraining.py draws them) and one copy of the text unless --dupe_factor is
+    given (docs/DATA.md, "Records without masks").
   * the sampling, masking and serialisation are library code (`utils/data/instances.py`), and so
     is the run over the files (`utils/datafiles/generator.py`) and the generator's flags
     (`utils/datafiles/generator_flags.py`, shared with prepare_corpus.py); this script keeps the
@@ -98,6 +101,20 @@ def resolve_output_files(output_file, num_input_files):
   return outputs
 
 
+# The flags that say how masks are made: no use when the records hold none.
+MASKING_FLAGS = ("masked_lm_prob", "max_predictions_per_seq", "do_whole_word_mask")
+
+
+def check_masking_flags(flag_values):
+  """Raises ValueError naming the masking flags given with --dynamic_masking, where the records
+  hold no masks (run_pretraining.py's flags set them then)."""
+  given = [name for name in MASKING_FLAGS if flag_values[name].present]
+  if flag_values.dynamic_masking and given:
+    raise ValueError("%s: no use with --dynamic_masking: the records hold no masks (give the "
+                     "masking options to run_pretraining.py)"
+                     % ", ".join("--" + name for name in given))
+
+
 def define_flags():
   """Defines the command-line flags (the original's, plus --num_workers)."""
   flags.DEFINE_string("input_file", None,
@@ -125,9 +142,11 @@ def main(argv):
       max_seq_length=flag_values.max_seq_length,
       max_predictions_per_seq=flag_values.max_predictions_per_seq,
       masked_lm_prob=flag_values.masked_lm_prob, short_seq_prob=flag_values.short_seq_prob,
-      dupe_factor=flag_values.dupe_factor, do_whole_word_mask=flag_values.do_whole_word_mask,
-      random_seed=flag_values.random_seed)
+      dupe_factor=generator_flags.dupe_factor(flag_values),
+      do_whole_word_mask=flag_values.do_whole_word_mask, random_seed=flag_values.random_seed,
+      dynamic_masking=flag_values.dynamic_masking)
   try:
+    check_masking_flags(flag_values)
     if flag_values.num_workers is not None and flag_values.num_workers < 1:
       raise ValueError("--num_workers must be >= 1, got %d" % flag_values.num_workers)
     validate_options(options)

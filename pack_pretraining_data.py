@@ -94,7 +94,8 @@ def define_flags():
   flags.DEFINE_integer("max_sequences_per_pack", packer.DEFAULT_MAX_SEQUENCES_PER_PACK,
                        "Sequences a pack holds at most (K).")
   flags.DEFINE_integer("max_predictions_per_seq", None, "The input's masked-LM width W (default: "
-                       "the input's); a pack holds W + K predictions.")
+                       "the input's; records without masks have none); a pack holds W + K "
+                       "predictions.")
   flags.DEFINE_integer("random_seed", 12345, "Seed of the shuffle of the packs within a chunk.")
   flags.DEFINE_integer("chunk_sequences", None, "Records packed together at most (memory is "
                        "bounded by one chunk per worker; default: about 128 MB of arrays).")

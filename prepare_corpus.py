@@ -32,7 +32,11 @@ the corpus and its records.
 
 The records are sampled and masked as by create_pretraining_data.py, with its flags
 (--do_lower_case, --do_whole_word_mask, --dupe_factor, --masked_lm_prob, --short_seq_prob,
---random_seed, defined once in `utils/datafiles/generator_flags.py`; `--helpshort` lists them).
+--random_seed, --dynamic_masking, defined once in `utils/datafiles/generator_flags.py`;
+`--helpshort` lists them). With --dynamic_masking the training records hold no masks (one copy
+of the text unless --dupe_factor is given) and the held-out records keep fixed masks, so that
+evaluations stay comparable whatever the training recipe; the records units' manifest entries
+say which (`"dynamic_masking": true` in their options).
 """
 
 import os

@@ -4,17 +4,19 @@ read from the flags and its rules (each naming its flag)."""
 import dataclasses
 import types
 
+from absl import flags
 import pytest
 
 from utils.core import errors
 from utils.corpus import config as config_lib
+from utils.datafiles import generator_flags
 
 FLAG_DEFAULTS = dict(
     input=["corpus/"], input_format="auto", output_dir="out", vocab_file=None, vocab_size=30522,
     phases="128:20,512:80", num_shards=256, num_workers=None, eval_fraction=0.01,
     skip_bad_documents=False, stage="all", task_index=None, num_tasks=None, pack=False,
     barrier_timeout_secs=60.0, do_lower_case=True, do_whole_word_mask=False, random_seed=12345,
-    dupe_factor=10, masked_lm_prob=0.15, short_seq_prob=0.1)
+    dupe_factor=10, masked_lm_prob=0.15, short_seq_prob=0.1, dynamic_masking=False)
 
 
 def from_flags(environ=None, **overrides):
@@ -88,8 +90,46 @@ def test_held_out_records_are_written_once_and_training_records_dupe_factor_time
   held_out = config.generator_options(config_lib.Phase(64, 10), "eval")
   assert train._asdict() == dict(max_seq_length=64, max_predictions_per_seq=10,
                                  masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=7,
-                                 do_whole_word_mask=True, random_seed=3)
+                                 do_whole_word_mask=True, random_seed=3, dynamic_masking=False)
   assert held_out._replace(dupe_factor=7) == train and held_out.dupe_factor == 1
+
+
+class _ParsedFlags(object):
+  """prepare_corpus's flags: the generator's parsed by absl (whether one was given counts), the
+  corpus's own at FLAG_DEFAULTS."""
+
+  def __init__(self, *argv):
+    self._values = flags.FlagValues()
+    generator_flags.define_generator_flags(self._values)
+    self._values(["prepare_corpus.py"] + list(argv))
+
+  def __getattr__(self, name):
+    return self._values[name].value if name in self._values else FLAG_DEFAULTS[name]
+
+  def __getitem__(self, name):
+    return self._values[name]
+
+
+def _config_of(*argv):
+  """The CorpusConfig of the generator flags `argv`, the corpus's flags at their defaults."""
+  return config_lib.CorpusConfig.from_flags(_ParsedFlags(*argv), {}, default_num_workers=2)
+
+
+def test_dynamic_masking_leaves_the_masks_out_of_the_training_records_only():
+  """With --dynamic_masking the training split's records have no masks and one copy of the text
+  unless --dupe_factor is given; the held-out split keeps fixed masks and one copy."""
+  phase = config_lib.Phase(64, 10)
+  config = _config_of("--dynamic_masking")
+  train, held_out = config.generator_options(phase, "train"), config.generator_options(phase,
+                                                                                      "eval")
+  assert (train.dynamic_masking, train.dupe_factor) == (True, 1)
+  assert (held_out.dynamic_masking, held_out.dupe_factor) == (False, 1)
+  assert held_out == _config_of().generator_options(phase, "eval")  # as without the flag
+  assert _config_of("--dynamic_masking", "--dupe_factor=4").generator_options(
+      phase, "train").dupe_factor == 4
+  assert _config_of("--dupe_factor=4").generator_options(phase, "train") == train._replace(
+      dynamic_masking=False, dupe_factor=4)
+  assert _config_of().dupe_factor == 10
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -13,7 +13,7 @@ import prepare_corpus
 from utils.datafiles import generator_flags
 
 NAMES = ("do_lower_case", "do_whole_word_mask", "random_seed", "dupe_factor", "masked_lm_prob",
-         "short_seq_prob")
+         "short_seq_prob", "dynamic_masking")
 
 
 def test_the_defaults_are_the_original_releases():
@@ -22,7 +22,7 @@ def test_the_defaults_are_the_original_releases():
   values(["program"])
   assert {name: values[name].value for name in NAMES} == dict(
       do_lower_case=True, do_whole_word_mask=False, random_seed=12345, dupe_factor=10,
-      masked_lm_prob=0.15, short_seq_prob=0.1)
+      masked_lm_prob=0.15, short_seq_prob=0.1, dynamic_masking=False)
   values(["program", "--nodo_lower_case", "--dupe_factor=3", "--masked_lm_prob=0.2"])
   assert (values.do_lower_case, values.dupe_factor, values.masked_lm_prob) == (False, 3, 0.2)
 

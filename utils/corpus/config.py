@@ -13,6 +13,7 @@ import typing
 from utils.core import errors
 from utils.corpus import documents
 from utils.data import instances
+from utils.datafiles import generator_flags
 
 # The stages in the order they run; "pack" runs with --pack only.
 STAGES = ("extract", "shard", "vocab", "records", "pack", "check")
@@ -115,6 +116,8 @@ class CorpusConfig:
   dupe_factor: int
   masked_lm_prob: float
   short_seq_prob: float
+  # The training records without masks (the held-out ones keep fixed masks).
+  dynamic_masking: bool = False
 
   @classmethod
   def from_flags(cls, flag_values, environ, default_num_workers):
@@ -143,8 +146,8 @@ class CorpusConfig:
         num_tasks=num_tasks if f.num_tasks is None else f.num_tasks, pack=f.pack,
         barrier_timeout_secs=f.barrier_timeout_secs, do_lower_case=f.do_lower_case,
         do_whole_word_mask=f.do_whole_word_mask, random_seed=f.random_seed,
-        dupe_factor=f.dupe_factor, masked_lm_prob=f.masked_lm_prob,
-        short_seq_prob=f.short_seq_prob)
+        dupe_factor=generator_flags.dupe_factor(f), masked_lm_prob=f.masked_lm_prob,
+        short_seq_prob=f.short_seq_prob, dynamic_masking=f.dynamic_masking)
 
   def check(self):
     """Every rule about the values that needs no file.
@@ -187,10 +190,14 @@ class CorpusConfig:
 
   def generator_options(self, phase, split):
     """The generator's options of one phase and split: the held-out records are written with a
-    dupe factor of 1 (every held-out document once), the training records with --dupe_factor."""
+    dupe factor of 1 (every held-out document once) and fixed masks (an evaluation comparable
+    whatever the training recipe), the training records with --dupe_factor, without masks with
+    --dynamic_masking."""
+    train = split == "train"
     return instances.GeneratorOptions(
         max_seq_length=phase.max_seq_length,
         max_predictions_per_seq=phase.max_predictions_per_seq,
         masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
-        dupe_factor=self.dupe_factor if split == "train" else 1,
-        do_whole_word_mask=self.do_whole_word_mask, random_seed=self.random_seed)
+        dupe_factor=self.dupe_factor if train else 1,
+        do_whole_word_mask=self.do_whole_word_mask, random_seed=self.random_seed,
+        dynamic_masking=self.dynamic_masking and train)

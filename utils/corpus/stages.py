@@ -208,14 +208,24 @@ def _record_units(config, shard_units, vocab_unit):
     for split in config.splits:
       for shard in shard_units:
         j = shard.spec["shard"]
-        options = config.generator_options(phase, split)
         settings = dict(stage="records", shard=shard.settings_hash,
-                        vocab=vocab_unit.settings_hash, options=options._asdict(),
+                        vocab=vocab_unit.settings_hash,
+                        options=_options_settings(config.generator_options(phase, split)),
                         do_lower_case=config.do_lower_case, split=split, index=j)
         units.append(_unit("records", "%s-%s-%s" % (config_lib.phase_name(phase), split,
                                                     shard_file(j, "")), len(units), settings,
                            dict(phase=phase, split=split, shard=j)))
   return units
+
+
+def _options_settings(options):
+  """The generator's options as a records unit's settings (its manifest entry says whether the
+  records hold masks): "dynamic_masking" only when true, so that the records of fixed masks keep
+  the settings hash they had before the option existed (an earlier build's are not redone)."""
+  settings = options._asdict()
+  if not settings["dynamic_masking"]:
+    del settings["dynamic_masking"]
+  return settings
 
 
 # ---------------------------------------------------------------------------------------------

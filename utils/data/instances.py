@@ -27,9 +27,14 @@ _BATCH_SIZE = 1024
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
                  "masked_lm_weights", "next_sentence_labels")
 
+# The generator's options; dynamic_masking: the records hold the unmasked sequences and no
+# masked_lm_* features (training draws the masks), and the masking options are not used.
 GeneratorOptions = collections.namedtuple("GeneratorOptions", [
     "max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob",
-    "dupe_factor", "do_whole_word_mask", "random_seed"])
+    "dupe_factor", "do_whole_word_mask", "random_seed", "dynamic_masking"], defaults=[False])
+# The features of a record without masks (--dynamic_masking), in FEATURE_NAMES order.
+UNMASKED_FEATURE_NAMES = tuple(name for name in FEATURE_NAMES
+                               if not name.startswith("masked_lm_"))
 
 
 class InputDataError(errors.UsageError):
@@ -334,7 +339,8 @@ def serialize_examples(features):
 
   Args:
     features: dict name -> array with one row per example: the int features as int64
-      [n, width], "masked_lm_weights" as float32 [n, width].
+      [n, width], "masked_lm_weights" as float32 [n, width]; FEATURE_NAMES, or
+      UNMASKED_FEATURE_NAMES for records without masks.
 
   Returns:
     (flat uint8, row_lengths int64 [n]): the serialised examples back to back
@@ -343,7 +349,7 @@ def serialize_examples(features):
   return record_encoder.serialize_examples([
       record_encoder.Column(name, "float" if name == "masked_lm_weights" else "int64",
                             features[name])
-      for name in FEATURE_NAMES])
+      for name in FEATURE_NAMES if name in features])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,39 +365,53 @@ def file_random_generators(random_seed, file_index):
 
 
 def instances_to_records(corpus, pairs, tokenizer, options, py_rng, np_rng, crc):
-  """Masks and serialises pairs in batches; yields (TFRecord bytes, count) per batch."""
+  """Masks (unless options.dynamic_masking) and serialises pairs in batches; yields (TFRecord
+  bytes, count) per batch. Without masks, neither random stream is drawn from."""
   vocab = tokenizer.vocab
-  cls_id, sep_id, mask_id = vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"]
-  is_continuation = None
-  if options.do_whole_word_mask:
-    is_continuation = np.zeros(len(tokenizer.inv_vocab), bool)
-    for token, token_id in vocab.items():
-      is_continuation[token_id] = token.startswith("##")
+  cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
   for begin in range(0, len(pairs), _BATCH_SIZE):
     batch = pairs[begin:begin + _BATCH_SIZE]
     input_ids, segment_ids, lengths, length_a = assemble_sequences(
         corpus.tokens, batch, options.max_seq_length, cls_id, sep_id)
-    if options.do_whole_word_mask:
-      positions = choose_whole_word_positions(
-          input_ids, lengths, length_a, is_continuation, options.max_predictions_per_seq,
-          options.masked_lm_prob, py_rng)
-    else:
-      positions = choose_masked_positions(lengths, length_a, options.max_predictions_per_seq,
-                                          options.masked_lm_prob, np_rng)
-    masked_positions, masked_ids, masked_weights = apply_masks(
-        input_ids, positions, len(tokenizer.inv_vocab), mask_id, np_rng)
     features = {
         "input_ids": input_ids,
         "input_mask": (np.arange(options.max_seq_length)[None, :]
                        < lengths[:, None]).astype(np.int64),
         "segment_ids": segment_ids,
-        "masked_lm_positions": masked_positions,
-        "masked_lm_ids": masked_ids,
-        "masked_lm_weights": masked_weights,
         "next_sentence_labels": batch[:, 4:5],
     }
+    if not options.dynamic_masking:
+      features.update(_mask_batch(input_ids, lengths, length_a, tokenizer, options, py_rng,
+                                  np_rng))
     flat, row_lengths = serialize_examples(features)
     yield record_encoder.frame_records(crc, flat, row_lengths), len(batch)
+
+
+def _mask_batch(input_ids, lengths, length_a, tokenizer, options, py_rng, np_rng):
+  """Chooses and applies the masks of a batch (`input_ids` int64 [n, L] modified in place).
+
+  Returns:
+    dict masked_lm_positions, masked_lm_ids (int64 [n, P]), masked_lm_weights (float32 [n, P]).
+  """
+  if options.do_whole_word_mask:
+    positions = choose_whole_word_positions(
+        input_ids, lengths, length_a, _continuation_table(tokenizer),
+        options.max_predictions_per_seq, options.masked_lm_prob, py_rng)
+  else:
+    positions = choose_masked_positions(lengths, length_a, options.max_predictions_per_seq,
+                                        options.masked_lm_prob, np_rng)
+  masked = apply_masks(input_ids, positions, len(tokenizer.inv_vocab), tokenizer.vocab["[MASK]"],
+                       np_rng)
+  return dict(zip(("masked_lm_positions", "masked_lm_ids", "masked_lm_weights"), masked))
+
+
+@functools.lru_cache(maxsize=4)
+def _continuation_table(tokenizer):
+  """bool [vocab_size]: True for the "##" pieces of the tokenizer's vocabulary."""
+  is_continuation = np.zeros(len(tokenizer.inv_vocab), bool)
+  for token, token_id in tokenizer.vocab.items():
+    is_continuation[token_id] = token.startswith("##")
+  return is_continuation
 
 
 def _log_example(tokenizer, corpus, pair):

@@ -46,6 +46,18 @@ PACKED_MARKERS = ("positions", "next_sentence_positions")
 _TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids")
 _PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
+
+def without_masks(kinds):
+  """`kinds` (UNPACKED_KINDS or PACKED_KINDS) less the masked_lm_* features: the features of
+  records written with --dynamic_masking, and of their packed rows."""
+  return collections.OrderedDict((name, kind) for name, kind in kinds.items()
+                                 if name not in _PREDICTION_FEATURES)
+
+
+def has_masks(features):
+  """Whether a dict of features (arrays, widths or values by name) holds the masked_lm_* ones."""
+  return "masked_lm_weights" in features
+
 # A pack's capacity: S tokens, K sequences, P predictions (P = W + K).
 PackLimits = collections.namedtuple("PackLimits", ["max_seq_length", "max_sequences",
                                                    "max_predictions"])
@@ -74,11 +86,17 @@ def _record_values(record, where, widths):
   if names & set(PACKED_MARKERS):
     raise PackingInputError("%s: the input is already packed (it has %s); give unpacked records"
                             % (where, ", ".join(sorted(names & set(PACKED_MARKERS)))))
-  if names != set(UNPACKED_KINDS):
-    raise PackingInputError("%s: expected the features %s, got %s"
-                            % (where, ", ".join(UNPACKED_KINDS), ", ".join(sorted(names))))
+  kinds = UNPACKED_KINDS if names & set(_PREDICTION_FEATURES) else without_masks(UNPACKED_KINDS)
+  if names != set(kinds):
+    raise PackingInputError("%s: expected the features %s (or, without masks, %s), got %s"
+                            % (where, ", ".join(UNPACKED_KINDS),
+                               ", ".join(without_masks(UNPACKED_KINDS)), ", ".join(sorted(names))))
+  if widths is not None and has_masks(widths) != has_masks(names):
+    raise PackingInputError("%s: %s masks, but the first record %s: give records of one kind"
+                            % (where, "has" if has_masks(names) else "has no",
+                               "does not" if has_masks(names) else "does"))
   values = {}
-  for name, kind in UNPACKED_KINDS.items():
+  for name, kind in kinds.items():
     got = feature[name].WhichOneof("kind")
     if got != kind + "_list":
       raise PackingInputError("%s: feature %s must be a %s list, got %s"
@@ -100,13 +118,15 @@ def parse_records(records, path, first_index, widths=None):
     widths: dict name -> expected width; None: the first record's.
 
   Returns:
-    dict name -> array [n, width]: int64 for the int features, float32 for masked_lm_weights.
+    dict name -> array [n, width]: int64 for the int features, float32 for masked_lm_weights;
+    without the masked_lm_* features for records without masks (--dynamic_masking).
 
   Raises:
     PackingInputError: naming file and record: not an Example, packed, a feature missing or
-      extra, of the wrong kind, or of another width than `widths`.
+      extra, of the wrong kind, or of another width than `widths`; with masks where the first
+      record has none or the reverse.
   """
-  columns = {name: [] for name in UNPACKED_KINDS}
+  columns = collections.defaultdict(list)
   for offset, record in enumerate(records):
     values = _record_values(record, _where(path, first_index + offset), widths)
     if widths is None:
@@ -114,6 +134,7 @@ def parse_records(records, path, first_index, widths=None):
     for name, value in values.items():
       columns[name].append(value)
   widths = widths or {name: 0 for name in UNPACKED_KINDS}
+  columns = {name: columns[name] for name in widths}
   # One pass over the values (twice as fast as np.array of the protobuf lists).
   return {name: np.fromiter(itertools.chain.from_iterable(values),
                             np.float32 if UNPACKED_KINDS[name] == "float" else np.int64,
@@ -148,10 +169,8 @@ def sequence_sizes(features, path, first_index, limits):
     PackingInputError: naming file and record and expected vs got.
   """
   mask = features["input_mask"]
-  weights = features["masked_lm_weights"]
   seq_width = mask.shape[1]
   lengths = (mask != 0).sum(axis=1)
-  predictions = (weights != 0).sum(axis=1)
   columns = np.arange(seq_width)[None, :]
   inside = columns < lengths[:, None]
   _first_bad(np.any(mask != inside, axis=1), path, first_index,
@@ -164,6 +183,16 @@ def sequence_sizes(features, path, first_index, limits):
     _first_bad(np.any((features[name] != 0) & ~inside, axis=1), path, first_index,
                lambda i, name=name: "%s is not 0 after the sequence's %d tokens" % (name,
                                                                                     lengths[i]))
+  if not has_masks(features):
+    return lengths.astype(np.int64), np.zeros(len(lengths), np.int64)
+  return lengths.astype(np.int64), _prediction_counts(features, path, first_index, limits,
+                                                      lengths)
+
+
+def _prediction_counts(features, path, first_index, limits, lengths):
+  """Each record's predictions (int64 [n]), after checking them as `sequence_sizes` says."""
+  weights = features["masked_lm_weights"]
+  predictions = (weights != 0).sum(axis=1)
   real = np.arange(weights.shape[1])[None, :] < predictions[:, None]
   _first_bad(np.any(weights != real, axis=1), path, first_index,
              lambda i: "masked_lm_weights must be 1.0s then 0.0s, got %s" % weights[i].tolist())
@@ -179,7 +208,7 @@ def sequence_sizes(features, path, first_index, limits):
     _first_bad(np.any((features[name] != 0) & ~real, axis=1), path, first_index,
                lambda i, name=name: "%s is not 0 after the %d predictions" % (name,
                                                                              predictions[i]))
-  return lengths.astype(np.int64), predictions.astype(np.int64)
+  return predictions.astype(np.int64)
 
 
 def _scatter_index(pack_rows, slots, starts, counts):
@@ -208,7 +237,8 @@ def build_packs(features, lengths, predictions, packs, limits):
     limits: `PackLimits` (S, K, P).
 
   Returns:
-    dict name -> array [M, width] of PACKED_KINDS' features (int64; float32 for the weights).
+    dict name -> array [M, width] of PACKED_KINDS' features (int64; float32 for the weights);
+    without masked_lm_* when `features` has none.
 
   Raises:
     AssertionError: when a pack overflows S, K or P, or has a gap (the packer's own bug).
@@ -227,22 +257,25 @@ def build_packs(features, lengths, predictions, packs, limits):
   prediction_starts = np.cumsum(pack_predictions, axis=1) - pack_predictions
   rows, slots = np.nonzero(filled)  # row-major: slot 1 first in each row
   sequences = packs[rows, slots]
-  out = {name: np.zeros((num_packs, s), np.int64) for name in PACKED_KINDS}
+  out = {name: np.zeros((num_packs, s), np.int64)
+         for name in (PACKED_KINDS if has_masks(features) else without_masks(PACKED_KINDS))}
   r, c, slot, own = _scatter_index(rows, slots, token_starts[rows, slots], lengths[sequences])
   source = np.repeat(sequences, lengths[sequences])
   out["input_ids"][r, c] = features["input_ids"][source, own]
   out["segment_ids"][r, c] = features["segment_ids"][source, own]
   out["input_mask"][r, c] = slot + 1
   out["positions"][r, c] = own
-  for name in _PREDICTION_FEATURES:
-    out[name] = np.zeros((num_packs, p), np.float32 if name == "masked_lm_weights" else np.int64)
-  r, c, slot, own = _scatter_index(rows, slots, prediction_starts[rows, slots],
-                                   predictions[sequences])
-  source = np.repeat(sequences, predictions[sequences])
-  out["masked_lm_positions"][r, c] = (features["masked_lm_positions"][source, own]
-                                      + token_starts[r, slot])
-  out["masked_lm_ids"][r, c] = features["masked_lm_ids"][source, own]
-  out["masked_lm_weights"][r, c] = slot + 1
+  if has_masks(features):
+    for name in _PREDICTION_FEATURES:
+      out[name] = np.zeros((num_packs, p),
+                           np.float32 if name == "masked_lm_weights" else np.int64)
+    r, c, slot, own = _scatter_index(rows, slots, prediction_starts[rows, slots],
+                                     predictions[sequences])
+    source = np.repeat(sequences, predictions[sequences])
+    out["masked_lm_positions"][r, c] = (features["masked_lm_positions"][source, own]
+                                        + token_starts[r, slot])
+    out["masked_lm_ids"][r, c] = features["masked_lm_ids"][source, own]
+    out["masked_lm_weights"][r, c] = slot + 1
   out["next_sentence_positions"] = np.zeros((num_packs, k), np.int64)
   out["next_sentence_labels"] = np.zeros((num_packs, k), np.int64)
   out["next_sentence_weights"] = np.zeros((num_packs, k), np.float32)
@@ -279,31 +312,38 @@ def unpack_row(row, max_seq_length, max_predictions_per_seq):
 
   Returns:
     list of k dicts name -> 1-D array (int64; float32 masked_lm_weights), the release's features:
-    input_ids, input_mask (1/0), segment_ids padded to S; masked_lm_* padded to W; weights
-    1.0/0.0; next_sentence_labels [1].
+    input_ids, input_mask (1/0), segment_ids padded to S; masked_lm_* padded to W (none when the
+    row has none); weights 1.0/0.0; next_sentence_labels [1].
   """
   mask = np.asarray(row["input_mask"])
-  weights = np.asarray(row["masked_lm_weights"])
   out = []
   for slot in np.flatnonzero(np.asarray(row["next_sentence_weights"]) > 0):
     number = slot + 1
     start = int(row["next_sentence_positions"][slot])
     tokens = np.flatnonzero(mask == number)
-    chosen = np.flatnonzero(weights == number)
     record = {name: np.zeros(max_seq_length, np.int64) for name in _TOKEN_FEATURES}
     record["input_ids"][:len(tokens)] = np.asarray(row["input_ids"])[tokens]
     record["segment_ids"][:len(tokens)] = np.asarray(row["segment_ids"])[tokens]
     record["input_mask"][:len(tokens)] = 1
-    for name in _PREDICTION_FEATURES:
-      record[name] = np.zeros(max_predictions_per_seq,
-                              np.float32 if name == "masked_lm_weights" else np.int64)
-    record["masked_lm_positions"][:len(chosen)] = (np.asarray(row["masked_lm_positions"])[chosen]
-                                                   - start)
-    record["masked_lm_ids"][:len(chosen)] = np.asarray(row["masked_lm_ids"])[chosen]
-    record["masked_lm_weights"][:len(chosen)] = 1.0
+    if has_masks(row):
+      record.update(_unpacked_predictions(row, number, start, max_predictions_per_seq))
     record["next_sentence_labels"] = np.array([row["next_sentence_labels"][slot]], np.int64)
     out.append(record)
   return out
+
+
+def _unpacked_predictions(row, number, start, max_predictions_per_seq):
+  """The masked_lm_* features of sequence `number` of a packed row, starting at token `start`,
+  padded to W = max_predictions_per_seq (dict name -> 1-D array)."""
+  chosen = np.flatnonzero(np.asarray(row["masked_lm_weights"]) == number)
+  record = {name: np.zeros(max_predictions_per_seq,
+                           np.float32 if name == "masked_lm_weights" else np.int64)
+            for name in _PREDICTION_FEATURES}
+  record["masked_lm_positions"][:len(chosen)] = (np.asarray(row["masked_lm_positions"])[chosen]
+                                                 - start)
+  record["masked_lm_ids"][:len(chosen)] = np.asarray(row["masked_lm_ids"])[chosen]
+  record["masked_lm_weights"][:len(chosen)] = 1.0
+  return record
 
 
 def read_features(path, first_index=0, count=None, widths=None, batch_records=4096):
@@ -338,21 +378,23 @@ def read_features(path, first_index=0, count=None, widths=None, batch_records=40
     raise PackingInputError("%s: cannot read: %s" % (path, str(e).splitlines()[0]))
   if not batches:
     return parse_records([], path, first_index, widths)
-  return {name: np.concatenate([b[name] for b in batches]) for name in UNPACKED_KINDS}
+  return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
 
 
 def read_packed(path):
   """Every record of a packed TFRecord file.
 
   Returns:
-    dict name -> array [n, width] of PACKED_KINDS' features (int64; float32 weights).
+    dict name -> array [n, width] of PACKED_KINDS' features (int64; float32 weights); without
+    masked_lm_* for rows without masks.
 
   Raises:
     PackingInputError: naming file and record: not an Example, not a packed record (a feature
-      missing or of the wrong kind), widths that differ from the first record's; or a file that
-      cannot be read.
+      missing or of the wrong kind), widths that differ from the first record's, masks where the
+      first record has none or the reverse; or a file that cannot be read.
   """
   rows = collections.defaultdict(list)
+  kinds = None
   try:
     for index, record in enumerate(records.read_records(path)):
       where = _where(path, index)
@@ -360,7 +402,13 @@ def read_packed(path):
         feature = tf.train.Example.FromString(record).features.feature
       except Exception as e:  # protobuf's DecodeError
         raise PackingInputError("%s: not a tf.train.Example (%s)" % (where, type(e).__name__))
-      for name, kind in PACKED_KINDS.items():
+      if kinds is None:
+        kinds = PACKED_KINDS if has_masks(feature) else without_masks(PACKED_KINDS)
+      elif has_masks(feature) != has_masks(kinds):
+        raise PackingInputError("%s: %s masks, but the first record %s" % (
+            where, "has" if has_masks(feature) else "has no",
+            "does not" if has_masks(feature) else "does"))
+      for name, kind in kinds.items():
         if name not in feature or feature[name].WhichOneof("kind") != kind + "_list":
           raise PackingInputError("%s: not a packed record: no %s list %s" % (where, kind, name))
         values = getattr(feature[name], kind + "_list").value
@@ -373,7 +421,7 @@ def read_packed(path):
     raise PackingInputError("%s: cannot read: %s" % (path, str(e).splitlines()[0]))
   return {name: np.array(rows[name], np.float32 if kind == "float" else np.int64)
           .reshape(len(rows[name]), -1 if rows[name] else 0)
-          for name, kind in PACKED_KINDS.items()}
+          for name, kind in (kinds or PACKED_KINDS).items()}
 
 
 def unpack_features(packed, max_seq_length, max_predictions_per_seq, path="packed"):
@@ -399,7 +447,7 @@ def unpack_features(packed, max_seq_length, max_predictions_per_seq, path="packe
     if problem:
       raise PackingInputError("%s: a packed row: %s" % (_where(path, index), problem))
     numbers = row["input_mask"][row["input_mask"] > 0]
-    chosen = row["masked_lm_weights"][row["masked_lm_weights"] > 0]
+    chosen = row["masked_lm_weights"][row["masked_lm_weights"] > 0] if has_masks(row) else []
     longest = max([np.count_nonzero(numbers == n) for n in np.unique(numbers)] + [0])
     most = max([np.count_nonzero(chosen == n) for n in np.unique(chosen)] + [0])
     if longest > max_seq_length or most > max_predictions_per_seq:
@@ -410,6 +458,7 @@ def unpack_features(packed, max_seq_length, max_predictions_per_seq, path="packe
     for record in unpack_row(row, max_seq_length, max_predictions_per_seq):
       for name, values in record.items():
         out[name].append(values)
+  kinds = UNPACKED_KINDS if has_masks(packed) else without_masks(UNPACKED_KINDS)
   return {name: np.array(out[name], np.float32 if kind == "float" else np.int64)
           .reshape(len(out[name]), -1 if out[name] else 0)
-          for name, kind in UNPACKED_KINDS.items()}
+          for name, kind in kinds.items()}

@@ -88,8 +88,9 @@ def packed_row_problem(values):
 
   Args:
     values: dict feature name -> list of numbers: input_mask, positions,
-      masked_lm_positions, masked_lm_weights, next_sentence_positions, next_sentence_weights
-      (lengths already checked against the layout).
+      masked_lm_positions, masked_lm_weights (absent in a row without masks: no prediction to
+      check), next_sentence_positions, next_sentence_weights (lengths already checked against
+      the layout).
 
   Returns:
     None, or a problem in words naming the feature.
@@ -113,6 +114,8 @@ def packed_row_problem(values):
   if not np.array_equal(weights, expected_weights):
     return ("next_sentence_weights is %s, expected 1 for each of the row's %d sequences and 0 "
             "after" % (weights.tolist(), len(spans)))
+  if "masked_lm_weights" not in values:
+    return None
   return _predictions_problem(values, spans)
 
 

@@ -75,6 +75,11 @@ def first_record_widths(input_files):
     if check.problem:
       raise packed_records.PackingInputError("%s: %s" % (path, check.problem))
     got = packed_records.record_widths(packed_records.read_features(path, 0, 1))
+    if widths is not None and set(got) != set(widths):
+      raise packed_records.PackingInputError(
+          "%s: record 0 %s masks, but %s %s: give records of one kind" % (
+              path, "has" if packed_records.has_masks(got) else "has no", reference,
+              "has" if packed_records.has_masks(widths) else "has none"))
     if widths is not None and got != widths:
       differ = [name for name in widths if widths[name] != got[name]]
       raise packed_records.PackingInputError(
@@ -173,7 +178,8 @@ def pack_files(input_files, output_files, max_seq_length=None, max_sequences_per
     output_files: the outputs, each receiving a share of every chunk's packs.
     max_seq_length: S of a pack; None: the input's.
     max_sequences_per_pack: K.
-    max_predictions_per_seq: W; a pack holds W + K predictions; None: the input's width.
+    max_predictions_per_seq: W; a pack holds W + K predictions; None: the input's width (0 for
+      records without masks, whose packs hold no masked_lm_* features).
     random_seed: seeds each chunk's shuffle of its packs.
     chunk_sequences: records per chunk at most; None: `default_chunk_sequences`.
     num_workers: processes; None: all cores. The output does not depend on it.
@@ -188,11 +194,16 @@ def pack_files(input_files, output_files, max_seq_length=None, max_sequences_per
   widths, counts = first_record_widths(input_files)
   if max_seq_length is None:
     max_seq_length = widths["input_ids"]
+  masked = packed_records.has_masks(widths)
+  if max_predictions_per_seq is not None and not masked:
+    raise ValueError("--max_predictions_per_seq=%d: the input records hold no masks "
+                     "(--dynamic_masking), so their packs hold no predictions; leave it out"
+                     % max_predictions_per_seq)
   if max_predictions_per_seq is None:
-    max_predictions_per_seq = widths["masked_lm_positions"]
+    max_predictions_per_seq = widths["masked_lm_positions"] if masked else 0
   limits = packed_records.PackLimits(max_seq_length, max_sequences_per_pack,
                                      max_predictions_per_seq + max_sequences_per_pack)
-  _check_arguments(limits, chunk_sequences, num_workers)
+  _check_arguments(limits, chunk_sequences, num_workers, masked)
   chunks, parts = plan_chunks(input_files, counts, output_files,
                               chunk_sequences or default_chunk_sequences(widths))
   num_workers = max(1, min(num_workers or worker_pool.default_num_workers(), len(chunks)))
@@ -214,11 +225,13 @@ def pack_files(input_files, output_files, max_seq_length=None, max_sequences_per
               limits=limits)
 
 
-def _check_arguments(limits, chunk_sequences, num_workers):
-  """Raises ValueError naming the flag of an argument out of range."""
+def _check_arguments(limits, chunk_sequences, num_workers, masked):
+  """Raises ValueError naming the flag of an argument out of range (the predictions' only for
+  `masked` input)."""
   checks = [("max_seq_length", limits.max_seq_length),
             ("max_sequences_per_pack", limits.max_sequences),
-            ("max_predictions_per_seq", limits.max_predictions - limits.max_sequences),
+            ("max_predictions_per_seq", limits.max_predictions - limits.max_sequences if masked
+             else None),
             ("chunk_sequences", chunk_sequences), ("num_workers", num_workers)]
   for name, value in checks:
     if value is not None and value < 1:
@@ -292,8 +305,9 @@ def unpack_files(input_files, output_files, max_seq_length=None, max_predictions
       packed = packed_records.read_packed(path)
       seq = packed["input_ids"].shape[1] if max_seq_length is None else max_seq_length
       width = max_predictions_per_seq
-      if width is None:
-        width = packed["masked_lm_ids"].shape[1] - packed["next_sentence_weights"].shape[1]
+      if width is None:  # rows without masks: no predictions
+        width = (packed["masked_lm_ids"].shape[1] - packed["next_sentence_weights"].shape[1]
+                 if packed_records.has_masks(packed) else 0)
       features = packed_records.unpack_features(packed, seq, width, path)
       partial = output_set.partial_name(output)
       with paths.open_file(partial, "wb") as writer:
