@@ -2,8 +2,8 @@
 at, on a corpus no job reads twice.
 
   PY=$(make -s python-path | tail -n1)
-  $PY bench/quality.py --output_dir=/tmp/quality --figure=docs/quality_curves.png \\
-      --result_json=docs/quality.json
+  $PY bench/quality.py --output_dir=/tmp/quality --figure=/tmp/quality/curves.png \\
+      --result_json=/tmp/quality/result.json
 
 BERT-tiny (bert_configs/tiny.json with the corpus's vocabulary), batch 64, sequence 128, one
 process per job, one job after the other. The variants (bench/quality_plan.py):
@@ -48,7 +48,8 @@ The last line is one JSON object: curves ({job: [[minutes, loss], ...]}, a job n
 <variant>_seed<n>), accuracy_curves, target_loss, minutes_to_target_loss ({job: minutes}),
 variants (per variant: its budget, minutes to target, final loss and accuracy, median and range),
 speedup (fast's) and speedups (every variant's), still_falling (per job), final_dev_accuracy,
-ablations, jobs (updates, sequences read, fraction of the split), corpus, plan, cpu.
+ablations, jobs (updates, sequences read, fraction of the split), corpus, plan, variant_settings,
+cpu.
 """
 
 import argparse
@@ -459,7 +460,8 @@ def main(argv=None):
                for job in jobs],
       "corpus": {"text_mb": data.text_mb, "eval_sequences": eval_sequences,
                  "training_sequences": {name: r.sequences for name, r in records.items()}},
-      "plan": plan, "quick": args.quick, "cpu": cpu.cpu_model_name() or "unknown",
+      "plan": plan, "variant_settings": {v.name: dataclasses.asdict(v) for v in variants},
+      "quick": args.quick, "cpu": cpu.cpu_model_name() or "unknown",
       "bf16_units": cpu.bf16_units()})
   if args.figure:
     quality_report.figure(args.figure, result["curves"], result["target_loss"],

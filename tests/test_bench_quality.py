@@ -437,3 +437,4 @@ def test_quality_quick_run_reports_what_its_own_curves_say(tmp_path):
     assert dev["min"] <= dev["mean"] <= dev["max"] and len(dev["values"]) == 1
   assert "fast_fixed_masks" not in result["final_dev_accuracy"]
   assert result["corpus"]["eval_sequences"] == 260 and result["cpu"]
+  assert result["variant_settings"]["today"]["packed"] is True
