@@ -465,7 +465,7 @@ def main(argv=None):
       "bf16_units": cpu.bf16_units()})
   if args.figure:
     quality_report.figure(args.figure, result["curves"], result["target_loss"],
-                          "BERT-tiny, B = %.1f minutes, 2 cores" % plan["budget_minutes"])
+                          "BERT-tiny, B = %g minutes, 2 cores" % plan["budget_minutes"])
   quality_report.print_tables(result)
   if args.result_json:
     with open(args.result_json, "w") as f:

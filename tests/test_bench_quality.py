@@ -303,6 +303,32 @@ def test_quality_packed_data_is_packed_once_and_remade_when_stale(monkeypatch, t
                                           "packed_train.json"]
 
 
+def test_quality_each_variant_reads_its_records_packed_once(monkeypatch):
+  data = quality.QualityData("v.txt", ("/c/train/a.tfrecord", "/c/train/b.tfrecord"),
+                             ("/u/train/a.tfrecord",), ("/c/eval/a.tfrecord",), "/task", 40.0)
+  monkeypatch.setattr(quality_packed, "count_records", lambda files: 1000 * len(files))
+  packed = []
+
+  def prepare(files, output_dir, name):
+    packed.append((files, name))
+    return quality_plan.Records(output_dir + "/" + name, (), 1000 * len(files), 800)
+
+  monkeypatch.setattr(quality_packed, "prepare", prepare)
+  variants = quality_plan.variants()
+  records = quality.records_of(variants, data, "/out")
+  assert records["original"] == quality_plan.Records("/c/train", data.train_files, 2000)
+  assert records["today"] == records["fast_fixed_masks"] == quality_plan.Records(
+      "/out/packed_train", (), 2000, 800)
+  assert records["fast"] == records["fast_beta2"] == quality_plan.Records(
+      "/out/packed_dynamic", (), 1000, 800)
+  assert packed == [(list(data.train_files), "packed_train"),
+                    (list(data.dynamic_train_files), "packed_dynamic")]
+  without = dataclasses.replace(data, dynamic_train_files=())
+  with pytest.raises(SystemExit, match="fast: the corpus has no training records without masks"):
+    quality.records_of(variants, without, "/out")
+  assert sorted(quality.records_of(variants[:2], without, "/out")) == ["original", "today"]
+
+
 def _metrics(loss):
   return {"masked_lm_loss": loss, "masked_lm_accuracy": 1.0 / loss}
 
@@ -384,6 +410,10 @@ def test_quality_tables_print_the_variants_and_the_ablations(capsys):
           "fast_seed1") in lines
 
 
+# The variants the quick run exercises.
+QUICK_VARIANTS = ["original", "today", "fast_fixed_masks"]
+
+
 @pytest.mark.e2e
 def test_quality_quick_run_reports_what_its_own_curves_say(tmp_path):
   data_dir = tmp_path / "demo"
@@ -391,15 +421,14 @@ def test_quality_quick_run_reports_what_its_own_curves_say(tmp_path):
   result_path = tmp_path / "quality.json"
   proc = subprocess.run(
       [sys.executable, "bench/quality.py", "--quick", "--output_dir=%s" % (tmp_path / "out"),
-       "--data_dir=%s" % data_dir, "--variants=original,today,fast_fixed_masks",
+       "--data_dir=%s" % data_dir, "--variants=%s" % ",".join(QUICK_VARIANTS),
        "--result_json=%s" % result_path, "--figure=%s" % (tmp_path / "quality.png")],
       capture_output=True, text=True, cwd=helpers.REPO_ROOT, timeout=900)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   result = json.loads(proc.stdout.strip().splitlines()[-1])
   assert result == json.loads(result_path.read_text())
   assert (tmp_path / "quality.png").stat().st_size > 0
-  names = ["original_seed1", "today_seed1", "fast_fixed_masks_seed1"]
-  assert sorted(result["curves"]) == sorted(names)
+  assert sorted(result["curves"]) == sorted(v + "_seed1" for v in QUICK_VARIANTS)
   curves = {name: [tuple(p) for p in points] for name, points in result["curves"].items()}
   for name, points in curves.items():
     assert len(points) == quality.QUICK_CHECKPOINTS
@@ -432,9 +461,26 @@ def test_quality_quick_run_reports_what_its_own_curves_say(tmp_path):
     assert job["pass_fraction"] < 1
   assert plan["estimated_minutes"]["total"] == pytest.approx(
       sum(v for k, v in plan["estimated_minutes"].items() if k != "total"), abs=0.2)
-  for variant in ("original", "today"):
-    dev = result["final_dev_accuracy"][variant]
+  # Fine-tuned: the seeded variants' final checkpoints, not the ablations'.
+  seeded = [v for v in QUICK_VARIANTS if "_" not in v]
+  assert sorted(result["final_dev_accuracy"]) == sorted(seeded)
+  for dev in result["final_dev_accuracy"].values():
     assert dev["min"] <= dev["mean"] <= dev["max"] and len(dev["values"]) == 1
-  assert "fast_fixed_masks" not in result["final_dev_accuracy"]
+  # The speed-ups and the ablation table from the minutes and losses above.
+  minutes = {v: result["minutes_to_target_loss"][v + "_seed1"] for v in QUICK_VARIANTS}
+  for variant in QUICK_VARIANTS[1:]:
+    got = result["speedups"][variant]
+    if minutes[variant] is None or minutes["original"] is None:
+      assert got is None
+    else:
+      assert got["median"] == pytest.approx(minutes["original"] / minutes[variant], abs=0.011)
+      assert got["min"] == got["median"] == got["max"]
+  ablations = [v for v in QUICK_VARIANTS if v.startswith("fast_")]
+  assert [row["variant"] for row in result["ablations"]] == (ablations if "fast" in QUICK_VARIANTS
+                                                            else [])
+  for row in result["ablations"]:
+    loss = curves[row["variant"] + "_seed1"][-1][1]
+    assert row["final_loss_vs_fast"] == pytest.approx(loss - curves["fast_seed1"][-1][1],
+                                                      abs=2e-4)
   assert result["corpus"]["eval_sequences"] == 260 and result["cpu"]
   assert result["variant_settings"]["today"]["packed"] is True
