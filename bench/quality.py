@@ -60,6 +60,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -382,8 +383,8 @@ def summarize(variants, jobs, evaluations, plan):
   by_variant = {v.name: [job["name"] for job in jobs if job["variant"] == v.name]
                 for v in variants}
   final = {name: points[-1][1] for name, points in evaluations.items()}
-  target = quality_report.spread([final[n]["masked_lm_loss"] for n in by_variant["original"]])[
-      "median"]
+  # Unrounded: the original's median repeat reaches it at its last checkpoint.
+  target = statistics.median(final[n]["masked_lm_loss"] for n in by_variant["original"])
   to_target = {name: quality_report.minutes_to_loss(points, target)
                for name, points in curves.items()}
   summaries = {}

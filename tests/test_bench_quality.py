@@ -433,8 +433,11 @@ def test_quality_quick_run_reports_what_its_own_curves_say(tmp_path):
   for name, points in curves.items():
     assert len(points) == quality.QUICK_CHECKPOINTS
     assert [m for m, _ in points] == sorted(m for m, _ in points)
-  # The target is the original's final loss; the rest follows from the curves.
+  # The target is the original's final loss, which it reaches at its end; the rest follows
+  # from the curves.
   assert result["target_loss"] == curves["original_seed1"][-1][1]
+  assert result["minutes_to_target_loss"]["original_seed1"] == pytest.approx(
+      curves["original_seed1"][-1][0], abs=1e-3)
   for name, points in curves.items():
     minutes = result["minutes_to_target_loss"][name]
     reached = [i for i, (_, loss) in enumerate(points) if loss <= result["target_loss"]]
