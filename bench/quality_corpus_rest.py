@@ -63,6 +63,8 @@ _SKIPPED_INLINE = (nodes.footnote_reference, nodes.citation_reference, nodes.pro
 _DIRECTIVE_NAME = re.compile(r"^\s*\.\.\s+([A-Za-z][-\w:+.]*)::", re.MULTILINE)
 _ROLE_NAME = re.compile(r"(?<![\w`]):([A-Za-z][-\w:+.]*):`")
 _EXPLICIT_TITLE = re.compile(r"^(.+?)\s*<[^<>]*>$", re.DOTALL)
+# What closes a sentence or a bracket: no space before it where a footnote mark was dropped.
+_CLOSING = frozenset(".,;:!?)")
 
 
 class _AnyOptions(dict):
@@ -189,20 +191,39 @@ def parse(text, source_name="<rst>"):
   return document
 
 
-def _is_skipped(node, stop, kinds):
-  """Whether `node` or an ancestor below `stop` is one of `kinds`."""
-  while node is not None and node is not stop:
+def _is_skipped(node, kinds):
+  """Whether `node` or an ancestor is one of `kinds`."""
+  while node is not None:
     if isinstance(node, kinds):
       return True
     node = node.parent
   return False
 
 
+def _text_pieces(node):
+  """Yields the text of each Text node under `node` in order, None for a _SKIPPED_INLINE node
+  (its text left out)."""
+  for child in node.children:
+    if isinstance(child, _SKIPPED_INLINE):
+      yield None
+    elif isinstance(child, nodes.Text):
+      yield child.astext()
+    else:
+      yield from _text_pieces(child)
+
+
 def paragraph_text(paragraph):
   """A paragraph node's text, whitespace collapsed, without footnote marks and unresolved
   markup."""
-  pieces = [text.astext() for text in paragraph.findall(nodes.Text)
-            if not _is_skipped(text.parent, paragraph, _SKIPPED_INLINE)]
+  pieces, after_skipped = [], False
+  for piece in _text_pieces(paragraph):
+    if piece is None:
+      after_skipped = True
+      continue
+    if after_skipped and pieces and piece[:1] in _CLOSING:  # "more [#]_." reads "more."
+      pieces[-1] = pieces[-1].rstrip()
+    pieces.append(piece)
+    after_skipped = False
   return " ".join("".join(pieces).split())
 
 
@@ -231,7 +252,7 @@ def prose_paragraphs(text, source_name="<rst>"):
   document = parse(text, source_name)
   kept = []
   for paragraph in document.findall(nodes.paragraph):
-    if _is_skipped(paragraph.parent, None, _SKIPPED_ANCESTORS):
+    if _is_skipped(paragraph.parent, _SKIPPED_ANCESTORS):
       continue
     line = paragraph_text(paragraph)
     if is_prose(line):
