@@ -108,7 +108,7 @@ def test_is_prose_wants_words_letters_and_ascii_letters():
 def test_source_files_leave_translations_out(tmp_path):
   for relative in ("admin-guide/index.rst.txt", "translations/zh_CN/index.rst.txt",
                    "translations/index.rst.txt", "docs/ja_JP/howto.rst.txt", "index.rst.txt",
-                   "admin-guide/image.png"):
+                   "admin-guide/image.png", "admin-guide/notes.md.txt"):
     path = tmp_path / "linux" / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("Some text of the file.\n")
@@ -160,8 +160,8 @@ def test_missing_packages_not_root_name_the_packages_and_the_command(monkeypatch
   monkeypatch.setattr(quality_corpus, "package_versions", lambda quick: {"python3.11-doc": "3"})
   with pytest.raises(quality_corpus.SourcesMissing) as caught:
     quality_corpus.ensure_packages(run=None, is_root=False)
-  assert "(linux-doc-6.1)" in str(caught.value)
-  assert "apt-get install -y python3.11-doc linux-doc-6.1" in str(caught.value)
+  assert "(linux-doc-6.1, llvm-15-doc)" in str(caught.value)
+  assert "apt-get install -y python3.11-doc linux-doc-6.1 llvm-15-doc" in str(caught.value)
 
 
 def test_missing_packages_as_root_are_installed_with_apt_get(monkeypatch):
@@ -173,13 +173,13 @@ def test_missing_packages_as_root_are_installed_with_apt_get(monkeypatch):
   def run(argv, env):
     commands.append(argv)
     if "install" in argv:
-      installed.update({"python3.11-doc": "3.11", "linux-doc-6.1": "6.1"})
+      installed.update({"python3.11-doc": "3.11", "linux-doc-6.1": "6.1", "llvm-15-doc": "15"})
     return subprocess.CompletedProcess(argv, 0)
 
   assert quality_corpus.ensure_packages(run=run, is_root=True) == {
-      "python3.11-doc": "3.11", "linux-doc-6.1": "6.1"}
-  assert commands == [["apt-get", "update", "-qq"],
-                      ["apt-get", "install", "-y", "python3.11-doc", "linux-doc-6.1", "-qq"]]
+      "python3.11-doc": "3.11", "linux-doc-6.1": "6.1", "llvm-15-doc": "15"}
+  assert commands == [["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "python3.11-doc",
+                                                     "linux-doc-6.1", "llvm-15-doc", "-qq"]]
 
 
 def test_prepare_command_passes_dynamic_masking_and_one_copy():
@@ -239,9 +239,9 @@ def test_quick_corpus_end_to_end(tmp_path):
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   figures, last = proc.stdout.strip().splitlines()[-2:]
   corpus = json.loads(last)
-  assert figures.startswith("quality corpus: 0.2 MB of prose in 35 documents")
-  # 36 files copied, the translation left out.
-  assert corpus["documents"] == 35
+  assert figures.startswith("quality corpus: 0.2 MB of prose in 37 documents")
+  # 39 files copied, the translation and the Markdown file left out.
+  assert corpus["documents"] == 37
   assert corpus["documents"] == corpus["pretrain_documents"] + corpus["task_documents"]
   # The task: every class, its quota of 6 training and 3 dev paragraphs.
   task = corpus["task_dir"]
