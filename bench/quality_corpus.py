@@ -50,7 +50,7 @@ from bench import quality_corpus_task  # noqa: E402
 SOURCES = (  # (class prefix, package, its folder of Sphinx sources)
     ("python", "python3.11-doc", "/usr/share/doc/python3.11/html/_sources"),
     ("linux", "linux-doc-6.1", "/usr/share/doc/linux-doc-6.1/html/_sources"),
-    # The two above give 20 MB of prose; LLVM's documentation adds 3.6 MB.
+    # The two above give 20.3 MB of prose; LLVM's documentation adds 3.3 MB.
     ("llvm", "llvm-15-doc", "/usr/share/doc/llvm-15-doc/html/_sources"),
 )
 PACKAGES = tuple(package for _, package, _ in SOURCES)
@@ -72,7 +72,7 @@ class Settings:
   """What the corpus is built with (all of it in the cache key)."""
   quick: bool = False
   vocab_size: int = 8192
-  eval_fraction: float = 0.08
+  eval_fraction: float = 0.06
   min_eval_sequences: int = 2000
   num_shards: int = 16
   dynamic_masking: bool = False
@@ -160,7 +160,12 @@ def ensure_packages(run=subprocess.run, is_root=None):
     if run(argv, env=env).returncode != 0:
       raise SourcesMissing("%s failed: the quality corpus needs the Debian packages %s"
                            % (" ".join(argv), ", ".join(PACKAGES)))
-  return ensure_packages(run, is_root)
+  versions = package_versions(quick=False)
+  missing = [p for p in PACKAGES if p not in versions]
+  if missing:
+    raise SourcesMissing("%s ran but %s still not installed" % (INSTALL_COMMAND,
+                                                                ", ".join(missing)))
+  return versions
 
 
 def source_roots(quick):
@@ -207,7 +212,8 @@ def _read_document(entry):
 def read_documents(files, workers):
   """{name: (class, paragraphs)} of the files of `source_files` with prose (`workers`
   processes)."""
-  with multiprocessing.get_context("fork").Pool(workers) as pool:
+  # Fresh processes: the caller may hold threads (TensorFlow's) that a fork would copy badly.
+  with multiprocessing.get_context("spawn").Pool(workers) as pool:
     return {name: (label, paragraphs)
             for name, label, paragraphs in pool.imap(_read_document, files, chunksize=4)
             if paragraphs}

@@ -15,6 +15,7 @@ from bench import quality_corpus
 from bench import quality_corpus_rest
 from bench import quality_corpus_task
 from tests import helpers
+from utils.finetuning import classifier_data
 
 SAMPLE = """\
 .. _os-path-label:
@@ -182,6 +183,15 @@ def test_missing_packages_as_root_are_installed_with_apt_get(monkeypatch):
                                                      "linux-doc-6.1", "llvm-15-doc", "-qq"]]
 
 
+def test_packages_still_missing_after_apt_get_are_named(monkeypatch):
+  monkeypatch.setattr(quality_corpus, "package_versions", lambda quick: {"llvm-15-doc": "15"})
+  monkeypatch.setattr(quality_corpus.shutil, "which", lambda name: "/usr/bin/" + name)
+  with pytest.raises(quality_corpus.SourcesMissing,
+                     match="ran but python3.11-doc, linux-doc-6.1 still not installed"):
+    quality_corpus.ensure_packages(run=lambda argv, env: subprocess.CompletedProcess(argv, 0),
+                                   is_root=True)
+
+
 def test_prepare_command_passes_dynamic_masking_and_one_copy():
   settings = dataclasses.replace(quality_corpus.QUICK_SETTINGS, dynamic_masking=True)
   argv = quality_corpus.prepare_command(settings, "in", "out", 2)
@@ -256,6 +266,12 @@ def test_quick_corpus_end_to_end(tmp_path):
     assert collections.Counter(label for label, _ in rows[side]) == {
         label: 6 if side == "train" else 3 for label in quality_corpus.TASK_CLASSES}
   assert corpus["task_examples_per_class"] == {label: 9 for label in quality_corpus.TASK_CLASSES}
+  # run_classifier.py's stdlib task reads it as it is.
+  processor = classifier_data.get_processor("stdlib", task)
+  assert processor.get_labels() == list(quality_corpus.TASK_CLASSES)
+  dev_examples = processor.get_dev_examples(task)
+  assert [(e.label, e.text_a) for e in dev_examples] == [tuple(row) for row in rows["dev"]]
+  assert len(processor.get_train_examples(task)) == 48
   # No task paragraph reaches pretraining: the task's documents are not among its inputs, and no
   # task paragraph is in their text.
   documents = os.path.join(corpus["directory"], "documents")
