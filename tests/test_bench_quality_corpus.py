@@ -1,0 +1,300 @@
+"""bench/quality_corpus.py and its modules: reST markup removed, translations left out, the task's
+documents kept out of pretraining, the held-out split by document, the cache."""
+
+import collections
+import dataclasses
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import quality_corpus
+from bench import quality_corpus_rest
+from bench import quality_corpus_task
+from tests import helpers
+from utils.finetuning import classifier_data
+
+SAMPLE = """\
+.. _os-path-label:
+
+:mod:`os.path` --- Common pathname manipulations
+================================================
+
+:Author: Someone <someone@example.org>
+:Date: October, 2015
+
+.. module:: os.path
+   :synopsis: Operations on pathnames.
+
+.. index:: single: path; operations
+
+This module implements **useful** functions on pathnames; see :func:`~os.path.join` and
+:ref:`the tutorial <tut-files>` for more [#]_.
+
+.. CONTENTS
+
+   1. A commented table of contents that is no prose at all.
+
+.. function:: abspath(path, *, strict=False)
+   :noindex:
+
+   Return a normalized absolutized version of the pathname *path*, as :c:func:`realpath` does.
+
+   .. versionchanged:: 3.8 Accepts a path-like object in every case.
+
+   .. code-block:: python
+
+      print("code that is never prose at all")
+
+.. kernel-doc:: include/linux/kernel.h
+   :internal:
+
+.. flat-table:: Registers of the device
+   :header-rows: 1
+
+   * - REGISTER_ZERO_VALUE
+     - the zero register of the device
+
++----------------+------------------------+
+| grid table cell | another grid cell here |
++----------------+------------------------+
+
+Example of a literal block follows here::
+
+    a literal block that holds an example only
+
+.. note::
+   A note's body is prose that the reader should keep.
+
+.. seealso::
+   The pathlib module offers high-level path objects.
+
+.. toctree::
+   :maxdepth: 2
+
+   tutorial/index of the whole documentation
+
+.. [#] A footnote that explains one more thing here.
+"""
+
+
+def test_prose_paragraphs_keep_prose_and_drop_markup_code_tables_and_options():
+  paragraphs = quality_corpus_rest.prose_paragraphs(SAMPLE)
+  assert paragraphs == [
+      "This module implements useful functions on pathnames; see join and the tutorial for "
+      "more.",
+      "Return a normalized absolutized version of the pathname path, as realpath does.",
+      "Accepts a path-like object in every case.",
+      "Example of a literal block follows here:",
+      "A note's body is prose that the reader should keep.",
+      "The pathlib module offers high-level path objects.",
+      "A footnote that explains one more thing here."]
+  text = " ".join(paragraphs)
+  for gone in ("print", "REGISTER_ZERO_VALUE", "grid table", "literal block that", "CONTENTS",
+               "Someone", "synopsis", "operations", "kernel.h", "maxdepth", "tutorial/index",
+               "strict", ":func:", "`", "*", "os-path-label", "tut-files"):
+    assert gone not in text, gone
+
+
+def test_is_prose_wants_words_letters_and_ascii_letters():
+  assert quality_corpus_rest.is_prose("The module reads the file once.")
+  assert not quality_corpus_rest.is_prose("Three words only")
+  assert not quality_corpus_rest.is_prose("0x00 0x1f 0x20 0xff 0x7f 0x80")
+  assert not quality_corpus_rest.is_prose("这是 一个 中文 的 段落 内容")
+
+
+def test_source_files_leave_translations_out(tmp_path):
+  for relative in ("admin-guide/index.rst.txt", "translations/zh_CN/index.rst.txt",
+                   "translations/index.rst.txt", "docs/ja_JP/howto.rst.txt", "index.rst.txt",
+                   "admin-guide/image.png", "admin-guide/notes.md.txt"):
+    path = tmp_path / "linux" / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("Some text of the file.\n")
+  files = quality_corpus.source_files([("linux", str(tmp_path / "linux"))])
+  assert [(name, label) for name, label, _ in files] == [
+      ("linux/admin-guide/index", "linux/admin-guide"), ("linux/index", "linux/.")]
+
+
+def _documents():
+  """{name: (class, paragraphs)}: class a of 4 documents, b of 3, with 2 examples each."""
+  example = "word " * quality_corpus_task.MIN_EXAMPLE_WORDS
+  documents = {}
+  for label, count in (("a", 4), ("b", 3)):
+    for index in range(count):
+      documents["%s/doc%d" % (label, index)] = (label, [
+          "%s %s %d one" % (example, label, index), "%s %s %d two" % (example, label, index),
+          "too short"])
+  return documents
+
+
+def test_task_takes_whole_documents_per_class_dev_apart_from_train():
+  documents = _documents()
+  settings = quality_corpus_task.TaskSettings(("a", "b"), train_per_class=3, dev_per_class=2)
+  chosen, train, dev = quality_corpus_task.choose(documents, settings)
+  assert collections.Counter(label for label, _ in train) == {"a": 3, "b": 3}
+  assert collections.Counter(label for label, _ in dev) == {"a": 2, "b": 2}
+  # Each row's document: "<label> <index>" in its text; dev and training documents differ.
+  doc_of = lambda row: tuple(row[1].split()[-3:-1])  # noqa: E731
+  assert not set(map(doc_of, train)) & set(map(doc_of, dev))
+  # Dev takes the first document of each class in hash order, training the next two.
+  for label in ("a", "b"):
+    order = sorted((n for n in documents if n.startswith(label)),
+                   key=quality_corpus_task.document_order)
+    assert {doc_of(r) for r in dev if r[0] == label} == {(label, order[0][-1])}
+    assert {doc_of(r) for r in train if r[0] == label} == {(label, order[1][-1]),
+                                                           (label, order[2][-1])}
+    assert set(order[:3]) <= chosen and not set(order[3:]) & chosen
+  assert len(chosen) == 6
+
+
+def test_task_names_a_class_without_enough_paragraphs():
+  settings = quality_corpus_task.TaskSettings(("a", "b"), train_per_class=5, dev_per_class=2)
+  with pytest.raises(ValueError, match="task class b: 2 dev and 4 training paragraphs found in "
+                                       "its 3 documents, 2 and 5 wanted"):
+    quality_corpus_task.choose(_documents(), settings)
+
+
+def test_missing_packages_not_root_name_the_packages_and_the_command(monkeypatch):
+  monkeypatch.setattr(quality_corpus, "package_versions", lambda quick: {"python3.11-doc": "3"})
+  with pytest.raises(quality_corpus.SourcesMissing) as caught:
+    quality_corpus.ensure_packages(run=None, is_root=False)
+  assert "(linux-doc-6.1, llvm-15-doc)" in str(caught.value)
+  assert "apt-get install -y python3.11-doc linux-doc-6.1 llvm-15-doc" in str(caught.value)
+
+
+def test_missing_packages_as_root_are_installed_with_apt_get(monkeypatch):
+  installed = {}
+  monkeypatch.setattr(quality_corpus, "package_versions", lambda quick: dict(installed))
+  monkeypatch.setattr(quality_corpus.shutil, "which", lambda name: "/usr/bin/" + name)
+  commands = []
+
+  def run(argv, env):
+    commands.append(argv)
+    if "install" in argv:
+      installed.update({"python3.11-doc": "3.11", "linux-doc-6.1": "6.1", "llvm-15-doc": "15"})
+    return subprocess.CompletedProcess(argv, 0)
+
+  assert quality_corpus.ensure_packages(run=run, is_root=True) == {
+      "python3.11-doc": "3.11", "linux-doc-6.1": "6.1", "llvm-15-doc": "15"}
+  assert commands == [["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "python3.11-doc",
+                                                     "linux-doc-6.1", "llvm-15-doc", "-qq"]]
+
+
+def test_packages_still_missing_after_apt_get_are_named(monkeypatch):
+  monkeypatch.setattr(quality_corpus, "package_versions", lambda quick: {"llvm-15-doc": "15"})
+  monkeypatch.setattr(quality_corpus.shutil, "which", lambda name: "/usr/bin/" + name)
+  with pytest.raises(quality_corpus.SourcesMissing,
+                     match="ran but python3.11-doc, linux-doc-6.1 still not installed"):
+    quality_corpus.ensure_packages(run=lambda argv, env: subprocess.CompletedProcess(argv, 0),
+                                   is_root=True)
+
+
+def test_prepare_command_passes_dynamic_masking_and_one_copy():
+  settings = dataclasses.replace(quality_corpus.QUICK_SETTINGS, dynamic_masking=True)
+  argv = quality_corpus.prepare_command(settings, "in", "out", 2)
+  assert {"--dupe_factor=1", "--phases=128:20", "--eval_fraction=0.25", "--dynamic_masking",
+          "--input_format=directory"} <= set(argv)
+  assert "--dynamic_masking" not in quality_corpus.prepare_command(
+      quality_corpus.QUICK_SETTINGS, "in", "out", 2)
+
+
+def test_cache_is_reused_and_a_half_built_one_rebuilt(tmp_path, monkeypatch):
+  builds = []
+
+  def fake_build(work, settings, versions, workers, log):
+    builds.append(work)
+    os.makedirs(os.path.join(work, "task"))
+    return dict(text_bytes=1, pretrain_text_bytes=1, documents=1, pretrain_documents=1,
+                task_documents=0, eval_documents=0, vocab_file="records/vocab.txt",
+                train_record_dir="r/train", eval_record_dir="r/eval", train_sequences=1,
+                eval_sequences=1, task_dir="task", task_train_examples=0, task_dev_examples=0,
+                task_examples_per_class={}, package_versions=versions, build_seconds=0.0)
+
+  monkeypatch.setattr(quality_corpus, "_build_into", fake_build)
+  settings = quality_corpus.QUICK_SETTINGS
+  first = quality_corpus.build(settings, root=str(tmp_path), log=lambda line: None)
+  assert first.directory == quality_corpus.cache_dir(settings, first.package_versions,
+                                                     str(tmp_path))
+  assert first.task_dir == os.path.join(first.directory, "task")
+  assert quality_corpus.build(settings, root=str(tmp_path), log=lambda line: None) == first
+  assert len(builds) == 1
+  # A folder without corpus.json (and a temporary folder a killed build left) is built again.
+  os.remove(os.path.join(first.directory, "corpus.json"))
+  os.makedirs(first.directory + ".partial/documents")
+  assert quality_corpus.build(settings, root=str(tmp_path), log=lambda line: None) == first
+  assert len(builds) == 2 and not os.path.exists(first.directory + ".partial")
+  # Other settings are another folder.
+  other = dataclasses.replace(settings, vocab_size=2048)
+  assert quality_corpus.build(other, root=str(tmp_path), log=lambda line: None).directory != \
+      first.directory
+
+
+def _split_documents(folder):
+  """The documents of prepare_corpus.py's text shards (a sentence a line, blank lines between)."""
+  documents = set()
+  for path in glob.glob(os.path.join(folder, "*.txt")):
+    with open(path, encoding="utf-8") as f:
+      documents.update(block.strip() for block in f.read().split("\n\n") if block.strip())
+  return documents
+
+
+@pytest.mark.e2e
+def test_quick_corpus_end_to_end(tmp_path):
+  proc = subprocess.run([sys.executable, "bench/quality_corpus.py", "--quick",
+                         "--cache_root=%s" % tmp_path, "--workers=2"], capture_output=True,
+                        text=True, cwd=helpers.REPO_ROOT, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  figures, last = proc.stdout.strip().splitlines()[-2:]
+  corpus = json.loads(last)
+  assert figures.startswith("quality corpus: 0.2 MB of prose in 37 documents")
+  # 39 files copied, the translation and the Markdown file left out.
+  assert corpus["documents"] == 37
+  assert corpus["documents"] == corpus["pretrain_documents"] + corpus["task_documents"]
+  # The task: every class, its quota of 6 training and 3 dev paragraphs.
+  task = corpus["task_dir"]
+  with open(os.path.join(task, "labels.txt")) as f:
+    assert f.read().split() == list(quality_corpus.TASK_CLASSES)
+  rows = {}
+  for side in ("train", "dev"):
+    with open(os.path.join(task, side + ".tsv"), encoding="utf-8") as f:
+      lines = f.read().splitlines()
+    assert lines[0] == "label\tparagraph"
+    rows[side] = [line.split("\t") for line in lines[1:]]
+    assert collections.Counter(label for label, _ in rows[side]) == {
+        label: 6 if side == "train" else 3 for label in quality_corpus.TASK_CLASSES}
+  assert corpus["task_examples_per_class"] == {label: 9 for label in quality_corpus.TASK_CLASSES}
+  # run_classifier.py's stdlib task reads it as it is.
+  processor = classifier_data.get_processor("stdlib", task)
+  assert processor.get_labels() == list(quality_corpus.TASK_CLASSES)
+  dev_examples = processor.get_dev_examples(task)
+  assert [(e.label, e.text_a) for e in dev_examples] == [tuple(row) for row in rows["dev"]]
+  assert len(processor.get_train_examples(task)) == 48
+  # No task paragraph reaches pretraining: the task's documents are not among its inputs, and no
+  # task paragraph is in their text.
+  documents = os.path.join(corpus["directory"], "documents")
+  pretrain_text = ""
+  for path in glob.glob(os.path.join(documents, "pretrain", "**", "*.txt"), recursive=True):
+    with open(path, encoding="utf-8") as f:
+      pretrain_text += f.read()
+  task_files = glob.glob(os.path.join(documents, "task", "**", "*.txt"), recursive=True)
+  assert len(task_files) == corpus["task_documents"] > 0
+  for path in task_files:
+    relative = os.path.relpath(path, os.path.join(documents, "task"))
+    assert not os.path.exists(os.path.join(documents, "pretrain", relative))
+  for _, paragraph in rows["train"] + rows["dev"]:
+    assert paragraph not in pretrain_text
+  assert "translations" not in json.dumps(os.listdir(os.path.join(documents, "pretrain", "linux")))
+  # The held-out split is whole documents: none of them in the training text.
+  text = os.path.join(corpus["directory"], "records", "text")
+  held_out, train = _split_documents(text + "/eval"), _split_documents(text + "/train")
+  assert len(held_out) == corpus["eval_documents"] > 0 and len(train) > 0
+  assert not held_out & train
+  # The records: one copy of the training split, the held-out split, the vocabulary.
+  assert corpus["train_sequences"] > 0 and corpus["eval_sequences"] >= 20
+  assert glob.glob(os.path.join(corpus["train_record_dir"], "*.tfrecord"))
+  assert glob.glob(os.path.join(corpus["eval_record_dir"], "*.tfrecord"))
+  with open(corpus["vocab_file"]) as f:
+    assert f.read().split()[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
