@@ -1,16 +1,20 @@
-"""The quality corpus of bench/quality.py: the English prose of the documentation Debian ships as
-Sphinx sources, built once into pretraining records, held-out records and a fine-tuning task.
+"""The quality corpus of bench/quality.py: the English prose of documentation Debian ships (Sphinx
+sources, HTML pages, POD), built once into pretraining records, held-out records and a fine-tuning
+task.
 
   $PY bench/quality_corpus.py            # builds (or finds) the corpus, prints its figures
   $PY bench/quality_corpus.py --quick    # the small corpus of bench/data/quality_corpus
 
   corpus = quality_corpus.build()        # from Python: a `QualityCorpus`
 
-Sources (SOURCES): the `_sources` folders of `python3.11-doc`, `linux-doc-6.1` and `llvm-15-doc`
-(installed with apt-get when missing: root only; otherwise an error names the packages and the command). One
-document per source file: its prose paragraphs (`quality_corpus_rest.prose_paragraphs`: docutils,
-no code, tables, literal blocks, comments, directive options or targets), the kernel's
-translations left out. A document's class is its source and top folder (`linux/networking`).
+Sources (SOURCES): documentation Debian ships, installed with apt-get when missing (root only;
+otherwise an error names the packages and the command): the Sphinx sources of Python 3.11, Linux
+6.1, LLVM 15 and CMake (reST, `quality_corpus_rest`: docutils; no code, tables, literal blocks,
+comments, directive options or targets), the HTML pages of PostgreSQL 15, Django, SQLAlchemy and
+Git (`quality_corpus_html`: the stdlib's html.parser; no code, tables, headings or navigation),
+and Perl's POD, its manual and its modules' (`quality_corpus_pod`: perl's Pod::Simple). One
+document per source file: its English prose paragraphs, the kernel's translations left out. A
+document's class is its source and top folder (`linux/networking`).
 
 Then, in this order:
 1. the task's documents are set aside (`quality_corpus_task`): per class, documents until its
@@ -29,6 +33,7 @@ of the packages' files (bench/data/quality_corpus, README.md there) with the sam
 """
 
 import argparse
+import collections
 import dataclasses
 import fcntl
 import hashlib
@@ -47,19 +52,44 @@ if REPO_ROOT not in sys.path:
 
 from bench import quality_corpus_task  # noqa: E402
 
-SOURCES = (  # (class prefix, package, its folder of Sphinx sources)
-    ("python", "python3.11-doc", "/usr/share/doc/python3.11/html/_sources"),
-    ("linux", "linux-doc-6.1", "/usr/share/doc/linux-doc-6.1/html/_sources"),
-    # The two above give 20.3 MB of prose; LLVM's documentation adds 3.3 MB.
-    ("llvm", "llvm-15-doc", "/usr/share/doc/llvm-15-doc/html/_sources"),
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """A documentation package's files: `prefix` names its documents and classes, `packages` install
+  them (their versions key the cache), `root` holds them, `markup` says how they are read: "rest"
+  (Sphinx sources, `quality_corpus_rest`), "html" (`quality_corpus_html`) or "pod" (Perl's,
+  `quality_corpus_pod`)."""
+  prefix: str
+  packages: tuple
+  root: str
+  markup: str
+
+
+SOURCES = (
+    Source("python", ("python3.11-doc",), "/usr/share/doc/python3.11/html/_sources", "rest"),
+    Source("linux", ("linux-doc-6.1",), "/usr/share/doc/linux-doc-6.1/html/_sources", "rest"),
+    # The two above give 20.3 MB of prose; the others bring it past 40 MB.
+    Source("llvm", ("llvm-15-doc",), "/usr/share/doc/llvm-15-doc/html/_sources", "rest"),
+    Source("cmake", ("cmake-doc",), "/usr/share/doc/cmake-data/html/_sources", "rest"),
+    Source("postgres", ("postgresql-doc-15",), "/usr/share/doc/postgresql-doc-15/html", "html"),
+    Source("django", ("python-django-doc",), "/usr/share/doc/python-django-doc/html", "html"),
+    Source("sqlalchemy", ("python-sqlalchemy-doc",), "/usr/share/doc/python-sqlalchemy-doc/html",
+           "html"),
+    Source("git", ("git-doc",), "/usr/share/doc/git-doc", "html"),
+    # perl-doc's manual (pod/) and the documentation of the modules perl ships (perl depends on
+    # perl-modules-5.36).
+    Source("perl", ("perl-doc", "perl-modules-5.36"), "/usr/share/perl/5.36", "pod"),
 )
-PACKAGES = tuple(package for _, package, _ in SOURCES)
+PACKAGES = tuple(package for source in SOURCES for package in source.packages)
 QUICK_DATA = os.path.join(REPO_ROOT, "bench", "data", "quality_corpus")
-INSTALL_COMMAND = "apt-get install -y " + " ".join(PACKAGES)
+INSTALL_COMMAND = "apt-get install -y --no-install-recommends " + " ".join(PACKAGES)
 MAX_SEQ_LENGTH = 128
 MAX_PREDICTIONS = 20
 # The kernel's translations, whatever folder holds them (zh_CN, it_IT, ...).
 _LANGUAGE_FOLDER = re.compile(r"^[a-z]{2}_[A-Z]{2}$")
+# The pages of an HTML folder that are generated indexes, not text.
+_INDEX_PAGES = frozenset(["genindex.html", "py-modindex.html", "search.html", "bookindex.html"])
 _SUMMARY = re.compile(r"records: seq%d train (\d+), seq%d eval (\d+)" % (MAX_SEQ_LENGTH,
                                                                         MAX_SEQ_LENGTH))
 TASK_CLASSES = ("linux/admin-guide", "linux/driver-api", "linux/filesystems", "linux/networking",
@@ -91,6 +121,7 @@ class QualityCorpus:
   directory: str
   text_bytes: int  # the prose of every document, UTF-8 (task documents included)
   pretrain_text_bytes: int
+  text_bytes_per_source: dict  # {source prefix: its share of text_bytes}
   documents: int
   pretrain_documents: int  # given to prepare_corpus.py (it holds some out: eval_documents)
   task_documents: int
@@ -109,11 +140,14 @@ class QualityCorpus:
 
   def figures(self):
     """The corpus's figures as one line of text."""
-    return ("quality corpus: %.1f MB of prose in %d documents (%s); pretraining %.1f MB in %d "
+    return ("quality corpus: %.1f MB of prose in %d documents (%s; by source, MB: %s); "
+            "pretraining %.1f MB in %d "
             "documents, %d of them held out; seq %d sequences: %d train, %d held out; task: %d "
             "train and %d dev paragraphs of %d documents, per class %s; built in %.0f s"
             % (self.text_bytes / 1e6, self.documents,
                ", ".join("%s %s" % kv for kv in sorted(self.package_versions.items())),
+               ", ".join("%s %.2f" % (source, size / 1e6)
+                         for source, size in sorted(self.text_bytes_per_source.items())),
                self.pretrain_text_bytes / 1e6, self.pretrain_documents, self.eval_documents,
                MAX_SEQ_LENGTH, self.train_sequences, self.eval_sequences,
                self.task_train_examples, self.task_dev_examples, self.task_documents,
@@ -169,10 +203,11 @@ def ensure_packages(run=subprocess.run, is_root=None):
 
 
 def source_roots(quick):
-  """[(class prefix, folder)] of the Sphinx sources read."""
+  """[(class prefix, folder, markup)] of the sources read."""
   if quick:
-    return [(prefix, os.path.join(QUICK_DATA, prefix)) for prefix, _, _ in SOURCES]
-  return [(prefix, root) for prefix, _, root in SOURCES]
+    return [(source.prefix, os.path.join(QUICK_DATA, source.prefix), source.markup)
+            for source in SOURCES]
+  return [(source.prefix, source.root, source.markup) for source in SOURCES]
 
 
 def is_translation(relative_path):
@@ -181,32 +216,59 @@ def is_translation(relative_path):
   return "translations" in parts or any(_LANGUAGE_FOLDER.match(p) for p in parts)
 
 
+def document_stem(relative_path, markup):
+  """A source file's name in its document's name (None: the file is not read): a reST source
+  without `.rst.txt` / `.txt` (Markdown `.md.txt` not read), a page without `.html` (generated
+  indexes and `_static`-like folders not read), a POD file whole (`Foo.pm` and `Foo.pod` may both
+  be there)."""
+  name = relative_path.rsplit("/", 1)[-1]
+  if markup == "rest":
+    if not name.endswith(".txt") or name.endswith(".md.txt"):
+      return None
+    return re.sub(r"(\.rst)?\.txt$", "", relative_path)
+  if markup == "html":
+    if (not name.endswith(".html") or name in _INDEX_PAGES
+        or any(part.startswith("_") for part in relative_path.split("/")[:-1])):
+      return None
+    return relative_path[:-len(".html")]
+  if markup == "pod":
+    return relative_path if name.endswith((".pod", ".pm")) else None
+  raise ValueError("unknown markup %r" % markup)
+
+
 def source_files(roots):
-  """[(document name, class, path)] of every English reST source file under `roots`, sorted; the
-  name is "<prefix>/<path without .rst.txt / .txt>", the class "<prefix>/<top folder>"."""
+  """[(document name, class, path, markup)] of every English source file under `roots` (from
+  `source_roots`), sorted; the name is "<prefix>/<document_stem>", the class "<prefix>/<top
+  folder>"."""
   found = []
-  for prefix, root in roots:
+  for prefix, root, markup in roots:
     for folder, subfolders, files in os.walk(root):
       subfolders.sort()
       for name in sorted(files):
-        if not name.endswith(".txt") or name.endswith(".md.txt"):  # Markdown is not reST
-          continue
         relative = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
-        if is_translation(relative):
+        stem = document_stem(relative, markup)
+        if stem is None or is_translation(relative):
           continue
-        stem = re.sub(r"(\.rst)?\.txt$", "", relative)
         top = relative.split("/")[0] if "/" in relative else "."
         found.append(("%s/%s" % (prefix, stem), "%s/%s" % (prefix, top),
-                      os.path.join(folder, name)))
+                      os.path.join(folder, name), markup))
   return sorted(found)
 
 
 def _read_document(entry):
   """(name, class, prose paragraphs) of one source file; runs in a worker process."""
-  from bench import quality_corpus_rest  # pylint: disable=g-import-not-at-top
-  name, label, path = entry
+  # pylint: disable=g-import-not-at-top
+  from bench import quality_corpus_html
+  from bench import quality_corpus_pod
+  from bench import quality_corpus_rest
+  name, label, path, markup = entry
+  if markup == "pod":
+    return name, label, quality_corpus_pod.prose_paragraphs(path)
   with open(path, encoding="utf-8", errors="replace") as f:
-    return name, label, quality_corpus_rest.prose_paragraphs(f.read(), path)
+    text = f.read()
+  if markup == "html":
+    return name, label, quality_corpus_html.prose_paragraphs(text)
+  return name, label, quality_corpus_rest.prose_paragraphs(text, path)
 
 
 def read_documents(files, workers):
@@ -225,16 +287,16 @@ def document_text(paragraphs):
 
 
 def write_documents(folder, documents, names):
-  """Writes each named document as folder/<name>.txt. Returns the bytes written."""
-  total = 0
+  """Writes each named document as folder/<name>.txt. Returns {source prefix: bytes written}."""
+  written = collections.Counter()
   for name in sorted(names):
     path = os.path.join(folder, name + ".txt")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     text = document_text(documents[name][1]).encode("utf-8")
     with open(path, "wb") as f:
       f.write(text)
-    total += len(text)
-  return total
+    written[name.split("/", 1)[0]] += len(text)
+  return written
 
 
 def prepare_command(settings, input_dir, output_dir, workers):
@@ -274,7 +336,8 @@ def cache_key(settings, versions):
   digest = hashlib.sha256(json.dumps([dataclasses.asdict(settings), versions],
                                      sort_keys=True).encode("utf-8"))
   bench_dir = os.path.dirname(os.path.abspath(__file__))
-  for module in ("quality_corpus.py", "quality_corpus_rest.py", "quality_corpus_task.py"):
+  for module in ("quality_corpus.py", "quality_corpus_rest.py", "quality_corpus_html.py",
+                 "quality_corpus_pod.py", "quality_corpus_task.py"):
     with open(os.path.join(bench_dir, module), "rb") as f:
       digest.update(f.read())
   return digest.hexdigest()[:16]
@@ -317,7 +380,10 @@ def _build_into(work, settings, versions, workers, log):
                        "eval_fraction (%g)" % (eval_sequences, settings.min_eval_sequences,
                                                settings.eval_fraction))
   seq = "seq%d" % MAX_SEQ_LENGTH
-  return dict(text_bytes=pretrain_bytes + task_bytes, pretrain_text_bytes=pretrain_bytes,
+  per_source = pretrain_bytes + task_bytes
+  return dict(text_bytes=sum(per_source.values()),
+              pretrain_text_bytes=sum(pretrain_bytes.values()),
+              text_bytes_per_source=dict(sorted(per_source.items())),
               documents=len(documents), pretrain_documents=len(pretrain),
               task_documents=len(task_names), eval_documents=eval_documents,
               vocab_file="records/vocab.txt", train_record_dir="records/%s/train" % seq,

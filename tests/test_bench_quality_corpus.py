@@ -1,5 +1,5 @@
-"""bench/quality_corpus.py and its modules: reST markup removed, translations left out, the task's
-documents kept out of pretraining, the held-out split by document, the cache."""
+"""bench/quality_corpus.py and its modules: reST, HTML and POD markup removed, translations left out,
+the task's documents kept out of pretraining, the held-out split by document, the cache."""
 
 import collections
 import dataclasses
@@ -12,6 +12,8 @@ import sys
 import pytest
 
 from bench import quality_corpus
+from bench import quality_corpus_html
+from bench import quality_corpus_pod
 from bench import quality_corpus_rest
 from bench import quality_corpus_task
 from tests import helpers
@@ -99,6 +101,123 @@ def test_prose_paragraphs_keep_prose_and_drop_markup_code_tables_and_options():
     assert gone not in text, gone
 
 
+HTML_SAMPLE = """\
+<!DOCTYPE html><html><head><title>Page title words here</title>
+<script>var prose = "a script is never prose at all";</script></head><body>
+<div class="navheader"><table><tr><td><a href="a.html">Previous page of the manual</a></td></tr>
+</table></div>
+<div id="sidebar-search"><p>Search the whole documentation site here.</p></div>
+<nav><ul><li>Home of the documentation and more</li></ul></nav>
+<div class="body">
+<h1>A heading is no paragraph at all<a class="headerlink" href="#h">\u00b6</a></h1>
+<p>The server process manages the <code>database</code> files&nbsp;and accepts
+   connections.<br>It runs as &ldquo;postgres&rdquo;.</p>
+<p><code>pg_ctl start -D /usr/local/pgsql/data</code></p>
+<div class="highlight-python notranslate"><div class="highlight"><span>print("code in a
+highlighted block")</span></div></div>
+<pre>SELECT a FROM b WHERE c;</pre>
+<table><tr><td>A table cell that holds several words</td></tr></table>
+<ul><li>A list item says one thing here
+  <ul><li><p>A nested item holds its own paragraph.</p></li></ul></li>
+<li>Another item that is left open
+</ul>
+<dl><dt>--verbose option name here</dt><dd>Print more about what the command does.</dd></dl>
+<p>One paragraph left open by an old page
+<p>and the next one that closes it, with words.
+</div>
+<div class="footer">Copyright 2024 by the whole project team.</div>
+</body></html>
+"""
+
+
+def test_html_prose_keeps_paragraphs_and_drops_code_tables_navigation():
+  assert quality_corpus_html.prose_paragraphs(HTML_SAMPLE) == [
+      "The server process manages the database files and accepts connections. It runs as "
+      "\u201cpostgres\u201d.",
+      "A list item says one thing here",
+      "A nested item holds its own paragraph.",
+      "Another item that is left open",
+      "Print more about what the command does.",
+      "One paragraph left open by an old page",
+      "and the next one that closes it, with words."]
+
+
+POD_SAMPLE = """\
+package Sample::Module;
+sub code_between_pod { return "perl code is never prose"; }
+1;
+
+=head1 NAME
+
+Sample::Module - a module that shows how POD is read
+
+=head1 SYNOPSIS
+
+    use Sample::Module;
+    my $object = Sample::Module->new(verbose => 1);
+
+=head1 DESCRIPTION
+
+This module reads B<bold> and I<italic> text, and names C<new()> in a sentence.
+
+=over 4
+
+=item new
+
+Creates an object that holds the settings L<perlobj> describes.
+
+=back
+
+=over
+
+=item * A bullet item is a paragraph of its own here
+
+=item * And a mistake: the list does not end
+
+=head2 Methods
+
+=for comment A comment for POD readers only, never shown to anyone.
+
+=cut
+
+sub more_code { return 2; }
+"""
+
+
+@pytest.mark.e2e
+def test_pod_prose_keeps_paragraphs_and_drops_code_and_headings(tmp_path):
+  path = tmp_path / "Module.pm"
+  path.write_text(POD_SAMPLE)
+  assert quality_corpus_pod.prose_paragraphs(str(path)) == [
+      "Sample::Module - a module that shows how POD is read",
+      "This module reads bold and italic text, and names new() in a sentence.",
+      "Creates an object that holds the settings perlobj describes.",
+      "A bullet item is a paragraph of its own here",
+      "And a mistake: the list does not end"]  # and no "POD ERRORS" section
+
+
+@pytest.mark.e2e
+def test_pod_names_a_file_perl_cannot_read(tmp_path):
+  with pytest.raises(RuntimeError, match="Pod::Simple::XHTML failed on .*missing.pod"):
+    quality_corpus_pod.to_html(str(tmp_path / "missing.pod"))
+
+
+def test_source_files_take_pages_and_pod_but_not_indexes_or_static_folders(tmp_path):
+  for relative in ("html/index.html", "html/ref/models.html", "html/genindex.html",
+                   "html/search.html", "html/_modules/django/db.html", "html/_static/a.html",
+                   "html/objects.inv", "perl/pod/perlintro.pod", "perl/Pod/Simple.pm",
+                   "perl/Pod/Simple.pod", "perl/Config.pl"):
+    path = tmp_path / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("Some text of the file.\n")
+  files = quality_corpus.source_files([("django", str(tmp_path / "html"), "html"),
+                                       ("perl", str(tmp_path / "perl"), "pod")])
+  assert [entry[0:2] + entry[3:] for entry in files] == [
+      ("django/index", "django/.", "html"), ("django/ref/models", "django/ref", "html"),
+      ("perl/Pod/Simple.pm", "perl/Pod", "pod"), ("perl/Pod/Simple.pod", "perl/Pod", "pod"),
+      ("perl/pod/perlintro.pod", "perl/pod", "pod")]
+
+
 def test_is_prose_wants_words_letters_and_ascii_letters():
   assert quality_corpus_rest.is_prose("The module reads the file once.")
   assert not quality_corpus_rest.is_prose("Three words only")
@@ -113,8 +232,8 @@ def test_source_files_leave_translations_out(tmp_path):
     path = tmp_path / "linux" / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("Some text of the file.\n")
-  files = quality_corpus.source_files([("linux", str(tmp_path / "linux"))])
-  assert [(name, label) for name, label, _ in files] == [
+  files = quality_corpus.source_files([("linux", str(tmp_path / "linux"), "rest")])
+  assert [(name, label) for name, label, _, _ in files] == [
       ("linux/admin-guide/index", "linux/admin-guide"), ("linux/index", "linux/.")]
 
 
@@ -157,12 +276,20 @@ def test_task_names_a_class_without_enough_paragraphs():
     quality_corpus_task.choose(_documents(), settings)
 
 
+# Every package the corpus reads, in the order it installs them.
+ALL_PACKAGES = ["python3.11-doc", "linux-doc-6.1", "llvm-15-doc", "cmake-doc", "postgresql-doc-15",
+                "python-django-doc", "python-sqlalchemy-doc", "git-doc", "perl-doc",
+                "perl-modules-5.36"]
+
+
 def test_missing_packages_not_root_name_the_packages_and_the_command(monkeypatch):
-  monkeypatch.setattr(quality_corpus, "package_versions", lambda quick: {"python3.11-doc": "3"})
+  installed = {p: "1" for p in ALL_PACKAGES if p not in ("linux-doc-6.1", "git-doc")}
+  monkeypatch.setattr(quality_corpus, "package_versions", lambda quick: installed)
   with pytest.raises(quality_corpus.SourcesMissing) as caught:
     quality_corpus.ensure_packages(run=None, is_root=False)
-  assert "(linux-doc-6.1, llvm-15-doc)" in str(caught.value)
-  assert "apt-get install -y python3.11-doc linux-doc-6.1 llvm-15-doc" in str(caught.value)
+  assert "not installed (linux-doc-6.1, git-doc)" in str(caught.value)
+  assert ("apt-get install -y --no-install-recommends " + " ".join(ALL_PACKAGES)) in str(
+      caught.value)
 
 
 def test_missing_packages_as_root_are_installed_with_apt_get(monkeypatch):
@@ -174,20 +301,22 @@ def test_missing_packages_as_root_are_installed_with_apt_get(monkeypatch):
   def run(argv, env):
     commands.append(argv)
     if "install" in argv:
-      installed.update({"python3.11-doc": "3.11", "linux-doc-6.1": "6.1", "llvm-15-doc": "15"})
+      installed.update({p: "1.%d" % i for i, p in enumerate(ALL_PACKAGES)})
     return subprocess.CompletedProcess(argv, 0)
 
   assert quality_corpus.ensure_packages(run=run, is_root=True) == {
-      "python3.11-doc": "3.11", "linux-doc-6.1": "6.1", "llvm-15-doc": "15"}
-  assert commands == [["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "python3.11-doc",
-                                                     "linux-doc-6.1", "llvm-15-doc", "-qq"]]
+      p: "1.%d" % i for i, p in enumerate(ALL_PACKAGES)}
+  assert commands == [["apt-get", "update", "-qq"],
+                      ["apt-get", "install", "-y", "--no-install-recommends"] + ALL_PACKAGES
+                      + ["-qq"]]
 
 
 def test_packages_still_missing_after_apt_get_are_named(monkeypatch):
-  monkeypatch.setattr(quality_corpus, "package_versions", lambda quick: {"llvm-15-doc": "15"})
+  installed = {p: "1" for p in ALL_PACKAGES if p not in ("python3.11-doc", "perl-doc")}
+  monkeypatch.setattr(quality_corpus, "package_versions", lambda quick: installed)
   monkeypatch.setattr(quality_corpus.shutil, "which", lambda name: "/usr/bin/" + name)
   with pytest.raises(quality_corpus.SourcesMissing,
-                     match="ran but python3.11-doc, linux-doc-6.1 still not installed"):
+                     match="ran but python3.11-doc, perl-doc still not installed"):
     quality_corpus.ensure_packages(run=lambda argv, env: subprocess.CompletedProcess(argv, 0),
                                    is_root=True)
 
@@ -207,9 +336,9 @@ def test_cache_is_reused_and_a_half_built_one_rebuilt(tmp_path, monkeypatch):
   def fake_build(work, settings, versions, workers, log):
     builds.append(work)
     os.makedirs(os.path.join(work, "task"))
-    return dict(text_bytes=1, pretrain_text_bytes=1, documents=1, pretrain_documents=1,
-                task_documents=0, eval_documents=0, vocab_file="records/vocab.txt",
-                train_record_dir="r/train", eval_record_dir="r/eval", train_sequences=1,
+    return dict(text_bytes=1, pretrain_text_bytes=1, text_bytes_per_source={"a": 1}, documents=1,
+                pretrain_documents=1, task_documents=0, eval_documents=0,
+                vocab_file="records/vocab.txt", train_record_dir="r/train", eval_record_dir="r/eval", train_sequences=1,
                 eval_sequences=1, task_dir="task", task_train_examples=0, task_dev_examples=0,
                 task_examples_per_class={}, package_versions=versions, build_seconds=0.0)
 
@@ -249,9 +378,9 @@ def test_quick_corpus_end_to_end(tmp_path):
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   figures, last = proc.stdout.strip().splitlines()[-2:]
   corpus = json.loads(last)
-  assert figures.startswith("quality corpus: 0.2 MB of prose in 37 documents")
-  # 39 files copied, the translation and the Markdown file left out.
-  assert corpus["documents"] == 37
+  assert figures.startswith("quality corpus: 0.2 MB of prose in 39 documents")
+  # 41 files copied, the translation and the Markdown file left out.
+  assert corpus["documents"] == 39
   assert corpus["documents"] == corpus["pretrain_documents"] + corpus["task_documents"]
   # The task: every class, its quota of 6 training and 3 dev paragraphs.
   task = corpus["task_dir"]
@@ -287,6 +416,20 @@ def test_quick_corpus_end_to_end(tmp_path):
   for _, paragraph in rows["train"] + rows["dev"]:
     assert paragraph not in pretrain_text
   assert "translations" not in json.dumps(os.listdir(os.path.join(documents, "pretrain", "linux")))
+  # The HTML page and the POD file are pretraining documents, their prose without navigation.
+  with open(os.path.join(documents, "pretrain", "postgres", "tutorial-arch.txt"),
+            encoding="utf-8") as f:
+    page = f.read()
+  assert page.startswith("Before we proceed, you should understand the basic PostgreSQL system "
+                         "architecture.")
+  for gone in ("Prev", "Next", "Home", "Getting Started", "<"):
+    assert gone not in page, gone
+  with open(os.path.join(documents, "pretrain", "perl", "pod", "perlmroapi.pod.txt"),
+            encoding="utf-8") as f:
+    pod = f.read()
+  assert pod.startswith("perlmroapi - Perl method resolution plugin interface\n\nAs of Perl")
+  for gone in ("struct mro_alg", "=head", "AUTHORS", "C<"):
+    assert gone not in pod, gone
   # The held-out split is whole documents: none of them in the training text.
   text = os.path.join(corpus["directory"], "records", "text")
   held_out, train = _split_documents(text + "/eval"), _split_documents(text + "/train")
