@@ -5,8 +5,12 @@ at, on a corpus no job reads twice.
   $PY bench/quality.py --output_dir=/tmp/quality --figure=/tmp/quality/curves.png \\
       --result_json=/tmp/quality/result.json
 
-BERT-tiny (bert_configs/tiny.json with the corpus's vocabulary), batch 64, sequence 128, one
-process per job, one job after the other. The variants (bench/quality_plan.py):
+The corpus: bench/quality_corpus.py's (docs/DATA.md, "The quality corpus": the prose of Debian's
+Python, Linux and LLVM documentation, one copy of its training split at seq 128, the held-out
+split by document with fixed 15% masks, a classification task from documents pretraining never
+reads), built once with fixed masks and once without (the same vocabulary), and cached. BERT-tiny
+(bert_configs/tiny.json with the corpus's vocabulary), batch 64, sequence 128, one process per
+job, one job after the other. The variants (bench/quality_plan.py):
 
 * `original`: the original release's `run_pretraining.py` (PyPI bert-tensorflow, through
   tests/reference/original_bert.py; fp32, AdamWeightDecay 1e-3), the full budget B, 3 repeats;
@@ -40,9 +44,9 @@ fine-tuning runs (about a minute each, two at a time) are estimated at 100 minut
 the original still reads under 90% of the corpus. The plan is printed with its estimated minutes
 before the first job; --budget_minutes fixes B instead.
 
---quick: the tiny corpus, one repeat each, 2 checkpoints and a few updates per job (no
-calibration), two jobs at a time, one fine-tuning epoch: the same code in a minute or two, for the
-tests; its figures mean nothing.
+--quick: the corpus's small build (bench/data/quality_corpus), one repeat each, 2 checkpoints and
+2 or 3 updates per job (no calibration), two jobs at a time, one fine-tuning epoch: the same code
+in a minute or two, for the tests; its figures mean nothing.
 
 The last line is one JSON object: curves ({job: [[minutes, loss], ...]}, a job named
 <variant>_seed<n>), accuracy_curves, target_loss, minutes_to_target_loss ({job: minutes}),
@@ -86,9 +90,10 @@ QUICK_OVERRUN_SLACK_SECONDS = 600
 CHECKPOINT_NAME = re.compile(r"^model\.ckpt-(\d+)\.index$")
 
 
-# --quick: the original's budget in minutes at a nominal 1 update/s and no start-up (8 updates for
-# the original, 4 for today, 2 for fast), 2 checkpoints per job, one fine-tuning epoch.
-QUICK_BUDGET_MINUTES = 0.15
+# --quick: the original's budget in minutes at a nominal 1 update/s and no start-up (3 updates for
+# the original, 192 of the small corpus's 252 training sequences; 2, the fewest, for the others),
+# 2 checkpoints per job, one fine-tuning epoch.
+QUICK_BUDGET_MINUTES = 0.06
 QUICK_RATE = quality_plan.Rate(startup_s=0.0, updates_per_s=1.0)
 QUICK_CHECKPOINTS = 2
 
@@ -97,11 +102,9 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(prog="python bench/quality.py",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("--output_dir", required=True,
-                      help="the corpus's cache, jobs, checkpoints, fine-tuning runs")
+                      help="jobs, checkpoints, packed records, fine-tuning runs")
   parser.add_argument("--quick", action="store_true",
                       help="the tiny corpus and a few updates per job, for the tests")
-  parser.add_argument("--data_dir", default=os.path.join(REPO_ROOT, "data", "demo"),
-                      help="the demo data (make data), which --quick reads")
   parser.add_argument("--budget_minutes", type=float, default=None,
                       help="the original's budget B, in (0, 30] (default: planned)")
   parser.add_argument("--variants", default=",".join(v.name for v in quality_plan.variants()),
@@ -143,22 +146,26 @@ class QualityData:
   text_mb: float
 
 
-def demo_data(data_dir, output_dir):
-  """The demo's records (make data) and its `stdlib` task built under `output_dir`: a
-  QualityData without records without masks."""
-  train = tuple(sorted(glob.glob(os.path.join(data_dir, "seq128", "train", "*.tfrecord"))))
-  evals = tuple(sorted(glob.glob(os.path.join(data_dir, "seq128", "eval", "*.tfrecord"))))
-  if not train or not evals:
-    raise SystemExit("no training or evaluation records under %s/seq128: run make data"
-                     % data_dir)
-  task_dir = os.path.join(output_dir, "stdlib_task")
-  subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "build_demo_task.py"),
-                  "--task_dir=%s" % task_dir], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                 check=True, timeout=600)
-  with open(os.path.join(data_dir, "stats.json")) as f:
-    text_bytes = sum(json.load(f)["corpus_bytes"].values())
-  return QualityData(os.path.join(data_dir, "vocab.txt"), train, (), evals, task_dir,
-                     round(text_bytes / 1e6, 2))
+def corpus_data(quick):
+  """The quality corpus (bench/quality_corpus.py; its small one with `quick`), found in its cache
+  or built, with fixed masks and without: a QualityData. Exits when the two builds' vocabularies
+  differ (every job is scored on the same held-out records)."""
+  from bench import quality_corpus  # pylint: disable=g-import-not-at-top
+  settings = quality_corpus.QUICK_SETTINGS if quick else quality_corpus.Settings()
+  fixed = quality_corpus.build(settings)
+  dynamic = quality_corpus.build(dataclasses.replace(settings, dynamic_masking=True))
+  with open(fixed.vocab_file, "rb") as a, open(dynamic.vocab_file, "rb") as b:
+    if a.read() != b.read():
+      raise SystemExit("the corpus's two builds have different vocabularies: %s and %s"
+                       % (fixed.vocab_file, dynamic.vocab_file))
+  print(fixed.figures(), flush=True)
+
+  def files(directory):
+    return tuple(sorted(glob.glob(os.path.join(directory, "*.tfrecord"))))
+
+  return QualityData(fixed.vocab_file, files(fixed.train_record_dir),
+                     files(dynamic.train_record_dir), files(fixed.eval_record_dir),
+                     fixed.task_dir, round(fixed.text_bytes / 1e6, 2))
 
 
 def records_of(variants, data, output_dir):
@@ -422,7 +429,7 @@ def main(argv=None):
   from utils.model import evaluation  # pylint: disable=g-import-not-at-top
   from utils.runtime import cpu  # pylint: disable=g-import-not-at-top
   os.makedirs(args.output_dir, exist_ok=True)
-  data = demo_data(args.data_dir, args.output_dir)
+  data = corpus_data(args.quick)
   config_path = os.path.join(args.output_dir, "bert_config.json")
   convergence.tiny_config(data.vocab_file, config_path)
   variants = args.variants
