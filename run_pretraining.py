@@ -25,6 +25,7 @@ import optimization
 from utils.core import errors
 from utils.data.input_pipeline import DEFAULT_INPUT_SEED  # noqa: F401
 from utils.data.input_pipeline import input_fn_builder
+from utils.data.input_pipeline import InputPlan
 from utils.data.input_pipeline import pretraining_feature_spec  # noqa: F401
 from utils.data.input_pipeline import resolve_input_files
 from utils.data.input_pipeline import shard_input_files  # noqa: F401
@@ -112,7 +113,7 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
                      precision=optimization.Precision(),
                      accumulation=optimization.Accumulation(),
                      distribution=optimization.Distribution(), verbose_logging=False,
-                     dropout_seed=None):
+                     dropout_seed=None, layouts=None):
   """Returns the `model_fn` of the pretraining Estimator (or TPUEstimator).
 
   Args:
@@ -127,14 +128,16 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
     dropout_seed: deterministic mode: training counts micro-steps (`utils/training/determinism.py`)
       and draws each dropout mask from (seed, micro-step, rank, layer, site); None: stateful
       dropout.
+    layouts: `record_layout.Layouts` of the training and evaluation records; None: the release's
+      records (one sequence each).
 
   Returns:
     model_fn(features, labels, mode, params) for TRAIN and EVAL.
   """
   settings = model_fn_lib.TrainingSettings(schedule, precision, accumulation, distribution)
-  return model_fn_lib.model_fn_builder(pretraining_head(bert_config), bert_config,
+  return model_fn_lib.model_fn_builder(pretraining_head(bert_config, layouts), bert_config,
                                        init_checkpoint, settings, verbose_logging=verbose_logging,
-                                       dropout_seed=dropout_seed)
+                                       dropout_seed=dropout_seed, layouts=layouts)
 
 
 # The recipe's levers, in the order of their flags.
@@ -197,7 +200,7 @@ def check_flags(f, config):
 
 
 def _check_packed_flag(f, layout, files):
-  """--enable_packed_data_mode, when given, must agree with the records (`layout`)."""
+  """--enable_packed_data_mode, when given, must agree with the records (`layout`, of `files`)."""
   if f.enable_packed_data_mode is None or layout is None:
     return
   errors.require(f.enable_packed_data_mode == layout.packed,
@@ -206,13 +209,32 @@ def _check_packed_flag(f, layout, files):
                  record_layout.describe(layout))
 
 
-def _resolve_inputs(f, vocab_size):
-  """(train_files, eval_files, layout) from the flags, their first records checked against the
-  model; layout is the files' `record_layout.Layout` (packed or not).
+def _file_set_layout(f, files, vocab_size):
+  """The `record_layout.Layout` of one file set (None for no files), the first record of each
+  file checked against the model (`check_input_files`).
 
   Raises:
-    errors.UsageError: naming the flags when nothing matches, or the file whose record does not
-      fit.
+    errors.UsageError: naming the file whose record does not fit, or the two files of different
+      layouts.
+  """
+  try:
+    return check_input_files(files, f.max_seq_length, f.max_predictions_per_seq, vocab_size,
+                             next_sentence_labels=f.next_sentence_loss)
+  except records.RecordDoesNotFitModel as e:  # shapes or token ids: the flags' or the config's
+    raise errors.UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
+                            "vocabulary of --bert_config_file)" % e)
+  except ValueError as e:  # the file itself (unreadable, empty, damaged): no hint to the flags
+    raise errors.UsageError(str(e))
+
+
+def _resolve_inputs(f, vocab_size):
+  """(train_files, eval_files, layouts) from the flags, their first records checked against the
+  model; layouts is the `record_layout.Layouts` of the two file sets, each decided once from its
+  files (None for a set the job does not read).
+
+  Raises:
+    errors.UsageError: naming the flags when nothing matches, the file whose record does not fit,
+      or a file of each set when one set is packed and the other is not.
   """
   train_files, eval_files = [], []
   try:
@@ -224,28 +246,31 @@ def _resolve_inputs(f, vocab_size):
     raise errors.UsageError(str(e))
   train_files = train_files if f.do_train else []
   eval_files = eval_files if f.do_eval else []
-  files = sorted(set(train_files) | set(eval_files))
-  try:
-    layout = check_input_files(files, f.max_seq_length, f.max_predictions_per_seq, vocab_size,
-                               next_sentence_labels=f.next_sentence_loss)
-  except records.RecordDoesNotFitModel as e:  # shapes or token ids: the flags' or the config's
-    raise errors.UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
-                            "vocabulary of --bert_config_file)" % e)
-  except ValueError as e:  # the file itself (unreadable, empty, damaged): no hint to the flags
-    raise errors.UsageError(str(e))
-  _check_packed_flag(f, layout, files)
+  # Each set is checked in name order (the messages name its first file).
+  checked_train, checked_eval = sorted(set(train_files)), sorted(set(eval_files))
+  train_layout = _file_set_layout(f, checked_train, vocab_size)
+  layouts = record_layout.Layouts(
+      train=train_layout, eval=(train_layout if checked_eval == checked_train
+                                else _file_set_layout(f, checked_eval, vocab_size)))
+  if layouts.train and layouts.eval:
+    errors.require(layouts.train.packed == layouts.eval.packed,
+                   "%s holds %s but %s holds %s: training and evaluation read one kind (pack "
+                   "every input with pack_pretraining_data.py, or none)", checked_train[0],
+                   record_layout.describe(layouts.train), checked_eval[0],
+                   record_layout.describe(layouts.eval))
+  _check_packed_flag(f, layouts.train, checked_train)
+  _check_packed_flag(f, layouts.eval, checked_eval)
   if f.avg_seq_per_pack is not None:
     logging.info("--avg_seq_per_pack=%g is not used: the log counts each update's sequences "
                  "(docs/TRAINING.md, packed sequences)", f.avg_seq_per_pack)
-  return train_files, eval_files, layout
+  return train_files, eval_files, layouts
 
 
-def _feature_widths(f, layout):
-  """(max_predictions_per_seq, max_sequences_per_pack) of the input pipeline: packed rows bring
-  their own prediction capacity; (--max_predictions_per_seq, 0) for the release's records."""
-  if layout is not None and layout.packed:
-    return layout.predictions, layout.sequences_per_row
-  return f.max_predictions_per_seq, 0
+def _sequences_per_row(layouts):
+  """K for packed rows of up to K sequences (the start line and the log count sequences), 0 for
+  the release's records."""
+  layout = layouts.train or layouts.eval
+  return layout.sequences_per_row if layout.packed else 0
 
 
 def run(f, config):
@@ -265,49 +290,49 @@ def run(f, config):
   _log_levers(f)
   workers = job_lib.start_workers(config)
   bert_config = job_lib.load_bert_config(config, f.max_predictions_per_seq)
-  train_files, eval_files, layout = _resolve_inputs(f, bert_config.vocab_size)
-  predictions, sequences_per_row = _feature_widths(f, layout)
+  train_files, eval_files, layouts = _resolve_inputs(f, bert_config.vocab_size)
   # A deterministic resume continues the input after the micro-steps done: always count them.
-  model = job_lib.Model(pretraining_head(bert_config, f.next_sentence_loss), bert_config,
+  model = job_lib.Model(pretraining_head(bert_config, layouts, f.next_sentence_loss), bert_config,
                         job_lib.dropout_seed(config, bert_config, counts_micro_steps=True),
-                        training_dropout=f.pretraining_dropout)
+                        training_dropout=f.pretraining_dropout, layouts=layouts)
   plan = job_lib.Plan(f.num_train_steps, num_warmup_steps(f),
                       dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size),
-                      max_sequences_per_pack=sequences_per_row,
+                      max_sequences_per_pack=_sequences_per_row(layouts),
                       schedule_options=schedule_options(f))
   job = job_lib.Job.open(config, PROGRAM, workers, model, plan,
-                         resume_check=job_lib.ResumeCheck(f.max_predictions_per_seq))
+                         resume_check=job_lib.ResumeCheck(f.max_predictions_per_seq,
+                                                          _sequences_per_row(layouts)))
+  reading = dict(deterministic=f.deterministic_run, seed=config.random_seed,
+                 vocab_size=bert_config.vocab_size, next_sentence_labels=f.next_sentence_loss)
 
-  def explain(files):
-    return lambda error: name_bad_input(error, files, f.max_seq_length, predictions,
-                                        bert_config.vocab_size, sequences_per_row,
-                                        f.next_sentence_loss)
+  def explain(files, layout):
+    return lambda error: name_bad_input(
+        error, files, layout.seq_length, layout.predictions, bert_config.vocab_size,
+        layout.sequences_per_row if layout.packed else 0, f.next_sentence_loss)
 
   if f.do_train:
-    train_input_fn = input_fn_builder(
-        train_files, f.train_batch_size, f.max_seq_length, predictions,
-        is_training=True, num_workers=workers.size, worker_index=workers.rank,
-        deterministic=f.deterministic_run, seed=config.random_seed,
-        skip_records=job.micro_steps_done * f.train_batch_size,
-        vocab_size=bert_config.vocab_size, max_sequences_per_pack=sequences_per_row,
-        next_sentence_labels=f.next_sentence_loss)
+    train_input_fn = input_fn_builder(InputPlan(
+        train_files, layouts.train, is_training=True, num_workers=workers.size,
+        worker_index=workers.rank, skip_records=job.micro_steps_done * f.train_batch_size,
+        **reading), f.train_batch_size)
     # Every record of this worker's files is checked beside training: a bad one stops the job at
     # an update boundary with a checkpoint, long before the input pipeline would reach it.
     input_check = (records.BackgroundRecordCheck(
         worker_files(train_files, workers.size, workers.rank))
                    if f.check_input_records else None)
+    logging.info("***** Training on %d file(s) of %s *****", len(train_files),
+                 record_layout.describe(layouts.train))
     job.train(train_input_fn, loss_names=pretraining_losses(f.next_sentence_loss),
-              explain_input_error=explain(train_files), input_check=input_check)
+              explain_input_error=explain(train_files, layouts.train), input_check=input_check)
 
   if f.do_eval and job.is_chief:
     eval_input_fn = input_fn_builder(
-        eval_files, f.eval_batch_size, f.max_seq_length, predictions,
-        is_training=False, deterministic=f.deterministic_run,
-        seed=config.random_seed, vocab_size=bert_config.vocab_size,
-        max_sequences_per_pack=sequences_per_row, next_sentence_labels=f.next_sentence_loss)
-    logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
-                 len(eval_files), f.eval_batch_size, f.max_eval_steps)
-    job.evaluate(eval_input_fn, f.max_eval_steps, explain_input_error=explain(eval_files))
+        InputPlan(eval_files, layouts.eval, is_training=False, **reading), f.eval_batch_size)
+    logging.info("***** Running evaluation on %d file(s) of %s, batch %d, at most %d batches "
+                 "*****", len(eval_files), record_layout.describe(layouts.eval),
+                 f.eval_batch_size, f.max_eval_steps)
+    job.evaluate(eval_input_fn, f.max_eval_steps,
+                 explain_input_error=explain(eval_files, layouts.eval))
 
   job.close()
   return 0

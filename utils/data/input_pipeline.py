@@ -1,11 +1,15 @@
 """The pretraining input pipeline: the record format, input file lists, per-worker sharding and the
 Estimator `input_fn`.
 
+  plan = InputPlan(files, layout, is_training=True, num_workers=..., worker_index=..., ...)
+  input_fn = input_fn_builder(plan, batch_size)   # input_fn(params) -> tf.data.Dataset
+
 A pretraining record is a `tf.train.Example` with the seven features of the original BERT release
 (see `pretraining_feature_spec`), so records written by the original generator and by ours are
 interchangeable.
 """
 
+import collections
 import os
 import random
 
@@ -261,15 +265,13 @@ def _records_in_order(files):
   return tf.data.Dataset.from_tensor_slices(tf.constant(files)).flat_map(_indexed_records)
 
 
-def _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic, seed,
-               shuffle_buffer_size, epoch):
+def _one_epoch(plan, files, by_record, seed, epoch):
   """Every record of this worker's shard once, in a shuffled order of epoch `epoch`.
 
   Args:
-    files, by_record, num_workers, worker_index, num_cpu_threads, deterministic: see
-      `_serialized_records`.
-    seed: int, the base seed of the shuffles.
-    shuffle_buffer_size: records in the shuffle buffer.
+    plan: the `InputPlan` (its workers, threads, determinism and shuffle buffer).
+    files, by_record: from `shard_input_files`.
+    seed: int, the base seed of this worker's shuffles.
     epoch: int64 scalar Tensor, the epoch's index.
 
   Returns:
@@ -278,58 +280,100 @@ def _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, det
   file_seed, record_seed = _epoch_seeds(seed, epoch)
   if by_record:
     # Every worker must see the files in the same order for the shards to partition the records.
-    d = _records_in_order(files).shard(num_workers, worker_index)
+    d = _records_in_order(files).shard(plan.num_workers, plan.worker_index)
   else:
     order = tf.random.experimental.stateless_shuffle(tf.constant(files), seed=file_seed)
     d = tf.data.Dataset.from_tensor_slices(order)
-    cycle_length = max(1, min(num_cpu_threads, len(files)))
-    if deterministic:  # sequential interleave: a fixed order by construction
+    cycle_length = max(1, min(plan.num_cpu_threads, len(files)))
+    if plan.deterministic:  # sequential interleave: a fixed order by construction
       d = d.interleave(_indexed_records, cycle_length=cycle_length)
     else:
       d = d.interleave(_indexed_records, cycle_length=cycle_length,
                        num_parallel_calls=cycle_length, deterministic=False)
-  return d.shuffle(buffer_size=shuffle_buffer_size, seed=record_seed)
+  return d.shuffle(buffer_size=plan.shuffle_buffer_size, seed=record_seed)
 
 
-def _serialized_records(files, by_record, num_workers, worker_index, is_training, num_cpu_threads,
-                        deterministic, seed, shuffle_buffer_size=100):
+def _serialized_records(plan, files, by_record, seed):
   """The serialised records of this worker's shard, before batching.
 
   Training reads epoch after epoch, forever: each epoch reads every record of the shard once
-  (files in a new order, interleaved `num_cpu_threads` at a time when sharded by file; records
-  shuffled in a buffer of `shuffle_buffer_size`), and the next epoch starts only when it is done, so
-  no record is read twice before every record was read once. Evaluation reads the files once, in
-  order.
+  (files in a new order, interleaved `plan.num_cpu_threads` at a time when sharded by file;
+  records shuffled in a buffer of `plan.shuffle_buffer_size`), and the next epoch starts only when
+  it is done, so no record is read twice before every record was read once. Evaluation reads the
+  files once, in order.
 
   Args:
+    plan: the `InputPlan`.
     files, by_record: from `shard_input_files`.
-    num_workers, worker_index: the workers sharing the input.
-    is_training: epochs of shuffled records (training) or the records once, in order.
-    num_cpu_threads: files read at a time (training).
-    deterministic: read the interleaved files in a fixed order.
-    seed: int, base seed of the shuffles (training).
-    shuffle_buffer_size: records in the shuffle buffer (training).
+    seed: int, base seed of this worker's shuffles (training).
 
   Returns:
     tf.data.Dataset of (record, file, index in the file) (`_indexed_records`).
   """
-  if not is_training:
+  if not plan.is_training:
     d = _records_in_order(files)
-    return d.shard(num_workers, worker_index) if by_record else d
+    return d.shard(plan.num_workers, plan.worker_index) if by_record else d
 
   @_as_written
   def epoch_records(epoch):
-    return _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic,
-                      seed, shuffle_buffer_size, epoch)
+    return _one_epoch(plan, files, by_record, seed, epoch)
 
   # flat_map ends one epoch's dataset before it starts the next.
   return tf.data.Dataset.range(_EPOCHS_FOREVER).flat_map(epoch_records)
 
 
-def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
-                     is_training, num_cpu_threads=4, num_workers=1, worker_index=0,
-                     deterministic=False, seed=None, shuffle_buffer_size=100, skip_records=0,
-                     vocab_size=None, max_sequences_per_pack=0, next_sentence_labels=True):
+# What an input function reads, and how (`input_fn_builder` takes it and the batch size):
+#   files: list of TFRecord files;
+#   layout: their `record_layout.Layout`, decided once for the file set: tokens per row, the
+#     masked_lm_* width, packed rows of up to `sequences_per_row` sequences or not;
+#   is_training: training (shuffle, repeat) or evaluation (in order, once);
+#   num_workers, worker_index: the workers sharing the input (Horovod size and rank);
+#   deterministic: seeded shuffles, one thread, the same batches on every run;
+#   seed: the job's shuffle seed (offset by `worker_index`); None: a random one, or
+#     `DEFAULT_INPUT_SEED` when `deterministic`;
+#   shuffle_buffer_size: records in the shuffle buffer (training);
+#   skip_records: deterministic training only: records of this worker's stream already consumed
+#     (a resumed run), dropped after the record shuffle, before batching, so the batches
+#     continue exactly where the checkpoint left them (still read to reproduce the shuffle, but
+#     neither parsed nor trained on);
+#   vocab_size: when given, every batch is checked: a token id outside [0, vocab_size) fails the
+#     input with an InvalidArgumentError naming the file and record ("bad input record: <file>:
+#     record <k>: ..."; `records.name_bad_input` turns it into a usage error);
+#   next_sentence_labels: False: records may lack next_sentence_labels
+#     (`pretraining_feature_spec`);
+#   num_cpu_threads: files read in parallel and parsing threads.
+InputPlan = collections.namedtuple(
+    "InputPlan", ["files", "layout", "is_training", "num_workers", "worker_index",
+                  "deterministic", "seed", "shuffle_buffer_size", "skip_records", "vocab_size",
+                  "next_sentence_labels", "num_cpu_threads"],
+    defaults=[1, 0, False, None, 100, 0, None, True, 4])
+
+
+def _feature_spec(layout, next_sentence_labels):
+  """`pretraining_feature_spec` of the records of `layout`."""
+  return pretraining_feature_spec(layout.seq_length, layout.predictions,
+                                  layout.sequences_per_row if layout.packed else 0,
+                                  next_sentence_labels)
+
+
+def _checked(plan):
+  """`plan` with its files as a list and its seed decided; ValueError for a plan that cannot
+  run."""
+  files = list(plan.files)
+  if not files:
+    raise ValueError("input_fn_builder: no input files")
+  if plan.skip_records and not (plan.deterministic and plan.is_training):
+    raise ValueError("input_fn_builder: skip_records (%d) needs deterministic training: another "
+                     "stream has no fixed position to resume at" % plan.skip_records)
+  seed = plan.seed
+  if plan.deterministic and seed is None:
+    seed = DEFAULT_INPUT_SEED
+  if seed is None:  # a new order on every run
+    seed = random.SystemRandom().randrange(2**31)
+  return plan._replace(files=files, seed=seed)
+
+
+def input_fn_builder(plan, batch_size):
   """Builds the `input_fn` of the Estimator / TPUEstimator.
 
   Training: this worker's shard (see `shard_input_files`) epoch after epoch, each epoch every record
@@ -340,73 +384,46 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
   smaller). Each file's record headers are walked before TF's reader opens it (`_walked_file`).
 
   Args:
-    input_files: list of TFRecord files.
-    batch_size: examples per batch; `params["batch_size"]` overrides it when present.
-    max_seq_length: length of input_ids / input_mask / segment_ids.
-    max_predictions_per_seq: length of the masked_lm_* features.
-    is_training: training (shuffle, repeat) or evaluation (in order, once).
-    num_cpu_threads: files read in parallel and parsing threads.
-    num_workers: number of workers sharing the input (Horovod size).
-    worker_index: this worker (Horovod rank).
-    deterministic: seeded shuffles, one thread, the same batches on every run.
-    seed: shuffle seed (offset by `worker_index`); None: a random one, or `DEFAULT_INPUT_SEED`
-      when `deterministic`.
-    shuffle_buffer_size: records in the shuffle buffer (training).
-    skip_records: deterministic training only: records of this worker's stream already consumed
-      (a resumed run), dropped after the record shuffle, before batching, so the batches
-      continue exactly where the checkpoint left them. They are still read to reproduce the
-      shuffle, but neither parsed nor trained on.
-    vocab_size: when given, every batch is checked: a token id outside [0, vocab_size) fails the
-      input with an InvalidArgumentError naming the file and record ("bad input record: <file>:
-      record <k>: ..."; `records.name_bad_input` turns it into a usage error).
-    max_sequences_per_pack: 0, or K for packed records (`pretraining_feature_spec`); a batch
-      then counts rows, each of up to K sequences.
-    next_sentence_labels: False: records may lack next_sentence_labels
-      (`pretraining_feature_spec`).
+    plan: the `InputPlan`: the files, their layout, and how to read them.
+    batch_size: examples (rows, for packed records) per batch; `params["batch_size"]` overrides
+      it when present (TPUEstimator).
 
   Returns:
-    input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32
-    [batch, max_seq_length]; masked_lm_positions, masked_lm_ids int32 and masked_lm_weights
-    float32 [batch, max_predictions_per_seq]; next_sentence_labels int32 [batch, 1]. Packed:
+    input_fn(params) -> tf.data.Dataset of dicts, with S = layout.seq_length and P =
+    layout.predictions: input_ids, input_mask, segment_ids int32 [batch, S];
+    masked_lm_positions, masked_lm_ids int32 and masked_lm_weights float32 [batch, P];
+    next_sentence_labels int32 [batch, 1]. Packed (K = layout.sequences_per_row):
     next_sentence_labels and next_sentence_positions int32, next_sentence_weights float32
-    [batch, K], positions int32 [batch, max_seq_length].
+    [batch, K], positions int32 [batch, S].
+
+  Raises:
+    ValueError: for no files, or skip_records outside deterministic training.
   """
-  input_files = list(input_files)
-  if not input_files:
-    raise ValueError("input_fn_builder: no input files")
-  if skip_records and not (deterministic and is_training):
-    raise ValueError("input_fn_builder: skip_records (%d) needs deterministic training: another "
-                     "stream has no fixed position to resume at" % skip_records)
-  if deterministic and seed is None:
-    seed = DEFAULT_INPUT_SEED
-  if seed is None:  # a new order on every run
-    seed = random.SystemRandom().randrange(2**31)
-  shuffle_seed = seed + worker_index
+  plan = _checked(plan)
+  shuffle_seed = plan.seed + plan.worker_index
 
   def input_fn(params):
     """Returns the dataset; `params` may carry "batch_size" (TPUEstimator)."""
     size = params.get("batch_size", batch_size) if params else batch_size
-    name_to_features = pretraining_feature_spec(max_seq_length, max_predictions_per_seq,
-                                                max_sequences_per_pack, next_sentence_labels)
-    files, by_record = shard_input_files(input_files, num_workers, worker_index)
-    d = _serialized_records(files, by_record, num_workers, worker_index, is_training,
-                            num_cpu_threads, deterministic, shuffle_seed, shuffle_buffer_size)
-    if skip_records:
-      d = d.skip(skip_records)
-    d = d.batch(size, drop_remainder=is_training)
+    name_to_features = _feature_spec(plan.layout, plan.next_sentence_labels)
+    files, by_record = shard_input_files(plan.files, plan.num_workers, plan.worker_index)
+    d = _serialized_records(plan, files, by_record, shuffle_seed)
+    if plan.skip_records:
+      d = d.skip(plan.skip_records)
+    d = d.batch(size, drop_remainder=plan.is_training)
 
     @_as_written
     def decode(records, paths, indices):
-      return _decode_batch(records, name_to_features, paths, indices, vocab_size)
+      return _decode_batch(records, name_to_features, paths, indices, plan.vocab_size)
 
-    if deterministic:  # sequential map: one thread
+    if plan.deterministic:  # sequential map: one thread
       d = d.map(decode)
     else:
       # Parsed in parallel but handed on in order: an unordered map let a batch of the next epoch
       # overtake the last of this one, reading a record twice in what should be one epoch.
-      d = d.map(decode, num_parallel_calls=max(1, num_cpu_threads), deterministic=True)
+      d = d.map(decode, num_parallel_calls=max(1, plan.num_cpu_threads), deterministic=True)
     d = d.prefetch(2)
-    if deterministic:
+    if plan.deterministic:
       options = tf.data.Options()
       options.deterministic = True
       options.threading.private_threadpool_size = 1
