@@ -26,10 +26,12 @@ from utils.core import errors
 from utils.data.input_pipeline import DEFAULT_INPUT_SEED  # noqa: F401
 from utils.data.input_pipeline import input_fn_builder
 from utils.data.input_pipeline import InputPlan
+from utils.data.input_pipeline import Masking
 from utils.data.input_pipeline import pretraining_feature_spec  # noqa: F401
 from utils.data.input_pipeline import resolve_input_files
 from utils.data.input_pipeline import shard_input_files  # noqa: F401
 from utils.data.input_pipeline import worker_files
+from utils.data import dynamic_masks
 from utils.data import record_layout
 from utils.data import records
 from utils.data.records import check_example  # noqa: F401
@@ -107,6 +109,16 @@ flags.DEFINE_float("adam_beta2", optimization.BETA_2,
                    "Decay of the second moment of LAMB and AdamWeightDecay.")
 flags.DEFINE_float("adam_epsilon", optimization.EPSILON,
                    "Epsilon of the update's denominator (LAMB and AdamWeightDecay).")
+# Records without masks (create_pretraining_data.py --dynamic_masking): the input pipeline draws
+# their masks from (--seed, record, epoch) with --vocab_file (utils/data/dynamic_masks.py).
+flags.DEFINE_float("masked_lm_prob", dynamic_masks.EVAL_MASKED_LM_PROB,
+                   "Records without masks: the training masking rate (evaluation records without "
+                   "masks always get 15%).")
+flags.DEFINE_bool("whole_word_masking", False,
+                  "Records without masks: mask whole words (a word and its ## pieces) in training.")
+flags.DEFINE_bool("mask_token_only", False,
+                  "Records without masks: every masked training token becomes [MASK] (default: "
+                  "80% [MASK], 10% itself, 10% a random token).")
 
 
 def model_fn_builder(bert_config, init_checkpoint, schedule,
@@ -142,7 +154,10 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
 
 # The recipe's levers, in the order of their flags.
 LEVER_FLAGS = ("pretraining_dropout", "next_sentence_loss", "lr_schedule", "warmup_fraction",
-               "adam_beta2", "adam_epsilon")
+               "adam_beta2", "adam_epsilon", "masked_lm_prob", "whole_word_masking",
+               "mask_token_only")
+# The flags of drawn masks: they act on records without masks only.
+MASKING_FLAGS = ("vocab_file", "masked_lm_prob", "whole_word_masking", "mask_token_only")
 
 
 def _log_levers(f):
@@ -191,6 +206,8 @@ def check_flags(f, config):
           f.max_predictions_per_seq, f.max_seq_length)
   require(f.pretraining_dropout is None or 0 <= f.pretraining_dropout < 1,
           "--pretraining_dropout must be in [0, 1), got %s", f.pretraining_dropout)
+  require(0 < f.masked_lm_prob < 1, "--masked_lm_prob must be in (0, 1), got %s",
+          f.masked_lm_prob)
   if f.warmup_fraction is not None:
     require(0 <= f.warmup_fraction < 1, "--warmup_fraction must be in [0, 1), got %s",
             f.warmup_fraction)
@@ -266,6 +283,91 @@ def _resolve_inputs(f, vocab_size):
   return train_files, eval_files, layouts
 
 
+def _masking(f, layout, options, vocabulary):
+  """(layout with the width P of its drawn masks, `input_pipeline.Masking`) of one file set of
+  records without masks; (layout, None) for records with masks or no set.
+
+  P: --max_predictions_per_seq unpacked (`options` never asks for more: `_check_rate`); packed
+  rows min(S, round(S x rate) + K), so that every sequence's predictions fit.
+  """
+  if layout is None or not layout.dynamic_masks:
+    return layout, None
+  width = f.max_predictions_per_seq
+  if layout.packed:
+    width = min(layout.seq_length, round(layout.seq_length * options.masked_lm_prob)
+                + layout.sequences_per_row)
+  return layout._replace(predictions=width), Masking(options, vocabulary)
+
+
+def _mask_vocabulary(f, files, vocab_size):
+  """The `dynamic_masks.MaskVocabulary` of --vocab_file, for `files` (records without masks).
+
+  Raises:
+    errors.UsageError: without --vocab_file, for a file it cannot read or that lacks [MASK],
+      [CLS] or [SEP], or of another size than --bert_config_file's vocab_size.
+  """
+  errors.require(f.vocab_file, "--vocab_file is required: %s holds records without masks, whose "
+                 "masks are drawn with the vocabulary ([MASK], [CLS], [SEP], the ## pieces)",
+                 files[0])
+  try:
+    vocabulary = dynamic_masks.MaskVocabulary.from_file(f.vocab_file)
+  except ValueError as e:
+    raise errors.UsageError("--vocab_file=%s: %s" % (f.vocab_file, e))
+  errors.require(vocabulary.vocab_size == vocab_size,
+                 "--vocab_file=%s holds %d tokens but --bert_config_file's vocab_size is %d",
+                 f.vocab_file, vocabulary.vocab_size, vocab_size)
+  return vocabulary
+
+
+def _check_rate(f):
+  """Unpacked training records without masks: round(S x --masked_lm_prob) must fit in
+  --max_predictions_per_seq (the width of the masked_lm_* features); a usage error names both."""
+  wanted = round(f.max_seq_length * f.masked_lm_prob)
+  errors.require(wanted <= f.max_predictions_per_seq,
+                 "--masked_lm_prob=%g masks round(%d x %g) = %d tokens of a --max_seq_length=%d "
+                 "sequence, more than --max_predictions_per_seq=%d: raise "
+                 "--max_predictions_per_seq to %d or lower --masked_lm_prob", f.masked_lm_prob,
+                 f.max_seq_length, f.masked_lm_prob, wanted, f.max_seq_length,
+                 f.max_predictions_per_seq, wanted)
+
+
+def _decide_masking(f, layouts, files, vocab_size):
+  """The masks of each file set: (layouts with the widths drawn, (training masking, evaluation
+  masking)), each masking an `input_pipeline.Masking`, or None for records with masks.
+
+  Training records without masks get the flags' masking; evaluation records without masks the
+  fixed one (`dynamic_masks.eval_options`); records with masks keep theirs (a line says that the
+  masking flags, when given, are not used).
+
+  Args:
+    f: the parsed flags.
+    layouts: `record_layout.Layouts` of the files.
+    files: (training files, evaluation files).
+    vocab_size: --bert_config_file's.
+
+  Raises:
+    errors.UsageError: see `_mask_vocabulary` and `_check_rate`.
+  """
+  unmasked = [names for names, layout in zip(files, layouts) if layout and layout.dynamic_masks]
+  train_unmasked = layouts.train is not None and layouts.train.dynamic_masks
+  unused = [name for name in MASKING_FLAGS if f[name].present
+            and not (unmasked if name == "vocab_file" else train_unmasked)]
+  if unused:
+    logging.info("%s: not used, the records hold their masks (these flags act on records "
+                 "without masks only)", " ".join("--" + name for name in unused))
+  if not unmasked:
+    return layouts, (None, None)
+  vocabulary = _mask_vocabulary(f, unmasked[0], vocab_size)
+  if train_unmasked and not layouts.train.packed:
+    _check_rate(f)
+  train_options = dynamic_masks.MaskingOptions(f.masked_lm_prob, f.max_predictions_per_seq,
+                                               f.whole_word_masking, f.mask_token_only)
+  train_layout, train_masking = _masking(f, layouts.train, train_options, vocabulary)
+  eval_layout, eval_masking = _masking(
+      f, layouts.eval, dynamic_masks.eval_options(f.max_predictions_per_seq), vocabulary)
+  return record_layout.Layouts(train_layout, eval_layout), (train_masking, eval_masking)
+
+
 def _sequences_per_row(layouts):
   """K for packed rows of up to K sequences (the start line and the log count sequences), 0 for
   the release's records."""
@@ -291,6 +393,8 @@ def run(f, config):
   workers = job_lib.start_workers(config)
   bert_config = job_lib.load_bert_config(config, f.max_predictions_per_seq)
   train_files, eval_files, layouts = _resolve_inputs(f, bert_config.vocab_size)
+  layouts, (train_masking, eval_masking) = _decide_masking(
+      f, layouts, (train_files, eval_files), bert_config.vocab_size)
   # A deterministic resume continues the input after the micro-steps done: always count them.
   model = job_lib.Model(pretraining_head(bert_config, layouts, f.next_sentence_loss), bert_config,
                         job_lib.dropout_seed(config, bert_config, counts_micro_steps=True),
@@ -308,13 +412,14 @@ def run(f, config):
   def explain(files, layout):
     return lambda error: name_bad_input(
         error, files, layout.seq_length, layout.predictions, bert_config.vocab_size,
-        layout.sequences_per_row if layout.packed else 0, f.next_sentence_loss)
+        layout.sequences_per_row if layout.packed else 0, f.next_sentence_loss,
+        masks=not layout.dynamic_masks)
 
   if f.do_train:
     train_input_fn = input_fn_builder(InputPlan(
         train_files, layouts.train, is_training=True, num_workers=workers.size,
         worker_index=workers.rank, skip_records=job.micro_steps_done * f.train_batch_size,
-        **reading), f.train_batch_size)
+        masking=train_masking, **reading), f.train_batch_size)
     # Every record of this worker's files is checked beside training: a bad one stops the job at
     # an update boundary with a checkpoint, long before the input pipeline would reach it.
     input_check = (records.BackgroundRecordCheck(
@@ -327,7 +432,8 @@ def run(f, config):
 
   if f.do_eval and job.is_chief:
     eval_input_fn = input_fn_builder(
-        InputPlan(eval_files, layouts.eval, is_training=False, **reading), f.eval_batch_size)
+        InputPlan(eval_files, layouts.eval, is_training=False, masking=eval_masking, **reading),
+        f.eval_batch_size)
     logging.info("***** Running evaluation on %d file(s) of %s, batch %d, at most %d batches "
                  "*****", len(eval_files), record_layout.describe(layouts.eval),
                  f.eval_batch_size, f.max_eval_steps)

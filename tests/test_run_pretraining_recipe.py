@@ -117,14 +117,17 @@ def test_launcher_passes_the_levers_to_both_phases():
       ["bash", launchers.LAUNCHER, "--dry_run", "--launcher", "none", "--phase1_data", "/d/128",
        "--phase2_data=/d/512", "--output_dir", "/r", "--pretraining_dropout=0",
        "--next_sentence_loss=false", "--lr_schedule=linear", "--warmup_fraction", "0.06",
-       "--adam_beta2=0.98", "--adam_epsilon=1e-6"],
+       "--adam_beta2=0.98", "--adam_epsilon=1e-6", "--vocab_file=/v/vocab.txt",
+       "--masked_lm_prob=0.3", "--whole_word_masking=true", "--mask_token_only=true"],
       capture_output=True, text=True, timeout=60)
   assert proc.returncode == 0, proc.stderr
   commands = [line[2:].split() for line in proc.stderr.splitlines() if line.startswith("+ ")]
   assert len(commands) == 2
   for command in commands:
     for flag in ("--pretraining_dropout=0", "--nonext_sentence_loss", "--lr_schedule=linear",
-                 "--warmup_fraction=0.06", "--adam_beta2=0.98", "--adam_epsilon=1e-6"):
+                 "--warmup_fraction=0.06", "--adam_beta2=0.98", "--adam_epsilon=1e-6",
+                 "--vocab_file=/v/vocab.txt", "--masked_lm_prob=0.3", "--whole_word_masking",
+                 "--mask_token_only"):
       assert flag in command, flag
     # The fraction replaces the phase's warmup steps (the two exclude each other).
     assert not any(arg.startswith("--num_warmup_steps") for arg in command)

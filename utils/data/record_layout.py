@@ -111,8 +111,9 @@ def packed_row_problem(values):
 
   Args:
     values: dict feature name -> list of numbers: input_mask, positions,
-      masked_lm_positions, masked_lm_weights, next_sentence_positions, next_sentence_weights
-      (lengths already checked against the layout).
+      masked_lm_positions, masked_lm_weights (absent in rows without masks),
+      next_sentence_positions, next_sentence_weights (lengths already checked against the
+      layout).
 
   Returns:
     None, or a problem in words naming the feature.
@@ -136,6 +137,8 @@ def packed_row_problem(values):
   if not np.array_equal(weights, expected_weights):
     return ("next_sentence_weights is %s, expected 1 for each of the row's %d sequences and 0 "
             "after" % (weights.tolist(), len(spans)))
+  if "masked_lm_weights" not in values:  # a row without masks: the pipeline draws them
+    return None
   return _predictions_problem(values, spans)
 
 
