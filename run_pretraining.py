@@ -9,7 +9,9 @@ Launched once per worker by `mpirun` / `horovodrun` with --horovod, or under a T
 else: the shared ones in `utils/training/flags.py`, the pretraining data's here.
 
 The heads live in `utils/model/pretraining.py` and the job's steps in `utils/training/job.py`;
-this script keeps what is its own: the records and their checks, the checkpoint compatibility
+this script keeps what is its own: the records and their checks (each file set's
+`record_layout.Layout`, decided once and handed to the input pipeline and the model_fn), the masks
+of records without masks (`--vocab_file`, `--masked_lm_prob`, ...), the checkpoint compatibility
 check before a resume (`job.ResumeCheck`), and the exact resume of a deterministic run.
 The release's names are re-exported here (`build_pretraining_model`, `get_masked_lm_output`,
 `input_fn_builder`, ...) for code that imports them from this module.

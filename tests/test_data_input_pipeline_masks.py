@@ -167,6 +167,21 @@ def test_evaluation_masks_are_fixed_whatever_the_training_flags(files):
   assert sorted(number_and_masks(row, 0.2)[0] for row in trained) == list(range(10))
 
 
+def test_packed_rows_draw_their_sequences_predictions_and_masked_records_keep_theirs(files):
+  packed = record_layout.Layout(True, 16, 0, 3, dynamic_masks=True)
+  unmasked = record_layout.Layouts(packed, packed._replace(dynamic_masks=False, predictions=6))
+  f = _Flags(masked_lm_prob=0.3, max_predictions_per_seq=2, max_seq_length=16,
+             whole_word_masking=True, mask_token_only=True, vocab_file=files["vocab_file"])
+  layouts, (train, evaluation) = run_pretraining._decide_masking(
+      f, unmasked, (files["records"], files["records"]), VOCAB_SIZE)
+  # P = min(16, round(16 x 0.3) + 3) = 8: room for every sequence's own n; no error although
+  # round(16 x 0.3) = 5 > --max_predictions_per_seq = 2 (that cap is per sequence).
+  assert layouts.train == packed._replace(predictions=8)
+  assert train.options == dynamic_masks.MaskingOptions(0.3, 2, True, True)
+  # Evaluation records with masks: read as they are.
+  assert layouts.eval == unmasked.eval and evaluation is None
+
+
 def test_tpu_params_batch_size_and_static_shapes(files):
   got, structure = pipeline_tests.run_dataset(
       input_pipeline.input_fn_builder(training(files), 2), params={"batch_size": 3},
