@@ -193,9 +193,9 @@ def test_tpu_params_batch_size_and_static_shapes(files):
 
 
 def test_a_plan_without_its_masking_is_refused(files):
-  with pytest.raises(ValueError, match="no masking to draw them with"):
+  with pytest.raises(ValueError, match="records without masks need a masking"):
     input_pipeline.input_fn_builder(training(files, masking=None), 2)
-  with pytest.raises(ValueError, match="masking given"):
+  with pytest.raises(ValueError, match="the records hold their masks"):
     input_pipeline.input_fn_builder(training(files)._replace(
         layout=record_layout.unpacked(SEQ, WIDTH)), 2)
 

@@ -417,9 +417,10 @@ def _checked(plan):
     raise ValueError("input_fn_builder: skip_records (%d) needs deterministic training: another "
                      "stream has no fixed position to resume at" % plan.skip_records)
   if plan.layout.dynamic_masks != (plan.masking is not None):
-    raise ValueError("input_fn_builder: %s, %s" % (
+    raise ValueError("input_fn_builder: %s: %s" % (
         record_layout.describe(plan.layout),
-        "masking given" if plan.masking else "but no masking to draw them with"))
+        "the records hold their masks, a masking is for records without" if plan.masking
+        else "records without masks need a masking to draw them"))
   if plan.layout.dynamic_masks and plan.layout.predictions < 1:
     raise ValueError("input_fn_builder: %s: the layout holds no prediction width to draw"
                      % record_layout.describe(plan.layout))
