@@ -9,7 +9,9 @@ Launched once per worker by `mpirun` / `horovodrun` with --horovod, or under a T
 else: the shared ones in `utils/training/flags.py`, the pretraining data's here.
 
 The heads live in `utils/model/pretraining.py` and the job's steps in `utils/training/job.py`;
-this script keeps what is its own: the records and their checks, the checkpoint compatibility
+this script keeps what is its own: the records and their checks (each file set's
+`record_layout.Layout`, decided once and handed to the input pipeline and the model_fn), the masks
+of records without masks (`--vocab_file`, `--masked_lm_prob`, ...), the checkpoint compatibility
 check before a resume (`job.ResumeCheck`), and the exact resume of a deterministic run.
 The release's names are re-exported here (`build_pretraining_model`, `get_masked_lm_output`,
 `input_fn_builder`, ...) for code that imports them from this module.
@@ -25,10 +27,13 @@ import optimization
 from utils.core import errors
 from utils.data.input_pipeline import DEFAULT_INPUT_SEED  # noqa: F401
 from utils.data.input_pipeline import input_fn_builder
+from utils.data.input_pipeline import InputPlan
+from utils.data.input_pipeline import Masking
 from utils.data.input_pipeline import pretraining_feature_spec  # noqa: F401
 from utils.data.input_pipeline import resolve_input_files
 from utils.data.input_pipeline import shard_input_files  # noqa: F401
 from utils.data.input_pipeline import worker_files
+from utils.data import dynamic_masks
 from utils.data import record_layout
 from utils.data import records
 from utils.data.records import check_example  # noqa: F401
@@ -106,13 +111,23 @@ flags.DEFINE_float("adam_beta2", optimization.BETA_2,
                    "Decay of the second moment of LAMB and AdamWeightDecay.")
 flags.DEFINE_float("adam_epsilon", optimization.EPSILON,
                    "Epsilon of the update's denominator (LAMB and AdamWeightDecay).")
+# Records without masks (create_pretraining_data.py --dynamic_masking): the input pipeline draws
+# their masks from (--seed, record, epoch) with --vocab_file (utils/data/dynamic_masks.py).
+flags.DEFINE_float("masked_lm_prob", dynamic_masks.EVAL_MASKED_LM_PROB,
+                   "Records without masks: the training masking rate (evaluation records without "
+                   "masks always get 15%).")
+flags.DEFINE_bool("whole_word_masking", False,
+                  "Records without masks: mask whole words (a word and its ## pieces) in training.")
+flags.DEFINE_bool("mask_token_only", False,
+                  "Records without masks: every masked training token becomes [MASK] (default: "
+                  "80% [MASK], 10% itself, 10% a random token).")
 
 
 def model_fn_builder(bert_config, init_checkpoint, schedule,
                      precision=optimization.Precision(),
                      accumulation=optimization.Accumulation(),
                      distribution=optimization.Distribution(), verbose_logging=False,
-                     dropout_seed=None):
+                     dropout_seed=None, layouts=None):
   """Returns the `model_fn` of the pretraining Estimator (or TPUEstimator).
 
   Args:
@@ -127,19 +142,24 @@ def model_fn_builder(bert_config, init_checkpoint, schedule,
     dropout_seed: deterministic mode: training counts micro-steps (`utils/training/determinism.py`)
       and draws each dropout mask from (seed, micro-step, rank, layer, site); None: stateful
       dropout.
+    layouts: `record_layout.Layouts` of the training and evaluation records; None: the release's
+      records (one sequence each).
 
   Returns:
     model_fn(features, labels, mode, params) for TRAIN and EVAL.
   """
   settings = model_fn_lib.TrainingSettings(schedule, precision, accumulation, distribution)
-  return model_fn_lib.model_fn_builder(pretraining_head(bert_config), bert_config,
+  return model_fn_lib.model_fn_builder(pretraining_head(bert_config, layouts), bert_config,
                                        init_checkpoint, settings, verbose_logging=verbose_logging,
-                                       dropout_seed=dropout_seed)
+                                       dropout_seed=dropout_seed, layouts=layouts)
 
 
 # The recipe's levers, in the order of their flags.
 LEVER_FLAGS = ("pretraining_dropout", "next_sentence_loss", "lr_schedule", "warmup_fraction",
-               "adam_beta2", "adam_epsilon")
+               "adam_beta2", "adam_epsilon", "masked_lm_prob", "whole_word_masking",
+               "mask_token_only")
+# The flags of drawn masks: they act on records without masks only.
+MASKING_FLAGS = ("vocab_file", "masked_lm_prob", "whole_word_masking", "mask_token_only")
 
 
 def _log_levers(f):
@@ -188,6 +208,8 @@ def check_flags(f, config):
           f.max_predictions_per_seq, f.max_seq_length)
   require(f.pretraining_dropout is None or 0 <= f.pretraining_dropout < 1,
           "--pretraining_dropout must be in [0, 1), got %s", f.pretraining_dropout)
+  require(0 < f.masked_lm_prob < 1, "--masked_lm_prob must be in (0, 1), got %s",
+          f.masked_lm_prob)
   if f.warmup_fraction is not None:
     require(0 <= f.warmup_fraction < 1, "--warmup_fraction must be in [0, 1), got %s",
             f.warmup_fraction)
@@ -197,7 +219,7 @@ def check_flags(f, config):
 
 
 def _check_packed_flag(f, layout, files):
-  """--enable_packed_data_mode, when given, must agree with the records (`layout`)."""
+  """--enable_packed_data_mode, when given, must agree with the records (`layout`, of `files`)."""
   if f.enable_packed_data_mode is None or layout is None:
     return
   errors.require(f.enable_packed_data_mode == layout.packed,
@@ -206,13 +228,32 @@ def _check_packed_flag(f, layout, files):
                  record_layout.describe(layout))
 
 
-def _resolve_inputs(f, vocab_size):
-  """(train_files, eval_files, layout) from the flags, their first records checked against the
-  model; layout is the files' `record_layout.Layout` (packed or not).
+def _file_set_layout(f, files, vocab_size):
+  """The `record_layout.Layout` of one file set (None for no files), the first record of each
+  file checked against the model (`check_input_files`).
 
   Raises:
-    errors.UsageError: naming the flags when nothing matches, or the file whose record does not
-      fit.
+    errors.UsageError: naming the file whose record does not fit, or the two files of different
+      layouts.
+  """
+  try:
+    return check_input_files(files, f.max_seq_length, f.max_predictions_per_seq, vocab_size,
+                             next_sentence_labels=f.next_sentence_loss)
+  except records.RecordDoesNotFitModel as e:  # shapes or token ids: the flags' or the config's
+    raise errors.UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
+                            "vocabulary of --bert_config_file)" % e)
+  except ValueError as e:  # the file itself (unreadable, empty, damaged): no hint to the flags
+    raise errors.UsageError(str(e))
+
+
+def _resolve_inputs(f, vocab_size):
+  """(train_files, eval_files, layouts) from the flags, their first records checked against the
+  model; layouts is the `record_layout.Layouts` of the two file sets, each decided once from its
+  files (None for a set the job does not read).
+
+  Raises:
+    errors.UsageError: naming the flags when nothing matches, the file whose record does not fit,
+      or a file of each set when one set is packed and the other is not.
   """
   train_files, eval_files = [], []
   try:
@@ -224,28 +265,116 @@ def _resolve_inputs(f, vocab_size):
     raise errors.UsageError(str(e))
   train_files = train_files if f.do_train else []
   eval_files = eval_files if f.do_eval else []
-  files = sorted(set(train_files) | set(eval_files))
-  try:
-    layout = check_input_files(files, f.max_seq_length, f.max_predictions_per_seq, vocab_size,
-                               next_sentence_labels=f.next_sentence_loss)
-  except records.RecordDoesNotFitModel as e:  # shapes or token ids: the flags' or the config's
-    raise errors.UsageError("%s (check --max_seq_length / --max_predictions_per_seq and the "
-                            "vocabulary of --bert_config_file)" % e)
-  except ValueError as e:  # the file itself (unreadable, empty, damaged): no hint to the flags
-    raise errors.UsageError(str(e))
-  _check_packed_flag(f, layout, files)
+  # Each set is checked in name order (the messages name its first file).
+  checked_train, checked_eval = sorted(set(train_files)), sorted(set(eval_files))
+  train_layout = _file_set_layout(f, checked_train, vocab_size)
+  layouts = record_layout.Layouts(
+      train=train_layout, eval=(train_layout if checked_eval == checked_train
+                                else _file_set_layout(f, checked_eval, vocab_size)))
+  if layouts.train and layouts.eval:
+    errors.require(layouts.train.packed == layouts.eval.packed,
+                   "%s holds %s but %s holds %s: training and evaluation read one kind (pack "
+                   "every input with pack_pretraining_data.py, or none)", checked_train[0],
+                   record_layout.describe(layouts.train), checked_eval[0],
+                   record_layout.describe(layouts.eval))
+  _check_packed_flag(f, layouts.train, checked_train)
+  _check_packed_flag(f, layouts.eval, checked_eval)
   if f.avg_seq_per_pack is not None:
     logging.info("--avg_seq_per_pack=%g is not used: the log counts each update's sequences "
                  "(docs/TRAINING.md, packed sequences)", f.avg_seq_per_pack)
-  return train_files, eval_files, layout
+  return train_files, eval_files, layouts
 
 
-def _feature_widths(f, layout):
-  """(max_predictions_per_seq, max_sequences_per_pack) of the input pipeline: packed rows bring
-  their own prediction capacity; (--max_predictions_per_seq, 0) for the release's records."""
-  if layout is not None and layout.packed:
-    return layout.predictions, layout.sequences_per_row
-  return f.max_predictions_per_seq, 0
+def _masking(f, layout, options, vocabulary):
+  """(layout with the width P of its drawn masks, `input_pipeline.Masking`) of one file set of
+  records without masks; (layout, None) for records with masks or no set.
+
+  P: --max_predictions_per_seq unpacked (`options` never asks for more: `_check_rate`); packed
+  rows min(S, round(S x rate) + K), so that every sequence's predictions fit.
+  """
+  if layout is None or not layout.dynamic_masks:
+    return layout, None
+  width = f.max_predictions_per_seq
+  if layout.packed:
+    width = min(layout.seq_length, round(layout.seq_length * options.masked_lm_prob)
+                + layout.sequences_per_row)
+  return layout._replace(predictions=width), Masking(options, vocabulary)
+
+
+def _mask_vocabulary(f, files, vocab_size):
+  """The `dynamic_masks.MaskVocabulary` of --vocab_file, for `files` (records without masks).
+
+  Raises:
+    errors.UsageError: without --vocab_file, for a file it cannot read or that lacks [MASK],
+      [CLS] or [SEP], or of another size than --bert_config_file's vocab_size.
+  """
+  errors.require(f.vocab_file, "--vocab_file is required: %s holds records without masks, whose "
+                 "masks are drawn with the vocabulary ([MASK], [CLS], [SEP], the ## pieces)",
+                 files[0])
+  try:
+    vocabulary = dynamic_masks.MaskVocabulary.from_file(f.vocab_file)
+  except ValueError as e:
+    raise errors.UsageError("--vocab_file=%s: %s" % (f.vocab_file, e))
+  errors.require(vocabulary.vocab_size == vocab_size,
+                 "--vocab_file=%s holds %d tokens but --bert_config_file's vocab_size is %d",
+                 f.vocab_file, vocabulary.vocab_size, vocab_size)
+  return vocabulary
+
+
+def _check_rate(f):
+  """Unpacked training records without masks: round(S x --masked_lm_prob) must fit in
+  --max_predictions_per_seq (the width of the masked_lm_* features); a usage error names both."""
+  wanted = round(f.max_seq_length * f.masked_lm_prob)
+  errors.require(wanted <= f.max_predictions_per_seq,
+                 "--masked_lm_prob=%g masks round(%d x %g) = %d tokens of a --max_seq_length=%d "
+                 "sequence, more than --max_predictions_per_seq=%d: raise "
+                 "--max_predictions_per_seq to %d or lower --masked_lm_prob", f.masked_lm_prob,
+                 f.max_seq_length, f.masked_lm_prob, wanted, f.max_seq_length,
+                 f.max_predictions_per_seq, wanted)
+
+
+def _decide_masking(f, layouts, files, vocab_size):
+  """The masks of each file set: (layouts with the widths drawn, (training masking, evaluation
+  masking)), each masking an `input_pipeline.Masking`, or None for records with masks.
+
+  Training records without masks get the flags' masking; evaluation records without masks the
+  fixed one (`dynamic_masks.eval_options`); records with masks keep theirs (a line says that the
+  masking flags, when given, are not used).
+
+  Args:
+    f: the parsed flags.
+    layouts: `record_layout.Layouts` of the files.
+    files: (training files, evaluation files).
+    vocab_size: --bert_config_file's.
+
+  Raises:
+    errors.UsageError: see `_mask_vocabulary` and `_check_rate`.
+  """
+  unmasked = [names for names, layout in zip(files, layouts) if layout and layout.dynamic_masks]
+  train_unmasked = layouts.train is not None and layouts.train.dynamic_masks
+  unused = [name for name in MASKING_FLAGS if f[name].present
+            and not (unmasked if name == "vocab_file" else train_unmasked)]
+  if unused:
+    logging.info("%s: not used, the records hold their masks (these flags act on records "
+                 "without masks only)", " ".join("--" + name for name in unused))
+  if not unmasked:
+    return layouts, (None, None)
+  vocabulary = _mask_vocabulary(f, unmasked[0], vocab_size)
+  if train_unmasked and not layouts.train.packed:
+    _check_rate(f)
+  train_options = dynamic_masks.MaskingOptions(f.masked_lm_prob, f.max_predictions_per_seq,
+                                               f.whole_word_masking, f.mask_token_only)
+  train_layout, train_masking = _masking(f, layouts.train, train_options, vocabulary)
+  eval_layout, eval_masking = _masking(
+      f, layouts.eval, dynamic_masks.eval_options(f.max_predictions_per_seq), vocabulary)
+  return record_layout.Layouts(train_layout, eval_layout), (train_masking, eval_masking)
+
+
+def _sequences_per_row(layouts):
+  """K for packed rows of up to K sequences (the start line and the log count sequences), 0 for
+  the release's records."""
+  layout = layouts.train or layouts.eval
+  return layout.sequences_per_row if layout.packed else 0
 
 
 def run(f, config):
@@ -265,49 +394,53 @@ def run(f, config):
   _log_levers(f)
   workers = job_lib.start_workers(config)
   bert_config = job_lib.load_bert_config(config, f.max_predictions_per_seq)
-  train_files, eval_files, layout = _resolve_inputs(f, bert_config.vocab_size)
-  predictions, sequences_per_row = _feature_widths(f, layout)
+  train_files, eval_files, layouts = _resolve_inputs(f, bert_config.vocab_size)
+  layouts, (train_masking, eval_masking) = _decide_masking(
+      f, layouts, (train_files, eval_files), bert_config.vocab_size)
   # A deterministic resume continues the input after the micro-steps done: always count them.
-  model = job_lib.Model(pretraining_head(bert_config, f.next_sentence_loss), bert_config,
+  model = job_lib.Model(pretraining_head(bert_config, layouts, f.next_sentence_loss), bert_config,
                         job_lib.dropout_seed(config, bert_config, counts_micro_steps=True),
-                        training_dropout=f.pretraining_dropout)
+                        training_dropout=f.pretraining_dropout, layouts=layouts)
   plan = job_lib.Plan(f.num_train_steps, num_warmup_steps(f),
                       dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size),
-                      max_sequences_per_pack=sequences_per_row,
+                      max_sequences_per_pack=_sequences_per_row(layouts),
                       schedule_options=schedule_options(f))
   job = job_lib.Job.open(config, PROGRAM, workers, model, plan,
-                         resume_check=job_lib.ResumeCheck(f.max_predictions_per_seq))
+                         resume_check=job_lib.ResumeCheck(f.max_predictions_per_seq,
+                                                          _sequences_per_row(layouts)))
+  reading = dict(deterministic=f.deterministic_run, seed=config.random_seed,
+                 vocab_size=bert_config.vocab_size, next_sentence_labels=f.next_sentence_loss)
 
-  def explain(files):
-    return lambda error: name_bad_input(error, files, f.max_seq_length, predictions,
-                                        bert_config.vocab_size, sequences_per_row,
-                                        f.next_sentence_loss)
+  def explain(files, layout):
+    return lambda error: name_bad_input(
+        error, files, layout.seq_length, layout.predictions, bert_config.vocab_size,
+        layout.sequences_per_row if layout.packed else 0, f.next_sentence_loss,
+        masks=not layout.dynamic_masks)
 
   if f.do_train:
-    train_input_fn = input_fn_builder(
-        train_files, f.train_batch_size, f.max_seq_length, predictions,
-        is_training=True, num_workers=workers.size, worker_index=workers.rank,
-        deterministic=f.deterministic_run, seed=config.random_seed,
-        skip_records=job.micro_steps_done * f.train_batch_size,
-        vocab_size=bert_config.vocab_size, max_sequences_per_pack=sequences_per_row,
-        next_sentence_labels=f.next_sentence_loss)
+    train_input_fn = input_fn_builder(InputPlan(
+        train_files, layouts.train, is_training=True, num_workers=workers.size,
+        worker_index=workers.rank, skip_records=job.micro_steps_done * f.train_batch_size,
+        masking=train_masking, **reading), f.train_batch_size)
     # Every record of this worker's files is checked beside training: a bad one stops the job at
     # an update boundary with a checkpoint, long before the input pipeline would reach it.
     input_check = (records.BackgroundRecordCheck(
         worker_files(train_files, workers.size, workers.rank))
                    if f.check_input_records else None)
+    logging.info("***** Training on %d file(s) of %s *****", len(train_files),
+                 record_layout.describe(layouts.train))
     job.train(train_input_fn, loss_names=pretraining_losses(f.next_sentence_loss),
-              explain_input_error=explain(train_files), input_check=input_check)
+              explain_input_error=explain(train_files, layouts.train), input_check=input_check)
 
   if f.do_eval and job.is_chief:
     eval_input_fn = input_fn_builder(
-        eval_files, f.eval_batch_size, f.max_seq_length, predictions,
-        is_training=False, deterministic=f.deterministic_run,
-        seed=config.random_seed, vocab_size=bert_config.vocab_size,
-        max_sequences_per_pack=sequences_per_row, next_sentence_labels=f.next_sentence_loss)
-    logging.info("***** Running evaluation on %d file(s), batch %d, at most %d batches *****",
-                 len(eval_files), f.eval_batch_size, f.max_eval_steps)
-    job.evaluate(eval_input_fn, f.max_eval_steps, explain_input_error=explain(eval_files))
+        InputPlan(eval_files, layouts.eval, is_training=False, masking=eval_masking, **reading),
+        f.eval_batch_size)
+    logging.info("***** Running evaluation on %d file(s) of %s, batch %d, at most %d batches "
+                 "*****", len(eval_files), record_layout.describe(layouts.eval),
+                 f.eval_batch_size, f.max_eval_steps)
+    job.evaluate(eval_input_fn, f.max_eval_steps,
+                 explain_input_error=explain(eval_files, layouts.eval))
 
   job.close()
   return 0

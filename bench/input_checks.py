@@ -51,6 +51,7 @@ def _best(function, repeats):
 def bench_records(count, repeats, work_dir):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from utils.data import input_pipeline  # pylint: disable=g-import-not-at-top
+  from utils.data import record_layout  # pylint: disable=g-import-not-at-top
   from utils.data import records  # pylint: disable=g-import-not-at-top
   path = os.path.join(work_dir, "records.tfrecord")
   _write_records(path, count, np.random.RandomState(0))
@@ -68,8 +69,9 @@ def bench_records(count, repeats, work_dir):
   def drain(vocab_size):
     def run():
       with tf.Graph().as_default():
-        input_fn = input_pipeline.input_fn_builder([path], BATCH, SEQ, PRED, is_training=False,
-                                                   vocab_size=vocab_size)
+        plan = input_pipeline.InputPlan([path], record_layout.unpacked(SEQ, PRED),
+                                        is_training=False, vocab_size=vocab_size)
+        input_fn = input_pipeline.input_fn_builder(plan, BATCH)
         batch = tf.compat.v1.data.make_one_shot_iterator(input_fn({})).get_next()
         with tf.compat.v1.Session() as session:
           while True:

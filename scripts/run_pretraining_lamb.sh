@@ -41,6 +41,9 @@ declare -A opt=(
 # release's recipe. --warmup_fraction replaces --phase1_warmup / --phase2_warmup.
 opt+=([pretraining_dropout]="" [next_sentence_loss]=true [lr_schedule]="" [warmup_fraction]=""
       [adam_beta2]="" [adam_epsilon]="")
+# Records without masks (create_pretraining_data.py --dynamic_masking): the vocabulary their masks
+# are drawn with, the training rate and its options; empty / false: not passed.
+opt+=([vocab_file]="" [masked_lm_prob]="" [whole_word_masking]=false [mask_token_only]=false)
 
 # What an empty default means, for --help.
 declare -A default_note=(
@@ -183,10 +186,14 @@ phase() {  # phase N [init_checkpoint]
               "${checkpoint_flags[@]}"
               --display_loss_steps="${opt[display_loss_steps]}")
   local key
-  for key in pretraining_dropout lr_schedule warmup_fraction adam_beta2 adam_epsilon; do
+  for key in pretraining_dropout lr_schedule warmup_fraction adam_beta2 adam_epsilon vocab_file \
+             masked_lm_prob; do
     [ -z "${opt[$key]}" ] || args+=(--"$key"="${opt[$key]}")
   done
   [ "${opt[next_sentence_loss]}" = true ] || args+=(--nonext_sentence_loss)
+  for key in whole_word_masking mask_token_only; do
+    [ "${opt[$key]}" != true ] || args+=(--"$key")
+  done
   [ -n "$init" ] && args+=(--init_checkpoint="$init")
   [ -n "${opt[eval_data]}" ] && args+=(--do_eval --eval_files_dir="${opt[eval_data]}")
   # shellcheck disable=SC2206

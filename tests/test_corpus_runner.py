@@ -20,6 +20,7 @@ from utils.corpus import runner
 from utils.corpus import shards
 from utils.corpus import stages
 from utils.data import input_pipeline
+from utils.data import record_layout
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +76,9 @@ def test_the_input_pipeline_reads_every_record(reference):
     for split in ("train", "eval"):
       files = input_pipeline.resolve_input_files(input_files_dir=os.path.join(
           out, config_lib.phase_name(phase), split))
+      layout = record_layout.unpacked(phase.max_seq_length, phase.max_predictions_per_seq)
       input_fn = input_pipeline.input_fn_builder(
-          files, 16, phase.max_seq_length, phase.max_predictions_per_seq, is_training=False,
-          vocab_size=vocab_size)
+          input_pipeline.InputPlan(files, layout, is_training=False, vocab_size=vocab_size), 16)
       count = 0
       with tf.Graph().as_default():
         batch = tf.compat.v1.data.make_one_shot_iterator(input_fn({})).get_next()

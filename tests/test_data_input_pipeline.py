@@ -21,12 +21,19 @@ from tests import test_data_record_framing as framing_tests
 from utils.core import errors
 from utils.data import input_pipeline
 from utils.data import instances
+from utils.data import record_layout
 from utils.data import records
 from utils.data import vocabulary
 
 _tf1 = tf.compat.v1
 SEQ = 8
 PRED = 3
+LAYOUT = record_layout.unpacked(SEQ, PRED)
+
+
+def plan(files, **kwargs):
+  """The `input_pipeline.InputPlan` of test records (`LAYOUT`) in `files`."""
+  return input_pipeline.InputPlan(files, LAYOUT, **kwargs)
 
 # The original release's parsing spec (its input_pipeline.input_fn_builder), written out here.
 ORIGINAL_SPEC = {
@@ -102,8 +109,7 @@ def record_numbers(batches):
 
 def test_eval_reads_every_record_in_order_with_spec_dtypes(tmp_path):
   files = write_files(tmp_path, [5, 7, 3])
-  input_fn = input_pipeline.input_fn_builder(files, batch_size=4, max_seq_length=SEQ,
-                                              max_predictions_per_seq=PRED, is_training=False)
+  input_fn = input_pipeline.input_fn_builder(plan(files, is_training=False), 4)
   batches, structure = run_dataset(input_fn)
   assert record_numbers(batches) == list(range(15))
   assert [len(b["input_ids"]) for b in batches] == [4, 4, 4, 3]  # nothing dropped
@@ -123,9 +129,7 @@ def test_eval_reads_every_record_in_order_with_spec_dtypes(tmp_path):
 
 def test_training_batches_have_static_shapes_and_repeat(tmp_path):
   files = write_files(tmp_path, [5, 7, 3])
-  input_fn = input_pipeline.input_fn_builder(files, batch_size=4, max_seq_length=SEQ,
-                                              max_predictions_per_seq=PRED, is_training=True,
-                                              num_cpu_threads=2)
+  input_fn = input_pipeline.input_fn_builder(plan(files, is_training=True, num_cpu_threads=2), 4)
   batches, structure = run_dataset(input_fn, max_batches=12)
   assert structure["input_ids"] == (tf.int32, [4, SEQ])
   assert structure["masked_lm_weights"] == (tf.float32, [4, PRED])
@@ -144,8 +148,7 @@ def test_training_batches_have_static_shapes_and_repeat(tmp_path):
 def test_deterministic_mode_is_reproducible(tmp_path):
   files = write_files(tmp_path, [9, 9, 9, 9])
   build = lambda seed: input_pipeline.input_fn_builder(  # noqa: E731
-      files, batch_size=5, max_seq_length=SEQ, max_predictions_per_seq=PRED, is_training=True,
-      deterministic=True, seed=seed)
+      plan(files, is_training=True, deterministic=True, seed=seed), 5)
   first = record_numbers(run_dataset(build(3), max_batches=10)[0])
   again = record_numbers(run_dataset(build(3), max_batches=10)[0])
   other = record_numbers(run_dataset(build(4), max_batches=10)[0])
@@ -157,10 +160,8 @@ def _shards(files, num_workers, is_training, batches_per_worker=None):
   """Record numbers read by each worker."""
   out = []
   for worker in range(num_workers):
-    input_fn = input_pipeline.input_fn_builder(
-        files, batch_size=2, max_seq_length=SEQ, max_predictions_per_seq=PRED,
-        is_training=is_training, num_workers=num_workers, worker_index=worker,
-        deterministic=is_training, seed=1)
+    input_fn = input_pipeline.input_fn_builder(plan(files, is_training=is_training,
+        num_workers=num_workers, worker_index=worker, deterministic=is_training, seed=1), 2)
     out.append(record_numbers(run_dataset(input_fn, max_batches=batches_per_worker)[0]))
   return out
 
@@ -209,10 +210,9 @@ def test_training_reads_every_record_once_per_epoch(tmp_path, sizes, num_workers
     shard = shards[worker]
     per_file = np.bincount([_file_of(n, sizes) for n in shard], minlength=len(sizes))
     for seed in (0, 1, 2):
-      input_fn = input_pipeline.input_fn_builder(
-          files, batch_size=1, max_seq_length=SEQ, max_predictions_per_seq=PRED,
-          is_training=True, num_cpu_threads=2, num_workers=num_workers, worker_index=worker,
-          deterministic=deterministic, seed=seed, shuffle_buffer_size=4)
+      input_fn = input_pipeline.input_fn_builder(plan(files, is_training=True, num_cpu_threads=2,
+          num_workers=num_workers, worker_index=worker, deterministic=deterministic, seed=seed,
+          shuffle_buffer_size=4), 1)
       seen = record_numbers(run_dataset(input_fn, max_batches=3 * len(shard))[0])
       epochs = [seen[e * len(shard):(e + 1) * len(shard)] for e in range(3)]
       for epoch in epochs:
@@ -249,9 +249,8 @@ def test_a_slow_parse_at_an_epoch_end_is_not_overtaken_by_the_next_epoch(tmp_pat
     return parse(records, name_to_features, paths, indices, vocab_size)
 
   monkeypatch.setattr(input_pipeline, "_decode_batch", slow_for_last_record_of_an_epoch)
-  input_fn = input_pipeline.input_fn_builder(
-      files, batch_size=1, max_seq_length=SEQ, max_predictions_per_seq=PRED, is_training=True,
-      num_cpu_threads=2, deterministic=False, seed=0, shuffle_buffer_size=8)
+  input_fn = input_pipeline.input_fn_builder(plan(files, is_training=True, num_cpu_threads=2,
+      deterministic=False, seed=0, shuffle_buffer_size=8), 1)
   seen = record_numbers(run_dataset(input_fn, max_batches=5 * 4)[0])
   epochs = [seen[e * 5:(e + 1) * 5] for e in range(4)]
   for epoch in epochs:
@@ -351,8 +350,7 @@ def test_corrupt_record_is_named(tmp_path):
   record_length = len(data) // 6
   data[2 * record_length + 20] ^= 0xFF  # inside record 2 of the second file
   open(files[1], "wb").write(bytes(data))
-  input_fn = input_pipeline.input_fn_builder(files, batch_size=2, max_seq_length=SEQ,
-                                              max_predictions_per_seq=PRED, is_training=False)
+  input_fn = input_pipeline.input_fn_builder(plan(files, is_training=False), 2)
   with pytest.raises(tf.errors.DataLossError) as raised:
     run_dataset(input_fn)
   # TF names the byte offset only; name_bad_input finds the file and the record.
@@ -402,9 +400,7 @@ def test_a_length_past_the_end_with_its_crc_is_named_by_the_preflight_and_the_pi
   records.check_input_files([str(later)], SEQ, PRED)
   expected = "%s: record 3 at byte offset %d: %s" % (later, len(data), huge)
   for is_training in (False, True):
-    input_fn = input_pipeline.input_fn_builder([good, str(later)], batch_size=2, max_seq_length=SEQ,
-                                                max_predictions_per_seq=PRED,
-                                                is_training=is_training)
+    input_fn = input_pipeline.input_fn_builder(plan([good, str(later)], is_training=is_training), 2)
     with pytest.raises(tf.errors.InvalidArgumentError) as raised:
       run_dataset(input_fn, max_batches=20)
     assert records.pipeline_problem(raised.value) == expected
@@ -426,9 +422,9 @@ def test_records_of_the_original_generator_read_identically(tmp_path):
   assert len(expected["input_ids"]) > 50
   records.check_input_files([output], data_tests.MAX_SEQ_LENGTH,
                                     data_tests.MAX_PREDICTIONS, vocab_size=300)
+  layout = record_layout.unpacked(data_tests.MAX_SEQ_LENGTH, data_tests.MAX_PREDICTIONS)
   input_fn = input_pipeline.input_fn_builder(
-      [output], batch_size=16, max_seq_length=data_tests.MAX_SEQ_LENGTH,
-      max_predictions_per_seq=data_tests.MAX_PREDICTIONS, is_training=False)
+      input_pipeline.InputPlan([output], layout, is_training=False), 16)
   batches, _ = run_dataset(input_fn)
   for name in instances.FEATURE_NAMES:
     got = np.concatenate([b[name] for b in batches])

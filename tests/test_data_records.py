@@ -30,12 +30,14 @@ from tests import helpers
 from tests import test_data_record_framing as framing_tests
 from utils.core import errors
 from utils.data import input_pipeline
+from utils.data import record_layout
 from utils.data import records
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "run_pretraining.py")
 BIN_DIR = os.path.dirname(sys.executable)
 SEQ, PRED, VOCAB = 16, 3, 100
+LAYOUT = record_layout.unpacked(SEQ, PRED)
 CONFIG = dict(helpers.TINY_CONFIG, vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1,
               intermediate_size=32, max_position_embeddings=SEQ)
 # The largest id of the data, only in the last record of the last file.
@@ -96,8 +98,8 @@ def test_out_of_vocabulary_id_in_the_last_record_is_named_by_the_pipeline(tmp_pa
   records.check_input_files(paths, SEQ, PRED, vocab_size=LARGEST_ID)
   # ... the pipeline's check of every batch fails on the last record, naming it.
   for is_training in (False, True):
-    input_fn = input_pipeline.input_fn_builder(paths, 4, SEQ, PRED, is_training=is_training,
-                                               vocab_size=LARGEST_ID)
+    input_fn = input_pipeline.input_fn_builder(input_pipeline.InputPlan(paths, LAYOUT,
+        is_training=is_training, vocab_size=LARGEST_ID), 4)
     with pytest.raises(tf.errors.InvalidArgumentError) as raised:
       if is_training:
         with tf.Graph().as_default():
@@ -114,8 +116,8 @@ def test_out_of_vocabulary_id_in_the_last_record_is_named_by_the_pipeline(tmp_pa
     assert isinstance(named, errors.UsageError)
     assert str(named).startswith("bad input record: " + expected)
   # One id more in the vocabulary: every record passes.
-  assert _drain(input_pipeline.input_fn_builder(paths, 4, SEQ, PRED, is_training=False,
-                                                vocab_size=LARGEST_ID + 1)) == 6
+  assert _drain(input_pipeline.input_fn_builder(input_pipeline.InputPlan(paths, LAYOUT,
+      is_training=False, vocab_size=LARGEST_ID + 1), 4)) == 6
 
 
 def test_masked_lm_id_outside_the_vocabulary_is_named(tmp_path):
@@ -124,8 +126,8 @@ def test_masked_lm_id_outside_the_vocabulary_is_named(tmp_path):
   path = str(tmp_path / "masked.tfrecord")
   helpers.write_batch_records(path, batch)
   with pytest.raises(tf.errors.InvalidArgumentError) as raised:
-    _drain(input_pipeline.input_fn_builder([path], 2, SEQ, PRED, is_training=False,
-                                           vocab_size=VOCAB))
+    _drain(input_pipeline.input_fn_builder(input_pipeline.InputPlan([path], LAYOUT,
+        is_training=False, vocab_size=VOCAB), 2))
   assert records.pipeline_problem(raised.value).startswith(
       "%s: record 2: token id %d in masked_lm_ids is outside" % (path, VOCAB))
 
@@ -136,7 +138,8 @@ def test_pipeline_without_vocab_size_yields_the_same_batches(tmp_path):
   expected = [_batch(0, 5), _batch(1, 6)]
   expected[1]["input_ids"][-1, 1] = LARGEST_ID
   with tf.Graph().as_default():
-    input_fn = input_pipeline.input_fn_builder(paths, 11, SEQ, PRED, is_training=False)
+    input_fn = input_pipeline.input_fn_builder(input_pipeline.InputPlan(paths, LAYOUT,
+        is_training=False), 11)
     batch = tf.compat.v1.data.make_one_shot_iterator(input_fn({})).get_next()
     with tf.compat.v1.Session() as session:
       got = session.run(batch)

@@ -16,6 +16,7 @@ from tests import helpers
 from tests import numpy_bert
 from utils.core import graph_names
 from utils.data import input_pipeline
+from utils.data import record_layout
 from utils.model import pretraining
 
 _tf1 = tf.compat.v1
@@ -31,6 +32,13 @@ MAX_PREDICTIONS = 4  # W of the unpacked records
 PACKED_PREDICTIONS = MAX_PREDICTIONS + MAX_SEQUENCES  # P
 # The rows: (length, predictions) of each sequence. The second row has an empty third slot.
 ROWS = [[(9, 2), (12, 3), (7, 1)], [(14, 3), (10, 2)], [(5, 1), (11, 2), (13, 3)]]
+
+
+def _layout(batch):
+  """The `record_layout.Layout` of a batch built here (packed rows are PACKED_LENGTH long)."""
+  if batch["input_ids"].shape[1] == PACKED_LENGTH:
+    return record_layout.Layout(True, PACKED_LENGTH, PACKED_PREDICTIONS, MAX_SEQUENCES)
+  return record_layout.unpacked(UNPACKED_LENGTH, MAX_PREDICTIONS)
 
 
 def _sequence(rng, length, num_predictions):
@@ -174,7 +182,8 @@ def _run(batch, weights, compute_type=tf.float32, gradients=False, **overrides):
   """
   with tf.Graph().as_default(), _encoder_overridden(**overrides):
     built = pretraining.build_pretraining_model(CONFIG, helpers.constant_features(batch),
-                                                is_training=True, compute_type=compute_type)
+                                                is_training=True, compute_type=compute_type,
+                                                layout=_layout(batch))
     fetches = {name: built[name] for name in ("mlm_log_probs", "nsp_log_probs", "mlm_loss",
                                               "nsp_loss", "total_loss")}
     fetches["sequence"] = tf.cast(built["model"].get_sequence_output(), tf.float32)
@@ -347,8 +356,10 @@ def _metrics(batch, weights):
     model = modeling.BertModel(
         config=CONFIG, is_training=False, input_ids=features["input_ids"],
         input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
-        **pretraining.packed_encoder_args(features))
-    head = pretraining.pretraining_head(CONFIG)(model, features, tf.estimator.ModeKeys.EVAL)
+        **pretraining.packed_encoder_args(features, _layout(batch)))
+    layouts = record_layout.Layouts(train=None, eval=_layout(batch))
+    head = pretraining.pretraining_head(CONFIG, layouts)(model, features,
+                                                         tf.estimator.ModeKeys.EVAL)
     metrics = head.metric_fn(*head.metric_args)
     counts = {name: graph.get_tensor_by_name(graph_names.tensor_name(name))
               for name in (graph_names.BATCH_SEQUENCES, graph_names.BATCH_TOKENS)}

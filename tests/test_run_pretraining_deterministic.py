@@ -23,6 +23,7 @@ import tensorflow as tf
 
 import pack_pretraining_data
 from tests import helpers
+from tests import test_data_input_pipeline_masks as mask_tests
 from tests import test_run_pretraining as job
 from tests import test_run_pretraining_launchers as launchers
 from utils import regression
@@ -74,8 +75,17 @@ def data(tmp_path_factory):
   pack_pretraining_data.pack_files(
       sorted(str(p) for p in short_dir.glob("*.tfrecord")),
       [str(packed_dir / ("part-%d.tfrecord" % index)) for index in range(2)], num_workers=1)
+  # Records without masks (the pipeline draws them), two files, and the model's vocabulary.
+  unmasked_dir = root / "unmasked"
+  unmasked_dir.mkdir()
+  for index in range(2):
+    batch = helpers.random_batch(rng, 24, SEQ, CONFIG["vocab_size"], PRED)
+    helpers.write_batch_records(unmasked_dir / ("part-%d.tfrecord" % index),
+                                {k: v for k, v in batch.items() if k not in mask_tests.MASKED})
+  vocab_file = mask_tests.write_vocab(root / "vocab.txt", size=CONFIG["vocab_size"])
   return {"root": root, "configs": configs, "train_dir": str(train_dir),
-          "packed_dir": str(packed_dir)}
+          "packed_dir": str(packed_dir), "unmasked_dir": str(unmasked_dir),
+          "vocab_file": vocab_file}
 
 
 def command(data, out, launcher=(), config="dropout", **overrides):
@@ -362,6 +372,26 @@ def test_killed_run_resumes_exactly(fp16_runs):
   restart = assert_resumed_exactly(fp16_runs)
   assert 10 <= restart < UPDATES and restart % 5 == 0
   assert "the input continues after" in fp16_runs["resumed_output"]
+
+
+@pytest.fixture(scope="module")
+def unmasked_runs(data, tmp_path_factory):
+  """`three_runs_one_killed` of the fp32 command on records without masks, whole words."""
+  return three_runs_one_killed(data, tmp_path_factory.mktemp("unmasked"),
+                               input_files_dir=data["unmasked_dir"], vocab_file=data["vocab_file"],
+                               whole_word_masking=True)
+
+
+def test_masks_drawn_in_the_pipeline_rerun_and_resume_bit_for_bit(data, unmasked_runs, tmp_path):
+  # 48 records, 4 a micro-step pair: the 50 updates read 4 epochs, each with new masks drawn from
+  # (seed, record, epoch); the resumed run skips the records done and draws the same ones.
+  assert_same_losses(unmasked_runs["a"] / "bert_dllog.json",
+                     unmasked_runs["b"] / "bert_dllog.json",
+                     command(data, "OUT", input_files_dir=data["unmasked_dir"]), tmp_path)
+  restart = assert_resumed_exactly(unmasked_runs)
+  assert 10 <= restart < UPDATES and restart % 5 == 0
+  assert ("Training on 2 file(s) of unpacked records (%d tokens, no masks: %d predictions drawn)"
+          % (SEQ, PRED)) in unmasked_runs["a_output"]
 
 
 # Every precision, and both places of the allreduce (every micro-step, or once per update after

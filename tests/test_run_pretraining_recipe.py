@@ -1,7 +1,8 @@
 """The recipe's levers end to end (docs/TRAINING.md, "Recipe levers"): run_pretraining.py with
 --pretraining_dropout=0, --nonext_sentence_loss, --lr_schedule=linear, --warmup_fraction,
 --adam_beta2 and --adam_epsilon under horovodrun with accumulation and fp16 on records without
-next_sentence_labels, and on packed rows in bf16 under the TPUEstimator's CPU path; the launcher
+next_sentence_labels (and without masks: drawn with --vocab_file, --masked_lm_prob and
+--whole_word_masking, beside evaluation records that hold theirs), and on packed rows in bf16 under the TPUEstimator's CPU path; the launcher
 passes them to both phases; bad values exit 2 naming the flag. What each lever computes is
 tested in process in test_training_recipe.py.
 """
@@ -13,6 +14,7 @@ import pytest
 
 import run_pretraining
 from tests import helpers
+from tests import test_data_input_pipeline_masks as mask_tests
 from tests import test_run_pretraining as job
 from tests import test_run_pretraining_launchers as launchers
 from tests import test_run_pretraining_packed as packed
@@ -64,10 +66,29 @@ def unlabelled(tmp_path_factory):
   return str(root)
 
 
+@pytest.fixture(scope="module")
+def unmasked(tmp_path_factory):
+  """Training records without next_sentence_labels and without masks (the input pipeline draws
+  them), and the model's vocabulary."""
+  root = tmp_path_factory.mktemp("unmasked")
+  rng = np.random.RandomState(6)
+  for index in range(2):
+    batch = helpers.random_batch(rng, 24, job.SEQ, job.CONFIG["vocab_size"], job.PRED)
+    helpers.write_batch_records(root / ("part-%d.tfrecord" % index),
+                                {name: values for name, values in batch.items()
+                                 if name not in mask_tests.MASKED + ("next_sentence_labels",)})
+  vocab_file = mask_tests.write_vocab(tmp_path_factory.mktemp("vocab") / "vocab.txt",
+                                      size=job.CONFIG["vocab_size"])
+  return {"dir": str(root), "vocab_file": vocab_file}
+
+
 def test_levers_under_horovod_with_accumulation_and_fp16_on_records_without_labels(
-    job_data, unlabelled, tmp_path):
+    job_data, unlabelled, unmasked, tmp_path):
+  # Training records without masks (drawn whole words at 12%, round(32 x 0.12) = 4 a sequence),
+  # evaluation records with theirs.
   out = tmp_path / "out"
-  values = dict(LEVERS, bert_config_file=job_data["config"], input_files_dir=unlabelled,
+  values = dict(LEVERS, bert_config_file=job_data["config"], input_files_dir=unmasked["dir"],
+                vocab_file=unmasked["vocab_file"], masked_lm_prob=0.12, whole_word_masking=True,
                 eval_files_dir=unlabelled, output_dir=out, max_seq_length=job.SEQ,
                 max_predictions_per_seq=job.PRED, train_batch_size=4, eval_batch_size=4,
                 num_accumulation_steps=2, learning_rate=1e-3, num_train_steps=UPDATES,
@@ -75,8 +96,13 @@ def test_levers_under_horovod_with_accumulation_and_fp16_on_records_without_labe
                 init_loss_scale=2**10, horovod=True, do_train=True, do_eval=True,
                 max_eval_steps=2)
   horovodrun = launchers._horovodrun()  # pylint: disable=protected-access
-  job.run_job(_flags(values), launcher=horovodrun, timeout=300)
+  proc = job.run_job(_flags(values), launcher=horovodrun, timeout=300)
   _check_lever_run(out, 2e-3)  # 1e-3 per worker x 2 workers
+  output = proc.stdout + proc.stderr
+  assert ("Training on 2 file(s) of unpacked records (%d tokens, no masks: %d predictions drawn)"
+          % (job.SEQ, job.PRED)) in output
+  assert ("Running evaluation on 2 file(s) of unpacked records (%d tokens, %d predictions)"
+          % (job.SEQ, job.PRED)) in output
   values = job.checkpoint_values(out)
   # The next-sentence head and the pooler keep their initial values: no loss trains them, no
   # slots are kept for them; everything else was trained.
@@ -117,14 +143,17 @@ def test_launcher_passes_the_levers_to_both_phases():
       ["bash", launchers.LAUNCHER, "--dry_run", "--launcher", "none", "--phase1_data", "/d/128",
        "--phase2_data=/d/512", "--output_dir", "/r", "--pretraining_dropout=0",
        "--next_sentence_loss=false", "--lr_schedule=linear", "--warmup_fraction", "0.06",
-       "--adam_beta2=0.98", "--adam_epsilon=1e-6"],
+       "--adam_beta2=0.98", "--adam_epsilon=1e-6", "--vocab_file=/v/vocab.txt",
+       "--masked_lm_prob=0.3", "--whole_word_masking=true", "--mask_token_only=true"],
       capture_output=True, text=True, timeout=60)
   assert proc.returncode == 0, proc.stderr
   commands = [line[2:].split() for line in proc.stderr.splitlines() if line.startswith("+ ")]
   assert len(commands) == 2
   for command in commands:
     for flag in ("--pretraining_dropout=0", "--nonext_sentence_loss", "--lr_schedule=linear",
-                 "--warmup_fraction=0.06", "--adam_beta2=0.98", "--adam_epsilon=1e-6"):
+                 "--warmup_fraction=0.06", "--adam_beta2=0.98", "--adam_epsilon=1e-6",
+                 "--vocab_file=/v/vocab.txt", "--masked_lm_prob=0.3", "--whole_word_masking",
+                 "--mask_token_only"):
       assert flag in command, flag
     # The fraction replaces the phase's warmup steps (the two exclude each other).
     assert not any(arg.startswith("--num_warmup_steps") for arg in command)

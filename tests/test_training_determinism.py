@@ -192,10 +192,8 @@ def test_skip_records_continues_the_deterministic_stream(tmp_path):
   files = input_tests.write_files(tmp_path, [9, 9, 9, 9])
 
   def numbers(skip, batches):
-    input_fn = run_pretraining.input_fn_builder(
-        files, batch_size=5, max_seq_length=input_tests.SEQ,
-        max_predictions_per_seq=input_tests.PRED, is_training=True, deterministic=True, seed=3,
-        skip_records=skip)
+    input_fn = run_pretraining.input_fn_builder(input_tests.plan(files, is_training=True,
+        deterministic=True, seed=3, skip_records=skip), 5)
     return input_tests.record_numbers(input_tests.run_dataset(input_fn, max_batches=batches)[0])
 
   full = numbers(0, 12)
@@ -203,5 +201,4 @@ def test_skip_records_continues_the_deterministic_stream(tmp_path):
   assert numbers(20, 8) == full[20:]
   assert numbers(20, 8) != full[:40]
   with pytest.raises(ValueError, match="skip_records"):
-    run_pretraining.input_fn_builder(files, 5, input_tests.SEQ, input_tests.PRED,
-                                     is_training=True, skip_records=10)
+    run_pretraining.input_fn_builder(input_tests.plan(files, is_training=True, skip_records=10), 5)

@@ -23,6 +23,7 @@ from utils.checkpoints import contents
 from utils.checkpoints import release
 from utils.core import errors
 from utils.core import graph_names
+from utils.data import record_layout
 from utils.model import heads
 from utils.model import pretraining
 from utils.training import determinism
@@ -59,21 +60,21 @@ def _settings(precision=optimization.Precision(), accumulation=optimization.Accu
 
 
 def _build(mode, settings=None, init_checkpoint=None, config=CONFIG, head_fn=None, features=None,
-           **kwargs):
+           layouts=None, **kwargs):
   """Calls the model_fn in the default graph as the Estimator does (global step first).
 
   Returns:
     (spec, the BertModel the head was given).
   """
   seen = {}
-  head = head_fn or pretraining.pretraining_head(config)
+  head = head_fn or pretraining.pretraining_head(config, layouts)
 
   def recording_head(model, features, head_mode):
     seen["model"] = model
     return head(model, features, head_mode)
 
   model_fn = model_fn_lib.model_fn_builder(recording_head, config, init_checkpoint,
-                                           settings or _settings(), **kwargs)
+                                           settings or _settings(), layouts=layouts, **kwargs)
   _tf1.train.get_or_create_global_step()
   spec = model_fn(helpers.constant_features(BATCH if features is None else features), None, mode,
                   {})
@@ -305,8 +306,10 @@ def test_packed_rows_on_the_tpu_path_get_the_packed_metrics_and_one_hot_embeddin
          for name, values in test_data_record_layout.GOOD.items()}
   packed = {name: np.stack([value, value]) for name, value in row.items()}
   with tf.Graph().as_default():
+    layout = record_layout.layout_of(test_data_record_layout.example(
+        test_data_record_layout.GOOD))
     spec, model = _build(EVAL, _settings(distribution=optimization.Distribution(use_tpu=True)),
-                         features=packed)
+                         features=packed, layouts=record_layout.Layouts(layout, layout))
     metric_fn, metric_args = spec.eval_metrics
     # TPUEstimatorSpec checks the count against the function's arguments.
     assert metric_fn is pretraining.packed_metric_fn and len(metric_args) == 8

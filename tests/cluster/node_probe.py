@@ -20,6 +20,7 @@ import tensorflow as tf  # noqa: E402
 
 from utils.runtime import hvd_utils  # noqa: E402
 from utils.data import input_pipeline  # noqa: E402
+from utils.data import record_layout  # noqa: E402
 
 # Records drawn per data directory: many passes over a rank's share, so every record of it shows.
 DRAWS = 60
@@ -34,9 +35,9 @@ def main(out_dir, node_local_dir, seq, pred, data_dirs):
   shares = {}
   for data_dir in data_dirs:
     files = input_pipeline.resolve_input_files(input_files_dir=data_dir)
-    dataset = input_pipeline.input_fn_builder(
-        files, 1, seq, pred, is_training=True, num_workers=size, worker_index=rank,
-        deterministic=True)({})
+    plan = input_pipeline.InputPlan(files, record_layout.unpacked(seq, pred), is_training=True,
+                                    num_workers=size, worker_index=rank, deterministic=True)
+    dataset = input_pipeline.input_fn_builder(plan, 1)({})
     shares[data_dir] = [int(batch["input_ids"][0, 0]) for batch in dataset.take(DRAWS)]
   report = {
       "host": socket.gethostname(), "rank": rank, "size": size,

@@ -239,7 +239,7 @@ def add_variables(checkpoint, values):
 
 
 def check_output_dir(model_dir, model_fn, training, max_seq_length, max_predictions_per_seq,
-                     optimizer_type):
+                     optimizer_type, sequences_per_row=0):
   """Checks the newest checkpoint of `model_dir` (if any) against the job's graph.
 
   Call before the Estimator builds anything. Builds `model_fn` once in a throw-away graph (only
@@ -252,6 +252,7 @@ def check_output_dir(model_dir, model_fn, training, max_seq_length, max_predicti
     training: the job trains (TRAIN graph, with optimizer state); else it only evaluates.
     max_seq_length, max_predictions_per_seq: feature widths.
     optimizer_type: "lamb" or "adam".
+    sequences_per_row: K when the job reads packed rows of up to K sequences, else 0.
 
   Returns:
     the checkpoint that will be resumed, or None.
@@ -268,7 +269,8 @@ def check_output_dir(model_dir, model_fn, training, max_seq_length, max_predicti
   level = absl_logger.level
   absl_logger.setLevel(std_logging.ERROR)
   try:
-    model = ckpt.model_fn_variables(model_fn, mode, max_seq_length, max_predictions_per_seq)
+    model = ckpt.model_fn_variables(model_fn, mode, max_seq_length, max_predictions_per_seq,
+                                    sequences_per_row)
   finally:
     absl_logger.setLevel(level)
   decision = decide(checkpoint, ckpt.checkpoint_shapes(checkpoint), model.shapes,

@@ -151,19 +151,26 @@ def write_checkpoint(prefix, tensors):
       session.run(save, feed_dict=feeds)
 
 
-def placeholder_features(max_seq_length, max_predictions_per_seq, batch_size=1):
-  """Placeholders for the parsed features of a pretraining batch (int32 ids, float32 weights)."""
+def placeholder_features(max_seq_length, max_predictions_per_seq, batch_size=1,
+                         sequences_per_row=0):
+  """Placeholders for the parsed features of a pretraining batch (int32 ids, float32 weights);
+  with `sequences_per_row` K > 0, those of packed rows of up to K sequences."""
   def ids(width):
     return _tf1.placeholder(tf.int32, [batch_size, width])
-  return {
+  features = {
       "input_ids": ids(max_seq_length),
       "input_mask": ids(max_seq_length),
       "segment_ids": ids(max_seq_length),
       "masked_lm_positions": ids(max_predictions_per_seq),
       "masked_lm_ids": ids(max_predictions_per_seq),
       "masked_lm_weights": _tf1.placeholder(tf.float32, [batch_size, max_predictions_per_seq]),
-      "next_sentence_labels": ids(1),
+      "next_sentence_labels": ids(max(1, sequences_per_row)),
   }
+  if sequences_per_row:
+    features.update(positions=ids(max_seq_length), next_sentence_positions=ids(sequences_per_row),
+                    next_sentence_weights=_tf1.placeholder(tf.float32,
+                                                           [batch_size, sequences_per_row]))
+  return features
 
 
 class GraphVariables(object):
@@ -195,13 +202,15 @@ class GraphVariables(object):
     return dict(zip(names, values))
 
 
-def model_fn_variables(model_fn, mode, max_seq_length, max_predictions_per_seq):
+def model_fn_variables(model_fn, mode, max_seq_length, max_predictions_per_seq,
+                       sequences_per_row=0):
   """The variables the Estimator's `model_fn` creates in `mode` (TRAIN: with optimizer state).
 
   Args:
     model_fn: model_fn(features, labels, mode, params) as given to the Estimator.
     mode: tf.estimator.ModeKeys.TRAIN or EVAL.
     max_seq_length, max_predictions_per_seq: feature widths.
+    sequences_per_row: K for a model_fn of packed rows of up to K sequences, else 0.
 
   Returns:
     `GraphVariables`.
@@ -209,7 +218,8 @@ def model_fn_variables(model_fn, mode, max_seq_length, max_predictions_per_seq):
   def build():
     # The Estimator creates the global step before it calls model_fn, in every mode.
     _tf1.train.get_or_create_global_step()
-    model_fn(placeholder_features(max_seq_length, max_predictions_per_seq), None, mode, {})
+    model_fn(placeholder_features(max_seq_length, max_predictions_per_seq,
+                                  sequences_per_row=sequences_per_row), None, mode, {})
   return GraphVariables(build)
 
 

@@ -1,11 +1,16 @@
 """The pretraining input pipeline: the record format, input file lists, per-worker sharding and the
-Estimator `input_fn`.
+Estimator `input_fn`, which draws the masks of records that hold none (`dynamic_masks`).
+
+  plan = InputPlan(files, layout, is_training=True, num_workers=..., worker_index=..., ...)
+  input_fn = input_fn_builder(plan, batch_size)   # input_fn(params) -> tf.data.Dataset
 
 A pretraining record is a `tf.train.Example` with the seven features of the original BERT release
 (see `pretraining_feature_spec`), so records written by the original generator and by ours are
-interchangeable.
+interchangeable; records made with --dynamic_masking lack the three masked_lm_* features, and the
+pipeline draws them from (seed, file, record, epoch) (`InputPlan.masking`).
 """
 
+import collections
 import os
 import random
 
@@ -13,7 +18,9 @@ from absl import logging
 import tensorflow as tf
 
 from utils.core import paths
+from utils.data import dynamic_masks
 from utils.data import record_framing
+from utils.data import record_layout
 
 # Shuffle seed of the deterministic mode when none is given (the default --seed of the scripts).
 DEFAULT_INPUT_SEED = 12345
@@ -26,7 +33,7 @@ _as_written = tf.autograph.experimental.do_not_convert
 
 
 def pretraining_feature_spec(max_seq_length, max_predictions_per_seq, max_sequences_per_pack=0,
-                             next_sentence_labels=True):
+                             next_sentence_labels=True, masks=True):
   """The features of a pretraining record, as `tf.io.parse_example` takes them.
 
   Args:
@@ -37,6 +44,8 @@ def pretraining_feature_spec(max_seq_length, max_predictions_per_seq, max_sequen
       sequences per row (docs/DATA.md, "Packed records").
     next_sentence_labels: the records must hold next_sentence_labels; False (a run without the
       next-sentence loss): they may lack it, and it is parsed as zeros then.
+    masks: the records hold the masked_lm_* features; False: records without masks (made with
+      --dynamic_masking), whose spec has none of them.
 
   Returns:
     dict name -> tf.io.FixedLenFeature: input_ids, input_mask, segment_ids int64
@@ -49,10 +58,13 @@ def pretraining_feature_spec(max_seq_length, max_predictions_per_seq, max_sequen
       "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-      "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
-      "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
-      "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
   }
+  if masks:
+    spec.update({
+        "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+        "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
+        "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
+    })
   labels = max(1, max_sequences_per_pack)
   spec["next_sentence_labels"] = tf.io.FixedLenFeature(
       [labels], tf.int64, default_value=None if next_sentence_labels else [0] * labels)
@@ -193,7 +205,8 @@ def _check_token_ids(features, paths, indices, vocab_size):
   this check such a batch would train silently on garbage.
 
   Args:
-    features: the parsed batch, int64 TOKEN_ID_FEATURES of shape [batch, length].
+    features: the parsed batch, int64 TOKEN_ID_FEATURES of shape [batch, length] (those it holds:
+      records without masks have no masked_lm_ids).
     paths: [batch] tf.string, the file of each record.
     indices: [batch] int64, each record's position in its file.
     vocab_size: int.
@@ -203,13 +216,14 @@ def _check_token_ids(features, paths, indices, vocab_size):
     <file>: record <k>: token id <id> in <feature> is outside [0, vocab_size=<n>) ...]" when the
     batch holds such an id (input_ids checked first).
   """
+  names = [name for name in TOKEN_ID_FEATURES if name in features]
   outside = {name: tf.logical_or(features[name] < 0, features[name] >= vocab_size)
-             for name in TOKEN_ID_FEATURES}
+             for name in names}
 
   def fail():
     """Builds the message of the first bad record (only run for a bad batch)."""
     messages = []
-    for name in TOKEN_ID_FEATURES:
+    for name in names:
       bad_rows = tf.reduce_any(outside[name], axis=1)
       row = tf.argmax(tf.cast(bad_rows, tf.int32))
       bad_id = tf.gather(features[name][row], tf.argmax(tf.cast(outside[name][row], tf.int32)))
@@ -217,12 +231,13 @@ def _check_token_ids(features, paths, indices, vocab_size):
           BAD_RECORD_PREFIX, paths[row], ": record ", tf.strings.as_string(indices[row]),
           ": token id ", tf.strings.as_string(bad_id), " in %s is outside [0, vocab_size=%d) "
           "(records made with another vocabulary?)" % (name, vocab_size)])))
-    (first_bad, first), (_, second) = messages
-    with tf.control_dependencies([tf.debugging.Assert(
-        False, [tf.where(first_bad, first, second)])]):
+    message = messages[-1][1]
+    for bad, text in reversed(messages[:-1]):  # the first feature with a bad id
+      message = tf.where(bad, text, message)
+    with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
       return tf.constant(False)
 
-  any_outside = tf.reduce_any([tf.reduce_any(outside[name]) for name in TOKEN_ID_FEATURES])
+  any_outside = tf.reduce_any([tf.reduce_any(outside[name]) for name in names])
   # The message is built only for a bad batch: a good one costs the comparisons and a reduction.
   return tf.cond(any_outside, fail, lambda: tf.constant(True))
 
@@ -261,15 +276,13 @@ def _records_in_order(files):
   return tf.data.Dataset.from_tensor_slices(tf.constant(files)).flat_map(_indexed_records)
 
 
-def _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic, seed,
-               shuffle_buffer_size, epoch):
+def _one_epoch(plan, files, by_record, seed, epoch):
   """Every record of this worker's shard once, in a shuffled order of epoch `epoch`.
 
   Args:
-    files, by_record, num_workers, worker_index, num_cpu_threads, deterministic: see
-      `_serialized_records`.
-    seed: int, the base seed of the shuffles.
-    shuffle_buffer_size: records in the shuffle buffer.
+    plan: the `InputPlan` (its workers, threads, determinism and shuffle buffer).
+    files, by_record: from `shard_input_files`.
+    seed: int, the base seed of this worker's shuffles.
     epoch: int64 scalar Tensor, the epoch's index.
 
   Returns:
@@ -278,58 +291,148 @@ def _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, det
   file_seed, record_seed = _epoch_seeds(seed, epoch)
   if by_record:
     # Every worker must see the files in the same order for the shards to partition the records.
-    d = _records_in_order(files).shard(num_workers, worker_index)
+    d = _records_in_order(files).shard(plan.num_workers, plan.worker_index)
   else:
     order = tf.random.experimental.stateless_shuffle(tf.constant(files), seed=file_seed)
     d = tf.data.Dataset.from_tensor_slices(order)
-    cycle_length = max(1, min(num_cpu_threads, len(files)))
-    if deterministic:  # sequential interleave: a fixed order by construction
+    cycle_length = max(1, min(plan.num_cpu_threads, len(files)))
+    if plan.deterministic:  # sequential interleave: a fixed order by construction
       d = d.interleave(_indexed_records, cycle_length=cycle_length)
     else:
       d = d.interleave(_indexed_records, cycle_length=cycle_length,
                        num_parallel_calls=cycle_length, deterministic=False)
-  return d.shuffle(buffer_size=shuffle_buffer_size, seed=record_seed)
+  return d.shuffle(buffer_size=plan.shuffle_buffer_size, seed=record_seed)
 
 
-def _serialized_records(files, by_record, num_workers, worker_index, is_training, num_cpu_threads,
-                        deterministic, seed, shuffle_buffer_size=100):
+def _with_epoch(records, epoch):
+  """The (record, file, index) elements of `records` with their epoch: (..., epoch int64)."""
+  epoch = tf.cast(epoch, tf.int64)
+  return records.map(_as_written(lambda record, path, index: (record, path, index, epoch)))
+
+
+def _serialized_records(plan, files, by_record, seed):
   """The serialised records of this worker's shard, before batching.
 
   Training reads epoch after epoch, forever: each epoch reads every record of the shard once
-  (files in a new order, interleaved `num_cpu_threads` at a time when sharded by file; records
-  shuffled in a buffer of `shuffle_buffer_size`), and the next epoch starts only when it is done, so
-  no record is read twice before every record was read once. Evaluation reads the files once, in
-  order.
+  (files in a new order, interleaved `plan.num_cpu_threads` at a time when sharded by file;
+  records shuffled in a buffer of `plan.shuffle_buffer_size`), and the next epoch starts only when
+  it is done, so no record is read twice before every record was read once. Evaluation reads the
+  files once, in order.
 
   Args:
+    plan: the `InputPlan`.
     files, by_record: from `shard_input_files`.
-    num_workers, worker_index: the workers sharing the input.
-    is_training: epochs of shuffled records (training) or the records once, in order.
-    num_cpu_threads: files read at a time (training).
-    deterministic: read the interleaved files in a fixed order.
-    seed: int, base seed of the shuffles (training).
-    shuffle_buffer_size: records in the shuffle buffer (training).
+    seed: int, base seed of this worker's shuffles (training).
 
   Returns:
-    tf.data.Dataset of (record, file, index in the file) (`_indexed_records`).
+    tf.data.Dataset of (record, file, index in the file) (`_indexed_records`), and with
+    `plan.masking` the epoch (int64; 0 for evaluation) as a fourth element.
   """
-  if not is_training:
+  if not plan.is_training:
     d = _records_in_order(files)
-    return d.shard(num_workers, worker_index) if by_record else d
+    d = d.shard(plan.num_workers, plan.worker_index) if by_record else d
+    return _with_epoch(d, 0) if plan.masking else d
 
   @_as_written
   def epoch_records(epoch):
-    return _one_epoch(files, by_record, num_workers, worker_index, num_cpu_threads, deterministic,
-                      seed, shuffle_buffer_size, epoch)
+    d = _one_epoch(plan, files, by_record, seed, epoch)
+    return _with_epoch(d, epoch) if plan.masking else d
 
   # flat_map ends one epoch's dataset before it starts the next.
   return tf.data.Dataset.range(_EPOCHS_FOREVER).flat_map(epoch_records)
 
 
-def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_per_seq,
-                     is_training, num_cpu_threads=4, num_workers=1, worker_index=0,
-                     deterministic=False, seed=None, shuffle_buffer_size=100, skip_records=0,
-                     vocab_size=None, max_sequences_per_pack=0, next_sentence_labels=True):
+# What an input function reads, and how (`input_fn_builder` takes it and the batch size):
+#   files: list of TFRecord files;
+#   layout: their `record_layout.Layout`, decided once for the file set: tokens per row, the
+#     masked_lm_* width, packed rows of up to `sequences_per_row` sequences or not;
+#   is_training: training (shuffle, repeat) or evaluation (in order, once);
+#   num_workers, worker_index: the workers sharing the input (Horovod size and rank);
+#   deterministic: seeded shuffles, one thread, the same batches on every run;
+#   seed: the job's shuffle seed (offset by `worker_index`); None: a random one, or
+#     `DEFAULT_INPUT_SEED` when `deterministic`;
+#   shuffle_buffer_size: records in the shuffle buffer (training);
+#   skip_records: deterministic training only: records of this worker's stream already consumed
+#     (a resumed run), dropped after the record shuffle, before batching, so the batches
+#     continue exactly where the checkpoint left them (still read to reproduce the shuffle, but
+#     neither parsed nor trained on);
+#   vocab_size: when given, every batch is checked: a token id outside [0, vocab_size) fails the
+#     input with an InvalidArgumentError naming the file and record ("bad input record: <file>:
+#     record <k>: ..."; `records.name_bad_input` turns it into a usage error);
+#   next_sentence_labels: False: records may lack next_sentence_labels
+#     (`pretraining_feature_spec`);
+#   num_cpu_threads: files read in parallel and parsing threads;
+#   masking: for records without masks (`layout.dynamic_masks`, `layout.predictions` the width P
+#     to draw), the `Masking` to draw them with; None for records with masks.
+InputPlan = collections.namedtuple(
+    "InputPlan", ["files", "layout", "is_training", "num_workers", "worker_index",
+                  "deterministic", "seed", "shuffle_buffer_size", "skip_records", "vocab_size",
+                  "next_sentence_labels", "num_cpu_threads", "masking"],
+    defaults=[1, 0, False, None, 100, 0, None, True, 4, None])
+
+# How the masks of records without masks are drawn: `dynamic_masks.MaskingOptions` and
+# `dynamic_masks.MaskVocabulary`. Training draws from (the job's seed, never offset by the worker,
+# file, record, epoch), evaluation from (DEFAULT_INPUT_SEED, file, record, 0): masks that depend on
+# neither the worker count, the reading order nor a resume, and evaluation masks that are the same
+# whatever the training flags.
+Masking = collections.namedtuple("Masking", ["options", "vocabulary"])
+
+
+def _feature_spec(layout, next_sentence_labels):
+  """`pretraining_feature_spec` of the records of `layout`."""
+  return pretraining_feature_spec(layout.seq_length, layout.predictions,
+                                  layout.sequences_per_row if layout.packed else 0,
+                                  next_sentence_labels, masks=not layout.dynamic_masks)
+
+
+def _with_noise(mask_seed, seq_length):
+  """The map adding each record's mask noise: (record, file, index, epoch) -> (record, file,
+  index, noise float32 [3, seq_length]) (`dynamic_masks.record_noise`)."""
+
+  @_as_written
+  def add_noise(record, path, index, epoch):
+    noise = dynamic_masks.record_noise(
+        dynamic_masks.record_seed(mask_seed, path, index, epoch), seq_length)
+    return record, path, index, noise
+
+  return add_noise
+
+
+def _mapped(d, function, plan):
+  """`d.map(function)`: one thread in deterministic mode, else parallel but handed on in order
+  (an unordered map let a batch of the next epoch overtake the last of this one, reading a record
+  twice in what should be one epoch)."""
+  if plan.deterministic:  # sequential map: one thread
+    return d.map(function)
+  return d.map(function, num_parallel_calls=max(1, plan.num_cpu_threads), deterministic=True)
+
+
+def _checked(plan):
+  """`plan` with its files as a list and its seed decided; ValueError for a plan that cannot
+  run."""
+  files = list(plan.files)
+  if not files:
+    raise ValueError("input_fn_builder: no input files")
+  if plan.skip_records and not (plan.deterministic and plan.is_training):
+    raise ValueError("input_fn_builder: skip_records (%d) needs deterministic training: another "
+                     "stream has no fixed position to resume at" % plan.skip_records)
+  if plan.layout.dynamic_masks != (plan.masking is not None):
+    raise ValueError("input_fn_builder: %s: %s" % (
+        record_layout.describe(plan.layout),
+        "the records hold their masks, a masking is for records without" if plan.masking
+        else "records without masks need a masking to draw them"))
+  if plan.layout.dynamic_masks and plan.layout.predictions < 1:
+    raise ValueError("input_fn_builder: %s: the layout holds no prediction width to draw"
+                     % record_layout.describe(plan.layout))
+  seed = plan.seed
+  if plan.deterministic and seed is None:
+    seed = DEFAULT_INPUT_SEED
+  if seed is None:  # a new order on every run
+    seed = random.SystemRandom().randrange(2**31)
+  return plan._replace(files=files, seed=seed)
+
+
+def input_fn_builder(plan, batch_size):
   """Builds the `input_fn` of the Estimator / TPUEstimator.
 
   Training: this worker's shard (see `shard_input_files`) epoch after epoch, each epoch every record
@@ -338,75 +441,54 @@ def input_fn_builder(input_files, batch_size, max_seq_length, max_predictions_pe
   drop_remainder=True (static batch shape; a batch may span two epochs), prefetched. Evaluation:
   the files in the given order, no shuffle, no repeat, every record once (the last batch may be
   smaller). Each file's record headers are walked before TF's reader opens it (`_walked_file`).
+  Records without masks (`plan.masking`) get each its noise after `skip_records`, before
+  batching, and their masks drawn after parsing (`dynamic_masks.draw_masks`: P =
+  layout.predictions).
 
   Args:
-    input_files: list of TFRecord files.
-    batch_size: examples per batch; `params["batch_size"]` overrides it when present.
-    max_seq_length: length of input_ids / input_mask / segment_ids.
-    max_predictions_per_seq: length of the masked_lm_* features.
-    is_training: training (shuffle, repeat) or evaluation (in order, once).
-    num_cpu_threads: files read in parallel and parsing threads.
-    num_workers: number of workers sharing the input (Horovod size).
-    worker_index: this worker (Horovod rank).
-    deterministic: seeded shuffles, one thread, the same batches on every run.
-    seed: shuffle seed (offset by `worker_index`); None: a random one, or `DEFAULT_INPUT_SEED`
-      when `deterministic`.
-    shuffle_buffer_size: records in the shuffle buffer (training).
-    skip_records: deterministic training only: records of this worker's stream already consumed
-      (a resumed run), dropped after the record shuffle, before batching, so the batches
-      continue exactly where the checkpoint left them. They are still read to reproduce the
-      shuffle, but neither parsed nor trained on.
-    vocab_size: when given, every batch is checked: a token id outside [0, vocab_size) fails the
-      input with an InvalidArgumentError naming the file and record ("bad input record: <file>:
-      record <k>: ..."; `records.name_bad_input` turns it into a usage error).
-    max_sequences_per_pack: 0, or K for packed records (`pretraining_feature_spec`); a batch
-      then counts rows, each of up to K sequences.
-    next_sentence_labels: False: records may lack next_sentence_labels
-      (`pretraining_feature_spec`).
+    plan: the `InputPlan`: the files, their layout, and how to read them.
+    batch_size: examples (rows, for packed records) per batch; `params["batch_size"]` overrides
+      it when present (TPUEstimator).
 
   Returns:
-    input_fn(params) -> tf.data.Dataset of dicts: input_ids, input_mask, segment_ids int32
-    [batch, max_seq_length]; masked_lm_positions, masked_lm_ids int32 and masked_lm_weights
-    float32 [batch, max_predictions_per_seq]; next_sentence_labels int32 [batch, 1]. Packed:
+    input_fn(params) -> tf.data.Dataset of dicts, with S = layout.seq_length and P =
+    layout.predictions: input_ids, input_mask, segment_ids int32 [batch, S];
+    masked_lm_positions, masked_lm_ids int32 and masked_lm_weights float32 [batch, P];
+    next_sentence_labels int32 [batch, 1]. Packed (K = layout.sequences_per_row):
     next_sentence_labels and next_sentence_positions int32, next_sentence_weights float32
-    [batch, K], positions int32 [batch, max_seq_length].
+    [batch, K], positions int32 [batch, S].
+
+  Raises:
+    ValueError: for no files, skip_records outside deterministic training, records without
+      masks without a masking (or a masking for records with masks).
   """
-  input_files = list(input_files)
-  if not input_files:
-    raise ValueError("input_fn_builder: no input files")
-  if skip_records and not (deterministic and is_training):
-    raise ValueError("input_fn_builder: skip_records (%d) needs deterministic training: another "
-                     "stream has no fixed position to resume at" % skip_records)
-  if deterministic and seed is None:
-    seed = DEFAULT_INPUT_SEED
-  if seed is None:  # a new order on every run
-    seed = random.SystemRandom().randrange(2**31)
-  shuffle_seed = seed + worker_index
+  plan = _checked(plan)
+  shuffle_seed = plan.seed + plan.worker_index
+  mask_seed = plan.seed if plan.is_training else DEFAULT_INPUT_SEED
+  layout, masking = plan.layout, plan.masking
 
   def input_fn(params):
     """Returns the dataset; `params` may carry "batch_size" (TPUEstimator)."""
     size = params.get("batch_size", batch_size) if params else batch_size
-    name_to_features = pretraining_feature_spec(max_seq_length, max_predictions_per_seq,
-                                                max_sequences_per_pack, next_sentence_labels)
-    files, by_record = shard_input_files(input_files, num_workers, worker_index)
-    d = _serialized_records(files, by_record, num_workers, worker_index, is_training,
-                            num_cpu_threads, deterministic, shuffle_seed, shuffle_buffer_size)
-    if skip_records:
-      d = d.skip(skip_records)
-    d = d.batch(size, drop_remainder=is_training)
+    name_to_features = _feature_spec(plan.layout, plan.next_sentence_labels)
+    files, by_record = shard_input_files(plan.files, plan.num_workers, plan.worker_index)
+    d = _serialized_records(plan, files, by_record, shuffle_seed)
+    if plan.skip_records:
+      d = d.skip(plan.skip_records)
+    if masking:  # each record's noise, for the records trained on only
+      d = _mapped(d, _with_noise(mask_seed, layout.seq_length), plan)
+    d = d.batch(size, drop_remainder=plan.is_training)
 
     @_as_written
-    def decode(records, paths, indices):
-      return _decode_batch(records, name_to_features, paths, indices, vocab_size)
+    def decode(records, paths, indices, *noise):
+      features = _decode_batch(records, name_to_features, paths, indices, plan.vocab_size)
+      if not masking:
+        return features
+      return dynamic_masks.draw_masks(features, noise[0], masking.options, masking.vocabulary,
+                                      layout.predictions, layout.packed)
 
-    if deterministic:  # sequential map: one thread
-      d = d.map(decode)
-    else:
-      # Parsed in parallel but handed on in order: an unordered map let a batch of the next epoch
-      # overtake the last of this one, reading a record twice in what should be one epoch.
-      d = d.map(decode, num_parallel_calls=max(1, num_cpu_threads), deterministic=True)
-    d = d.prefetch(2)
-    if deterministic:
+    d = _mapped(d, decode, plan).prefetch(2)
+    if plan.deterministic:
       options = tf.data.Options()
       options.deterministic = True
       options.threading.private_threadpool_size = 1

@@ -16,12 +16,32 @@ import numpy as np
 PACKED_ONLY = ("positions", "next_sentence_positions", "next_sentence_weights")
 
 # The layout of a file's records: packed or not; tokens per row; the masked_lm_* width
-# (max_predictions_per_seq, or a packed row's prediction capacity; 0 without masks); sequences
+# (max_predictions_per_seq, or a packed row's prediction capacity; records without masks: 0 as
+# read from a file, the width the input pipeline draws once the job has decided it); sequences
 # per row (1 unpacked); whether the records hold no masks (the input pipeline draws them: records
 # made with --dynamic_masking).
 Layout = collections.namedtuple("Layout", ["packed", "seq_length", "predictions",
                                            "sequences_per_row", "dynamic_masks"],
                                 defaults=[False])
+
+# The layouts of a job's two file sets, each decided once from its files: training and
+# evaluation (None for a set the job does not read). They agree on packing; their masks may
+# differ (training records without masks beside evaluation records with fixed ones).
+Layouts = collections.namedtuple("Layouts", ["train", "eval"])
+
+
+def unpacked(seq_length, predictions):
+  """The release's layout: one sequence of `seq_length` tokens per record, `predictions` masks."""
+  return Layout(packed=False, seq_length=seq_length, predictions=predictions,
+                sequences_per_row=1)
+
+
+def for_graph(layouts, is_training):
+  """The `Layout` a graph reads: `layouts.train` when `is_training`, else `layouts.eval`; None
+  (the release's records, one sequence each) when `layouts` is None."""
+  if layouts is None:
+    return None
+  return layouts.train if is_training else layouts.eval
 
 
 def _length(example, name):
@@ -45,10 +65,13 @@ def layout_of(example):
 
 def describe(layout):
   """A layout in words, for messages: "packed records (up to 3 sequences per row of 512 tokens,
-  83 predictions)", "unpacked records (512 tokens, 80 predictions)" or "unpacked records (128
-  tokens, no masks)"."""
+  83 predictions)", "unpacked records (512 tokens, 80 predictions)", "unpacked records (128
+  tokens, no masks)" or, once the job has chosen the width it draws, "unpacked records (128
+  tokens, no masks: 20 predictions drawn)"."""
   if layout.dynamic_masks:
     predictions = "no masks"
+    if layout.predictions:
+      predictions += ": %d predictions drawn" % layout.predictions
   else:
     predictions = "%d predictions" % layout.predictions
   if layout.packed:
@@ -88,9 +111,9 @@ def packed_row_problem(values):
 
   Args:
     values: dict feature name -> list of numbers: input_mask, positions,
-      masked_lm_positions, masked_lm_weights (absent in a row without masks: no prediction to
-      check), next_sentence_positions, next_sentence_weights (lengths already checked against
-      the layout).
+      masked_lm_positions, masked_lm_weights (absent in rows without masks),
+      next_sentence_positions, next_sentence_weights (lengths already checked against the
+      layout).
 
   Returns:
     None, or a problem in words naming the feature.
@@ -114,7 +137,7 @@ def packed_row_problem(values):
   if not np.array_equal(weights, expected_weights):
     return ("next_sentence_weights is %s, expected 1 for each of the row's %d sequences and 0 "
             "after" % (weights.tolist(), len(spans)))
-  if "masked_lm_weights" not in values:
+  if "masked_lm_weights" not in values:  # a row without masks: the pipeline draws them
     return None
   return _predictions_problem(values, spans)
 

@@ -241,7 +241,8 @@ class RecordDoesNotFitModel(ValueError):
 
 
 def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size=None,
-                  where="first record", max_sequences_per_pack=0, next_sentence_labels=True):
+                  where="first record", max_sequences_per_pack=0, next_sentence_labels=True,
+                  masks=True):
   """Raises ValueError naming `path` when a parsed example does not fit the model.
 
   Raises `RecordDoesNotFitModel` when its shapes or token ids are the model's problem.
@@ -257,9 +258,11 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
       fields must also agree with each other (`record_layout.packed_row_problem`).
     next_sentence_labels: False: the record may lack next_sentence_labels (a run without the
       next-sentence loss; `pretraining_feature_spec`).
+    masks: False for records without masks (`record_layout.Layout.dynamic_masks`): the
+      masked_lm_* features are then neither needed nor checked.
   """
   spec = pretraining_feature_spec(max_seq_length, max_predictions_per_seq,
-                                  max_sequences_per_pack, next_sentence_labels)
+                                  max_sequences_per_pack, next_sentence_labels, masks)
   expected = {name: ("float" if feature.dtype == tf.float32 else "int64", feature.shape[0])
               for name, feature in spec.items()}
   values = {}
@@ -289,7 +292,7 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
       raise RecordDoesNotFitModel("%s: feature %r of the %s has %d values, expected %d%s"
                                   % (path, name, where, len(got), length, source))
     values[name] = got
-  positions = np.asarray(values["masked_lm_positions"])
+  positions = np.asarray(values.get("masked_lm_positions", []), dtype=np.int64)
   outside = positions[(positions < 0) | (positions >= max_seq_length)]
   if outside.size:
     raise RecordDoesNotFitModel("%s: masked_lm_positions of the %s has %d, outside [0, "
@@ -299,7 +302,7 @@ def check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_
     if problem:
       raise ValueError("%s: the %s, a packed row: %s" % (path, where, problem))
   if vocab_size is not None:
-    for name in ("input_ids", "masked_lm_ids"):
+    for name in (name for name in ("input_ids", "masked_lm_ids") if name in values):
       ids = np.asarray(values[name])
       outside = ids[(ids < 0) | (ids >= vocab_size)]
       if outside.size:
@@ -317,7 +320,7 @@ def _parsed(record, path, where):
 
 
 def _record_problem(record, path, where, max_seq_length, max_predictions_per_seq, vocab_size,
-                    max_sequences_per_pack=0, next_sentence_labels=True):
+                    max_sequences_per_pack=0, next_sentence_labels=True, masks=True):
   """What is wrong with one serialised record, or None (see `check_example`)."""
   example = _parsed(record, path, where)
   if isinstance(example, str):
@@ -325,7 +328,7 @@ def _record_problem(record, path, where, max_seq_length, max_predictions_per_seq
   try:
     check_example(example, path, max_seq_length, max_predictions_per_seq, vocab_size, where=where,
                   max_sequences_per_pack=max_sequences_per_pack,
-                  next_sentence_labels=next_sentence_labels)
+                  next_sentence_labels=next_sentence_labels, masks=masks)
   except ValueError as e:
     return str(e)
   return None
@@ -349,9 +352,10 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
                       next_sentence_labels=True):
   """Pre-flight check: the first record of every input file fits the model, one layout for all.
 
-  The first file's first record says whether the job reads packed rows (`record_layout`); a
-  packed row's masked_lm_* width (its prediction capacity) and sequences per row are taken from
-  it, its length must be `max_seq_length`.
+  The first file's first record says whether the files hold packed rows and whether they hold
+  masks (`record_layout`); a packed row's masked_lm_* width (its prediction capacity) and
+  sequences per row are taken from it, its length must be `max_seq_length`. Records without
+  masks have no masked_lm_* features to check.
 
   Args:
     input_files: list of TFRecord files.
@@ -366,7 +370,8 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
     ValueError: naming the file, when it cannot be read, has no record, its first record is not a
       tf.train.Example, lacks a feature, has a feature of the wrong type or length, a masked
       position outside the sequence, a token id outside the vocabulary or packed fields that
-      disagree; naming two files when one holds packed rows and the other does not.
+      disagree; naming two files when one holds packed rows and the other does not, or one
+      holds masks and the other none.
   """
   layout = first_path = None
   for path in input_files:
@@ -379,15 +384,22 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
                        "with pack_pretraining_data.py, or none)"
                        % (first_path, record_layout.describe(layout), path,
                           record_layout.describe(found)))
+    elif found.dynamic_masks != layout.dynamic_masks:
+      raise ValueError("%s holds %s but %s holds %s: the files of one set hold masks, or none "
+                       "(make them with one --dynamic_masking setting)"
+                       % (first_path, record_layout.describe(layout), path,
+                          record_layout.describe(found)))
     predictions = layout.predictions if layout.packed else max_predictions_per_seq
     sequences = layout.sequences_per_row if layout.packed else 0
     check_example(example, path, max_seq_length, predictions, vocab_size,
-                  max_sequences_per_pack=sequences, next_sentence_labels=next_sentence_labels)
+                  max_sequences_per_pack=sequences, next_sentence_labels=next_sentence_labels,
+                  masks=not layout.dynamic_masks)
   return layout
 
 
 def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=None,
-                    vocab_size=None, max_sequences_per_pack=0, next_sentence_labels=True):
+                    vocab_size=None, max_sequences_per_pack=0, next_sentence_labels=True,
+                    masks=True):
   """Scans TFRecord files for the first record that cannot be read or parsed.
 
   TF reports a corrupt record as "corrupted record at <byte offset>", without the file; call this
@@ -398,7 +410,7 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
   Args:
     input_files: list of TFRecord files, scanned in order.
     max_seq_length, max_predictions_per_seq, vocab_size, max_sequences_per_pack,
-      next_sentence_labels: see `check_example`.
+      next_sentence_labels, masks: see `check_example`.
 
   Returns:
     None when every record is good, else a message "<file>: record <k> (0-based): <problem>", or
@@ -412,7 +424,7 @@ def find_bad_record(input_files, max_seq_length=None, max_predictions_per_seq=No
       for record in read_records(path):
         problem = check and _record_problem(record, path, "record %d" % index, max_seq_length,
                                             max_predictions_per_seq, vocab_size,
-                                            max_sequences_per_pack, next_sentence_labels)
+                                            max_sequences_per_pack, next_sentence_labels, masks)
         if problem:
           return "%s: record %d: %s" % (path, index, problem)
         index += 1
@@ -434,7 +446,8 @@ def pipeline_problem(error):
 
 
 def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_seq=None,
-                   vocab_size=None, max_sequences_per_pack=0, next_sentence_labels=True):
+                   vocab_size=None, max_sequences_per_pack=0, next_sentence_labels=True,
+                   masks=True):
   """The error to stop a job with after reading its input failed, with the bad file named.
 
   A problem the in-pipeline check named (an out-of-vocabulary token id) is taken from the error;
@@ -445,7 +458,7 @@ def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_
     error: the exception the input pipeline raised (typically `tf.errors.DataLossError`).
     input_files: the files the pipeline read.
     max_seq_length, max_predictions_per_seq, vocab_size, max_sequences_per_pack,
-      next_sentence_labels: see `find_bad_record`.
+      next_sentence_labels, masks: see `find_bad_record`.
 
   Returns:
     an `errors.UsageError` "bad input record: <file>: record <k> (0-based): <problem>", caused by
@@ -455,7 +468,7 @@ def name_bad_input(error, input_files, max_seq_length=None, max_predictions_per_
   problem = pipeline_problem(error)
   if problem is None:
     problem = find_bad_record(input_files, max_seq_length, max_predictions_per_seq, vocab_size,
-                              max_sequences_per_pack, next_sentence_labels)
+                              max_sequences_per_pack, next_sentence_labels, masks)
   if problem is None:
     return error
   named = errors.UsageError(BAD_RECORD_PREFIX + problem)

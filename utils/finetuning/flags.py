@@ -1,5 +1,6 @@
 """The flags both fine-tuning scripts take (run_squad.py, run_classifier.py), on top of
-`utils/training/flags.py`: the vocabulary, the epochs and warmup, prediction.
+`utils/training/flags.py` (which defines --vocab_file, pretraining's too): the casing, the epochs
+and warmup, prediction.
 
 Defined once, when this module is first imported; the original release's names, defaults and
 meanings. Nothing here reads a parsed value: `utils/finetuning/config.py` reads them once into a
@@ -10,7 +11,6 @@ from absl import flags
 
 from utils.training import flags as job_flags  # noqa: F401  (the shared flags come first)
 
-flags.DEFINE_string("vocab_file", None, "The vocabulary the model was pretrained with.")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case the text (uncased models).")
 flags.DEFINE_float("num_train_epochs", 3.0, "Passes over the training examples.")
 flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of the updates spent in linear warmup.")

@@ -6,13 +6,17 @@ run_pretraining.py re-exports them. Variables, shapes and fp32 numerics are the 
 (`heads.encoder_output_fp32`, `modeling.ComputePrecision.HEADS`).
 
   built = build_pretraining_model(bert_config, features, is_training=True)   # encoder + heads
-  head_fn = pretraining_head(bert_config)   # for utils/training/model_fn.py
+  head_fn = pretraining_head(bert_config, layouts)   # for utils/training/model_fn.py
+
+Whether a batch holds packed rows is never read from its feature names: the record layout
+(`utils/data/record_layout.py`) is decided once from the files and handed in.
 """
 
 import modeling
 import tensorflow as tf
 
 from utils.core import graph_names
+from utils.data import record_layout
 from utils.model import heads
 
 _tf1 = tf.compat.v1
@@ -164,7 +168,7 @@ def get_next_sentence_output(bert_config, input_tensor, labels, weights=None):
 
 
 def build_pretraining_model(bert_config, features, is_training, compute_type=tf.float32,
-                            use_one_hot_embeddings=False, dropout_key=None):
+                            use_one_hot_embeddings=False, dropout_key=None, layout=None):
   """Builds BERT with both pretraining heads on a batch of features.
 
   Args:
@@ -178,6 +182,7 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
     use_one_hot_embeddings: one-hot word embedding lookup (TPU).
     dropout_key: optional int64 Tensor [2]: stateless dropout keyed on it (see
       `modeling.BertModel`).
+    layout: the `record_layout.Layout` of the features; None: the release's (unpacked) records.
 
   Returns:
     dict with "model" (`BertModel`), "total_loss", "mlm_loss", "nsp_loss" (fp32 scalars),
@@ -188,64 +193,65 @@ def build_pretraining_model(bert_config, features, is_training, compute_type=tf.
       config=bert_config, is_training=is_training, input_ids=features["input_ids"],
       input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
       use_one_hot_embeddings=use_one_hot_embeddings, compute_type=compute_type,
-      dropout_key=dropout_key, **packed_encoder_args(features))
-  return dict(_heads_on(bert_config, model, features), model=model)
+      dropout_key=dropout_key, **packed_encoder_args(features, layout))
+  return dict(_heads_on(bert_config, model, features, layout), model=model)
 
 
-def is_packed(features):
-  """Whether a batch of features holds packed rows (docs/DATA.md, "Packed records")."""
-  return "next_sentence_positions" in features
+def _is_packed(layout):
+  """Whether `layout` (a `record_layout.Layout`, None: the release's records) is packed rows."""
+  return layout is not None and layout.packed
 
 
-def packed_encoder_args(features):
+def packed_encoder_args(features, layout):
   """The `modeling.BertModel` arguments that packed rows add; {} for unpacked features.
 
   Args:
     features: dict of Tensors; packed: positions [batch, seq] (restarting per sequence),
       input_mask [batch, seq] (sequence numbers), next_sentence_positions [batch, sequences].
+    layout: the features' `record_layout.Layout`; None: the release's records.
 
   Returns:
     dict: position_ids, packed_sequences=True and cls_positions, or {}.
   """
-  if not is_packed(features):
+  if not _is_packed(layout):
     return {}
   return dict(position_ids=features["positions"], packed_sequences=True,
               cls_positions=features["next_sentence_positions"])
 
 
-def _prediction_weights(features):
+def _prediction_weights(features, layout):
   """masked_lm_weights as 1.0 / 0.0: packed rows hold each prediction's sequence number there."""
   weights = features["masked_lm_weights"]
-  if is_packed(features):
+  if _is_packed(layout):
     return tf.cast(tf.greater(weights, 0), tf.float32)
   return weights
 
 
-def batch_counts(features):
-  """The real sequences and tokens of a batch, for the throughput log.
+def batch_counts(features, layout):
+  """The real sequences and tokens of a batch of `layout`, for the throughput log.
 
   Returns:
     (sequences, tokens): float32 scalars; unpacked rows hold one sequence each.
   """
   real_tokens = tf.reduce_sum(tf.cast(tf.greater(features["input_mask"], 0), tf.float32))
-  if is_packed(features):
+  if _is_packed(layout):
     sequences = tf.reduce_sum(tf.cast(features["next_sentence_weights"], tf.float32))
   else:
     sequences = tf.cast(tf.shape(features["input_ids"])[0], tf.float32)
   return sequences, real_tokens
 
 
-def _next_sentence_labels(features):
+def _next_sentence_labels(features, layout):
   """features["next_sentence_labels"], or zeros of its shape for features without it (a run
   without the next-sentence loss, whose records need not hold it): int32 [batch, K or 1]."""
   if "next_sentence_labels" in features:
     return features["next_sentence_labels"]
-  if is_packed(features):
+  if _is_packed(layout):
     return tf.zeros_like(features["next_sentence_positions"], dtype=tf.int32)
   return tf.zeros([tf.shape(features["input_ids"])[0], 1], tf.int32)
 
 
-def _heads_on(bert_config, model, features):
+def _heads_on(bert_config, model, features, layout):
   """Both heads on a built encoder: the dict of `build_pretraining_model` without "model".
 
   The next-sentence head is built even when a job trains without its loss (`pretraining_head`):
@@ -253,9 +259,10 @@ def _heads_on(bert_config, model, features):
   names) and the graph's random initialisers keep their order."""
   mlm_loss, mlm_per_example_loss, mlm_log_probs = get_masked_lm_output(
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
-      features["masked_lm_positions"], features["masked_lm_ids"], _prediction_weights(features))
+      features["masked_lm_positions"], features["masked_lm_ids"],
+      _prediction_weights(features, layout))
   nsp_loss, nsp_per_example_loss, nsp_log_probs = get_next_sentence_output(
-      bert_config, model.get_pooled_output(), _next_sentence_labels(features),
+      bert_config, model.get_pooled_output(), _next_sentence_labels(features, layout),
       weights=features.get("next_sentence_weights"))
   return {
       "total_loss": mlm_loss + nsp_loss,
@@ -345,11 +352,13 @@ def pretraining_losses(next_sentence_loss=True):
   return (graph_names.MLM_LOSS,)
 
 
-def pretraining_head(bert_config, next_sentence_loss=True):
+def pretraining_head(bert_config, layouts=None, next_sentence_loss=True):
   """The head of the pretraining job for `utils/training/model_fn.model_fn_builder`.
 
   Args:
     bert_config: `modeling.BertConfig`.
+    layouts: `record_layout.Layouts` of the job's files: the TRAIN graph reads `layouts.train`'s
+      batches, the EVAL graph `layouts.eval`'s (packed rows or not); None: the release's records.
     next_sentence_loss: add the next-sentence loss (the release's); False (run_pretraining.py's
       --nonext_sentence_loss): the loss is mlm_loss alone, the records' next_sentence_labels are
       not read and evaluation reports the masked-LM metrics only. The next-sentence head is built
@@ -362,23 +371,24 @@ def pretraining_head(bert_config, next_sentence_loss=True):
     metrics of `metric_fn` (or `masked_lm_metric_fn`), no predictions.
   """
 
-  def head_fn(model, features, mode):  # pylint: disable=unused-argument
-    built = _heads_on(bert_config, model, features)
+  def head_fn(model, features, mode):
+    layout = record_layout.for_graph(layouts, mode == tf.estimator.ModeKeys.TRAIN)
+    built = _heads_on(bert_config, model, features, layout)
     tf.identity(built["mlm_loss"], name=graph_names.MLM_LOSS)
     if next_sentence_loss:
       tf.identity(built["nsp_loss"], name=graph_names.NSP_LOSS)
-    sequences, tokens = batch_counts(features)
+    sequences, tokens = batch_counts(features, layout)
     tf.identity(sequences, name=graph_names.BATCH_SEQUENCES)
     tf.identity(tokens, name=graph_names.BATCH_TOKENS)
     metric_args = [built["mlm_per_example_loss"], built["mlm_log_probs"],
-                   features["masked_lm_ids"], _prediction_weights(features)]
+                   features["masked_lm_ids"], _prediction_weights(features, layout)]
     if not next_sentence_loss:
       return heads.HeadOutput(loss=built["mlm_loss"], predictions=None,
                               metric_fn=masked_lm_metric_fn, metric_args=metric_args)
     metric_args += [built["nsp_per_example_loss"], built["nsp_log_probs"],
                     features["next_sentence_labels"]]
     metrics = metric_fn
-    if is_packed(features):
+    if _is_packed(layout):
       metrics = packed_metric_fn
       metric_args.append(features["next_sentence_weights"])
     return heads.HeadOutput(loss=built["total_loss"], predictions=None, metric_fn=metrics,

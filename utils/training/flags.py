@@ -21,6 +21,10 @@ DEFAULT_SEED = 12345
 
 # Model, checkpoints and outputs.
 flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
+# Fine-tuning tokenizes with it; pretraining draws the masks of records without masks with it.
+flags.DEFINE_string("vocab_file", None,
+                    "The model's vocabulary (vocab.txt): fine-tuning tokenizes with it; "
+                    "pretraining draws the masks of records without masks with it.")
 flags.DEFINE_string("output_dir", None,
                     "Where checkpoints, summaries, records, logs and results are written.")
 flags.DEFINE_string("init_checkpoint", None,

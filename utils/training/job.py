@@ -63,11 +63,13 @@ class Model:
     dropout_seed: from `dropout_seed` (None: stateful dropout).
     training_dropout: the training graph's dropout probability instead of the configuration's
       (`model_fn_lib.with_training_dropout`), or None.
+    layouts: pretraining's `record_layout.Layouts` (packed rows or not, per graph), or None.
   """
   head_fn: typing.Callable
   bert_config: modeling.BertConfig
   dropout_seed: typing.Optional[int] = None
   training_dropout: typing.Optional[float] = None
+  layouts: typing.Optional[tuple] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +101,10 @@ class ResumeCheck:
 
   Attributes:
     max_predictions_per_seq: the masked-LM predictions per sequence of the graph.
+    sequences_per_row: K when the job reads packed rows of up to K sequences, else 0.
   """
   max_predictions_per_seq: int
+  sequences_per_row: int = 0
 
 
 def start_workers(config):
@@ -265,7 +269,7 @@ class Job:
     model_fn = model_fn_lib.model_fn_builder(
         model.head_fn, model.bert_config, init_checkpoint, training_settings(config, workers, plan),
         verbose_logging=config.verbose_logging, dropout_seed=model.dropout_seed,
-        training_dropout=model.training_dropout)
+        training_dropout=model.training_dropout, layouts=model.layouts)
     micro_steps_done = 0
     if resume_check is not None:
       micro_steps_done = check_resume(config, resume_check, output_dir, saves, model_fn)
@@ -476,7 +480,8 @@ def check_resume(config, resume_check, output_dir, saves_checkpoints, model_fn):
   try:
     checkpoint_compat.check_output_dir(output_dir, model_fn, config.do_train,
                                        config.max_seq_length,
-                                       resume_check.max_predictions_per_seq, config.optimizer_type)
+                                       resume_check.max_predictions_per_seq, config.optimizer_type,
+                                       resume_check.sequences_per_row)
   except checkpoint_compat.CheckpointMismatch as e:
     raise errors.UsageError(str(e))
   if config.do_train and saves_checkpoints:

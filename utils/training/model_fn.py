@@ -35,6 +35,7 @@ import modeling
 import optimization
 from utils.core import errors
 from utils.core import graph_names
+from utils.data import record_layout
 from utils.model import pretraining
 from utils.training import determinism
 
@@ -160,7 +161,7 @@ def _log_trainable_variables(loaded, rank):
 
 
 def model_fn_builder(head_fn, bert_config, init_checkpoint, settings, verbose_logging=False,
-                     dropout_seed=None, training_dropout=None):
+                     dropout_seed=None, training_dropout=None, layouts=None):
   """Returns the `model_fn` of an Estimator (or TPUEstimator) around `head_fn`.
 
   Args:
@@ -174,6 +175,9 @@ def model_fn_builder(head_fn, bert_config, init_checkpoint, settings, verbose_lo
       draws each dropout mask from (seed, micro-step, rank, layer, site); None: stateful dropout.
     training_dropout: None, or the hidden and attention dropout probability of the TRAIN graph
       instead of `bert_config`'s (run_pretraining.py's --pretraining_dropout).
+    layouts: pretraining's `record_layout.Layouts`: the encoder of a graph reading packed rows
+      takes their positions and sequence numbers; None: one sequence per example (every other
+      task).
 
   Returns:
     model_fn(features, labels, mode, params).
@@ -186,6 +190,7 @@ def model_fn_builder(head_fn, bert_config, init_checkpoint, settings, verbose_lo
   def model_fn(features, labels, mode, params):  # pylint: disable=unused-argument
     """Builds the graph of one mode."""
     is_training = mode == tf.estimator.ModeKeys.TRAIN
+    layout = record_layout.for_graph(layouts, is_training)
     dropout_key = advance_micro_step = None
     if is_training and dropout_seed is not None:
       dropout_key, advance_micro_step = determinism.begin_micro_step(dropout_seed, rank)
@@ -194,7 +199,7 @@ def model_fn_builder(head_fn, bert_config, init_checkpoint, settings, verbose_lo
         input_ids=features["input_ids"],
         input_mask=features["input_mask"], token_type_ids=features["segment_ids"],
         use_one_hot_embeddings=distribution.use_tpu, compute_type=precision.compute_type,
-        dropout_key=dropout_key, **pretraining.packed_encoder_args(features))
+        dropout_key=dropout_key, **pretraining.packed_encoder_args(features, layout))
     head = head_fn(model, features, mode)
     total_loss = None
     if head.loss is not None:
