@@ -35,7 +35,7 @@ SLOWEST_FIRST = (
     # tests/test_bench_quality.py's quick run.
     "tests/test_doc_commands.py",
     "tests/test_run_pretraining_deterministic.py",  # 188 s
-    "tests/test_bench_quality.py",  # about 160 s: its quick run (measured alone, under load)
+    "tests/test_bench_quality.py",  # 170 s: its quick run of every variant (alone, under load)
     # 169 s with the launchers' tests (about 50 s of it: test_run_pretraining_launchers.py).
     "tests/test_run_pretraining.py",
     # 115 s with the time-based checkpoints' tests (about 20 s of it:
