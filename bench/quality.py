@@ -26,7 +26,8 @@ Each job's schedule ends at its own budget: a short calibration job of the same 
 third left out) measures start-up and updates/s first; 5% is left for checkpoints and the ends.
 Each job saves 20 checkpoints, kept with the time each was written (seconds since the job's
 start, the start-up included); then, in one process and one graph, every checkpoint is scored on
-every held-out record (fixed 15% masks): masked-LM loss and accuracy.
+the same 2,000 held-out sequences (fixed 15% masks) spread evenly over the held-out split
+(--eval_sequences; 0: all of them): masked-LM loss and accuracy.
 
 The target is the original's final evaluation masked-LM loss, the median of its repeats; minutes
 to it are interpolated between checkpoints at the first crossing; the speed-up is the original's
@@ -39,7 +40,7 @@ The plan. No job trains a sequence twice: each reads at most 90% of its training
 output gives each job's sequences and fraction; the plan exits naming a job that would read more).
 The whole comparison fits in 100 minutes on 2 cores: the jobs take 3 B + 3 B/2 + 3 B/4 + 6 B/4 =
 6.75 B, and B is the largest budget (at most 30 minutes) for which the jobs, the calibrations (as
-measured), the evaluations (about 1.5 s per 1,000 held-out sequences and checkpoint) and the 9
+measured), the evaluations (about 2.5 s per 1,000 held-out sequences and checkpoint) and the 9
 fine-tuning runs (about a minute each, two at a time) are estimated at 100 minutes, and at which
 the original still reads under 90% of the corpus. The plan is printed with its estimated minutes
 before the first job; --budget_minutes fixes B instead.
@@ -80,6 +81,9 @@ from bench import quality_packed  # noqa: E402
 from bench import quality_plan  # noqa: E402
 from bench import quality_report  # noqa: E402
 
+# Held-out sequences each checkpoint is scored on: the 301 checkpoints of the comparison on all of
+# the corpus's 6,887 would take about an hour of the 100 minutes (bench/quality_plan.py's estimate).
+EVAL_SEQUENCES = 2000
 # Updates of a calibration job; the first third is left out of its rate (start-up effects).
 CALIBRATION_UPDATES = 60
 # A job the calibration misjudged is stopped this far past its budget: OVERRUN_FACTOR x budget +
@@ -109,6 +113,9 @@ def parse_args(argv=None):
                       help="the original's budget B, in (0, 30] (default: planned)")
   parser.add_argument("--variants", default=",".join(v.name for v in quality_plan.variants()),
                       help="comma-separated subset of the variants (default: all)")
+  parser.add_argument("--eval_sequences", type=int, default=EVAL_SEQUENCES,
+                      help="held-out sequences every checkpoint is scored on, spread evenly over "
+                           "the held-out split (0: all of them)")
   parser.add_argument("--calibration_updates", type=int, default=CALIBRATION_UPDATES,
                       help="updates of each calibration job (its first third is left out)")
   parser.add_argument("--figure", default=None, help="PNG: evaluation loss against minutes")
@@ -117,6 +124,8 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   if args.budget_minutes is not None and not 0 < args.budget_minutes <= 30:
     parser.error("--budget_minutes must be in (0, 30], got %g" % args.budget_minutes)
+  if args.eval_sequences < 0:
+    parser.error("--eval_sequences must be >= 0 (0: all), got %d" % args.eval_sequences)
   if args.calibration_updates < 6:
     parser.error("--calibration_updates must be >= 6 (its first third is left out of the rate), "
                  "got %d" % args.calibration_updates)
@@ -365,6 +374,18 @@ def run_all(variants, records, config_path, vocab_file, work_dir, plan, parallel
                                              vocab_file, work_dir, plan), runs))
 
 
+def evaluation_subset(eval_records, count):
+  """`count` of the held-out `eval_records` (dict name -> array [records, ...]) spread evenly
+  over them, first and last included, in order (every one when they are fewer or `count` is 0):
+  every checkpoint of every job is scored on the same ones."""
+  total = len(eval_records["input_ids"])
+  if not count or total <= count:
+    return eval_records
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  chosen = np.round(np.linspace(0, total - 1, count)).astype(np.int64)
+  return {name: values[chosen] for name, values in eval_records.items()}
+
+
 def evaluate_jobs(jobs, config, eval_records):
   """({job name: [(minutes, metrics)] in time order}, the random initial weights' metrics):
   every kept checkpoint after the first update (the original also saves its initial weights)
@@ -436,6 +457,8 @@ def main(argv=None):
   records = records_of(variants, data, args.output_dir)
   eval_records = evaluation.read_pretraining_records(
       list(data.eval_files), quality_plan.MAX_SEQ_LENGTH, quality_plan.MAX_PREDICTIONS)
+  held_out = len(eval_records["input_ids"])
+  eval_records = evaluation_subset(eval_records, args.eval_sequences)
   eval_sequences = len(eval_records["input_ids"])
   if args.quick:
     rates, calibration_minutes = {v.name: QUICK_RATE for v in variants}, 0.0
@@ -466,7 +489,8 @@ def main(argv=None):
       "initial_loss": round(initial["masked_lm_loss"], 4),
       "jobs": [{k: v for k, v in job.items() if k not in ("checkpoints", "keep_dir")}
                for job in jobs],
-      "corpus": {"text_mb": data.text_mb, "eval_sequences": eval_sequences,
+      "corpus": {"text_mb": data.text_mb, "held_out_sequences": held_out,
+                 "eval_sequences": eval_sequences,
                  "training_sequences": {name: r.sequences for name, r in records.items()}},
       "plan": plan, "variant_settings": {v.name: dataclasses.asdict(v) for v in variants},
       "quick": args.quick, "cpu": cpu.cpu_model_name() or "unknown",

@@ -151,10 +151,11 @@ def test_quality_plan_budgets_and_single_pass_by_hand():
 def test_quality_plan_fits_the_total_and_counts_every_part():
   variants = quality_plan.variants()
   # Jobs: 3 x 1 + 3 x 1/2 + 3 x 1/4 + 6 x 1/4 = 6.75 B; 15 jobs x 20 checkpoints + the initial
-  # weights, 2,000 sequences each at 1.5 s per 1,000; 9 fine-tuning runs two at a time (5 rounds).
+  # weights, 2,000 sequences each; 9 fine-tuning runs two at a time (5 rounds).
   minutes = quality_plan.estimated_minutes(10.0, variants, 2000, 4.0, 120.0)
-  assert minutes == {"jobs": 67.5, "evaluation": round(301 * 3.0 / 60, 1), "fine_tuning": 10.0,
-                     "calibration": 4.0, "total": round(67.5 + 301 * 3.0 / 60 + 10 + 4, 1)}
+  evaluation = 301 * 2 * quality_plan.EVAL_SECONDS_PER_1000 / 60
+  assert minutes == {"jobs": 67.5, "evaluation": round(evaluation, 1), "fine_tuning": 10.0,
+                     "calibration": 4.0, "total": round(67.5 + evaluation + 10 + 4, 1)}
   budget = quality_plan.longest_budget(variants, 2000, 4.0, 120.0)
   assert quality_plan.estimated_minutes(budget, variants, 2000, 4.0, 120.0)["total"] == (
       pytest.approx(100.0, abs=0.1))
@@ -189,6 +190,22 @@ def test_quality_plan_takes_the_tighter_of_the_time_and_the_pass_bound():
   assert fixed["jobs"]["today"] == {"budget_minutes": 2.5, "seeds": 3, "updates": 247,
                                     "sequences_per_update": 64.0, "pass_fraction": 0.3162,
                                     "updates_per_s": 2.0, "startup_s": 20.0}
+
+
+def test_quality_scores_every_checkpoint_on_the_same_evenly_spread_subset():
+  records = {"input_ids": np.arange(10)[:, None] * np.ones((1, 3), np.int64),
+             "masked_lm_weights": np.arange(10, dtype=np.float32)[:, None]}
+  subset = quality.evaluation_subset(records, 4)
+  # Indices 0, 3, 6, 9: linspace(0, 9, 4) = 0, 3, 6, 9.
+  assert subset["input_ids"][:, 0].tolist() == [0, 3, 6, 9]
+  assert subset["masked_lm_weights"][:, 0].tolist() == [0.0, 3.0, 6.0, 9.0]
+  assert quality.evaluation_subset(records, 0) is records  # 0: all of them
+  assert quality.evaluation_subset(records, 10) is records
+  five = quality.evaluation_subset(records, 5)["input_ids"][:, 0].tolist()
+  assert five == [0, 2, 4, 7, 9]  # 0, 2.25, 4.5, 6.75, 9 rounded half to even
+  assert quality.parse_args(["--output_dir=/o"]).eval_sequences == 2000
+  with pytest.raises(SystemExit):
+    quality.parse_args(["--output_dir=/o", "--eval_sequences=-1"])
 
 
 def test_quality_arguments():
