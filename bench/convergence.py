@@ -39,9 +39,14 @@ def parse_args(argv=None):
 
 def demo_config(data_dir, path):
   """bert_configs/tiny.json with the demo vocabulary's size, written to `path`."""
+  return tiny_config(os.path.join(data_dir, "vocab.txt"), path)
+
+
+def tiny_config(vocab_file, path):
+  """bert_configs/tiny.json with the size of the vocabulary `vocab_file`, written to `path`."""
   with open(os.path.join(REPO_ROOT, "bert_configs", "tiny.json")) as f:
     config = json.load(f)
-  with open(os.path.join(data_dir, "vocab.txt")) as f:
+  with open(vocab_file) as f:
     config["vocab_size"] = sum(1 for _ in f)
   with open(path, "w") as f:
     json.dump(config, f, indent=2, sort_keys=True)

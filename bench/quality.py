@@ -1,57 +1,71 @@
-"""Time to quality: what pretraining on the demo corpus buys within a wall-clock budget, and how
-soon each code gets there.
+"""Time to quality: how soon each code's pretraining reaches the loss the original release ends
+at, on a corpus no job reads twice.
 
-  PY=$(make -s python-path | tail -n1); make data
-  $PY bench/quality.py --output_dir=/tmp/quality --budget_minutes=10 \\
-      --figure=docs/quality_curves.png --result_json=docs/quality.json
+  PY=$(make -s python-path | tail -n1)
+  $PY bench/quality.py --output_dir=/tmp/quality --figure=/tmp/quality/curves.png \\
+      --result_json=/tmp/quality/result.json
 
-Three pretraining jobs on the demo data (data/demo: its training records; BERT-tiny with the demo
-vocabulary), one after the other, each for the same wall-clock budget, one process each, batch 64:
+The corpus: bench/quality_corpus.py's (docs/DATA.md, "The quality corpus": the prose of Debian's
+Python, Linux and LLVM documentation, one copy of its training split at seq 128, the held-out
+split by document with fixed 15% masks, a classification task from documents pretraining never
+reads), built once with fixed masks and once without (the same vocabulary), and cached. BERT-tiny
+(bert_configs/tiny.json with the corpus's vocabulary), batch 64, sequence 128, one process per
+job, one job after the other. The variants (bench/quality_plan.py):
 
-* `lamb_bf16`: ours, LAMB as NVIDIA's recipe, `--bf16` (on a CPU without bf16 units `lamb_fp32`:
-  there bf16 is emulated and slower);
-* `adam_fp32`: ours, fp32, AdamWeightDecay (the release's optimizer and settings);
 * `original`: the original release's `run_pretraining.py` (PyPI bert-tensorflow, through
-  tests/reference/original_bert.py; fp32, AdamWeightDecay).
+  tests/reference/original_bert.py; fp32, AdamWeightDecay 1e-3), the full budget B, 3 repeats;
+* `today`: ours as a user runs it today: LAMB 8e-3 (NVIDIA's recipe), packed rows, the precision
+  `--precision=auto` picks, fixed masks, dropout 0.1, the next-sentence loss, the recipe
+  schedule; B/2, 3 repeats;
+* `fast`: today with the budget recipes' levers: records without masks, masks drawn anew each
+  epoch at 30% (15% for evaluation), no pretraining dropout, no next-sentence loss, linear decay
+  to zero at the job's end with 6% warmup, Adam's beta2 0.98; B/4, 3 repeats;
+* one ablation per lever, `fast` with that lever as today has it; B/4, one each.
 
-Before each job a short calibration job of the same command measures its start-up and updates/s, so
-that its learning-rate schedule (warmup, then linear decay) ends at the end of the budget. Each job
-saves a checkpoint every 1/20 of its updates (--checkpoints_per_job); every checkpoint is kept with
-the time it was written (seconds since the job's start, the start-up included). Then, in one process
-and one graph, every checkpoint is evaluated on the held-out records (data/demo/seq128/eval):
-masked-LM loss and accuracy, next-sentence accuracy; the unigram baseline is the accuracy of always
-predicting the commonest masked token of those records. The first job's checkpoints at 25, 50 and
-100% of its updates (0%: its random initial weights) are fine-tuned on the demo's `stdlib` task
-(scripts/build_demo_task.py; 300 labelled sentences, 30 epochs: bench/quality_finetune.py) with
---seeds seeds each, and random weights with the same seeds.
+Each job's schedule ends at its own budget: a short calibration job of the same cost (its first
+third left out) measures start-up and updates/s first; 5% is left for checkpoints and the ends.
+Each job saves 20 checkpoints, kept with the time each was written (seconds since the job's
+start, the start-up included); then, in one process and one graph, every checkpoint is scored on
+the same 2,000 held-out sequences (fixed 15% masks) spread evenly over the held-out split
+(--eval_sequences; 0: all of them): masked-LM loss and accuracy.
 
-Packed sequences (docs/DATA.md, "Packed records"): `lamb_bf16_packed` and `lamb_fp32_packed` are
-their twins' jobs on the same training records packed by pack_pretraining_data.py into
-<output_dir>/packed_train (made once, reused when complete), `best_packed` the packed `best`; a
-packed update trains round(64 / sequences per row) rows, about 64 sequences, with the same
-learning rate and warmup fraction (bench/quality_packed.py); its calibration's updates/s is the
-log's sequences/s over those sequences per update. The comparison:
+The target is the original's final evaluation masked-LM loss, the median of its repeats; minutes
+to it are interpolated between checkpoints at the first crossing; the speed-up is the original's
+median over a variant's (and the extreme ratios of one repeat to another). A curve "still falls"
+when a least-squares line through its last quarter drops by at least 1% of the loss. The final
+checkpoints of original, today and fast are fine-tuned on the corpus's classification task, each
+with its job's seed (bench/quality_finetune.py): dev accuracy, mean and range.
 
-  $PY bench/quality.py --output_dir=/tmp/quality-packed --variants=best,best_packed
+The plan. No job trains a sequence twice: each reads at most 90% of its training split (the
+output gives each job's sequences and fraction; the plan exits naming a job that would read more).
+The whole comparison fits in 100 minutes on 2 cores: the jobs take 3 B + 3 B/2 + 3 B/4 + 6 B/4 =
+6.75 B, and B is the largest budget (at most 30 minutes) for which the jobs, the calibrations (as
+measured), the evaluations (about 2.5 s per 1,000 held-out sequences and checkpoint) and the 9
+fine-tuning runs (about a minute each, two at a time) are estimated at 100 minutes, and at which
+the original still reads under 90% of the corpus. The plan is printed with its estimated minutes
+before the first job; --budget_minutes fixes B instead.
 
-When any job is packed, each job's final checkpoint is also fine-tuned with the same seeds
-(`final_dev_accuracy`), so that packed and unpacked compare within the seeds' spread. The held-out
-evaluation reads the unpacked evaluation records for every job.
+--quick: the corpus's small build (bench/data/quality_corpus), one repeat each, 2 checkpoints and
+2 or 3 updates per job (no calibration), two jobs at a time, one fine-tuning epoch: the same code
+in a minute or two, for the tests; its figures mean nothing.
 
-Time to quality: the minutes each job takes to reach --target_loss (evaluation masked-LM loss;
-default: the lowest loss every job reaches, rounded up to 0.05), interpolated linearly between
-checkpoints. Prints the tables; with --figure draws evaluation loss against minutes. The last line
-is one JSON object (budget_minutes, mlm_accuracy, unigram_accuracy, pretrained_dev_accuracy,
-random_dev_accuracy, minutes_to_target_loss, final_dev_accuracy with a packed job, and the rest).
+The last line is one JSON object: curves ({job: [[minutes, loss], ...]}, a job named
+<variant>_seed<n>), accuracy_curves, target_loss, minutes_to_target_loss ({job: minutes}),
+variants (per variant: its budget, minutes to target, final loss and accuracy, median and range),
+speedup (fast's) and speedups (every variant's), still_falling (per job), final_dev_accuracy,
+ablations, jobs (updates, sequences read, fraction of the split), corpus, plan, variant_settings,
+cpu.
 """
 
 import argparse
+import concurrent.futures
+import dataclasses
 import glob
 import json
-import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -64,128 +78,128 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from bench import precision  # noqa: E402
 from bench import quality_finetune  # noqa: E402
 from bench import quality_packed  # noqa: E402
+from bench import quality_plan  # noqa: E402
 from bench import quality_report  # noqa: E402
 
-MAX_SEQ_LENGTH = 128
-MAX_PREDICTIONS = 20
-BATCH = 64
-# Checkpoints per job (the curve's points).
-CHECKPOINTS_PER_JOB = 20
-# Peak learning rates at batch 64: LAMB's the demo's (4e-3 per worker, 2 workers of 32);
-# AdamWeightDecay's the 1e-3 of the demo's earlier optimizer comparison (docs/FINETUNING.md).
-LEARNING_RATES = {"lamb": 8e-3, "adam": 1e-3}
-WARMUP_FRACTION = 0.1
+# Held-out sequences each checkpoint is scored on: the 301 checkpoints of the comparison on all of
+# the corpus's 6,887 would take about an hour of the 100 minutes (bench/quality_plan.py's estimate).
+EVAL_SEQUENCES = 2000
 # Updates of a calibration job; the first third is left out of its rate (start-up effects).
 CALIBRATION_UPDATES = 60
-# A job the calibration misjudged is stopped this far past the budget.
+# A job the calibration misjudged is stopped this far past its budget: OVERRUN_FACTOR x budget +
+# the slack (--quick: its jobs are mostly start-up, which a loaded box can stretch to minutes).
 OVERRUN_FACTOR = 1.15
+OVERRUN_SLACK_SECONDS = 60
+QUICK_OVERRUN_SLACK_SECONDS = 600
 CHECKPOINT_NAME = re.compile(r"^model\.ckpt-(\d+)\.index$")
-VARIANTS = ("best", "lamb_bf16", "lamb_fp32", "adam_fp32", "original", "best_packed",
-            "lamb_bf16_packed", "lamb_fp32_packed")
+
+
+# --quick: the original's budget in minutes at a nominal 1 update/s and no start-up (3 updates for
+# the original, 192 of the small corpus's 252 training sequences; 2, the fewest, for the others),
+# 2 checkpoints per job, one fine-tuning epoch.
+QUICK_BUDGET_MINUTES = 0.06
+QUICK_RATE = quality_plan.Rate(startup_s=0.0, updates_per_s=1.0)
+QUICK_CHECKPOINTS = 2
 
 
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(prog="python bench/quality.py",
                                    description=__doc__.split("\n")[0])
-  parser.add_argument("--output_dir", required=True, help="jobs, checkpoints, fine-tuning runs")
-  parser.add_argument("--data_dir", default=os.path.join(REPO_ROOT, "data", "demo"),
-                      help="the demo data (make data)")
-  parser.add_argument("--budget_minutes", type=float, default=10.0,
-                      help="wall-clock minutes of each pretraining job (at most 30)")
-  parser.add_argument("--variants", default="best,adam_fp32,original",
-                      help="comma-separated: best (lamb_bf16 or lamb_fp32 by CPU), lamb_bf16, "
-                           "lamb_fp32, adam_fp32, original, and the packed best_packed, "
-                           "lamb_bf16_packed, lamb_fp32_packed; the first is fine-tuned")
-  parser.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per start")
-  parser.add_argument("--target_loss", type=float, default=None,
-                      help="evaluation MLM loss whose time is reported (default: the lowest "
-                           "every job reaches, rounded up to 0.05)")
-  parser.add_argument("--finetune_epochs", type=int, default=None,
-                      help="fine-tuning epochs (default 30)")
-  parser.add_argument("--checkpoints_per_job", type=int, default=CHECKPOINTS_PER_JOB,
-                      help="checkpoints each job saves (the curve's points; also its fewest "
-                           "updates)")
+  parser.add_argument("--output_dir", required=True,
+                      help="jobs, checkpoints, packed records, fine-tuning runs")
+  parser.add_argument("--quick", action="store_true",
+                      help="the tiny corpus and a few updates per job, for the tests")
+  parser.add_argument("--budget_minutes", type=float, default=None,
+                      help="the original's budget B, in (0, 30] (default: planned)")
+  parser.add_argument("--variants", default=",".join(v.name for v in quality_plan.variants()),
+                      help="comma-separated subset of the variants (default: all)")
+  parser.add_argument("--eval_sequences", type=int, default=EVAL_SEQUENCES,
+                      help="held-out sequences every checkpoint is scored on, spread evenly over "
+                           "the held-out split (0: all of them)")
   parser.add_argument("--calibration_updates", type=int, default=CALIBRATION_UPDATES,
-                      help="updates of each calibration job (its first third is left out of "
-                           "the rate)")
+                      help="updates of each calibration job (its first third is left out)")
   parser.add_argument("--figure", default=None, help="PNG: evaluation loss against minutes")
   parser.add_argument("--result_json", default=None,
                       help="also write the last line's JSON object to this file")
   args = parser.parse_args(argv)
-  if not 0 < args.budget_minutes <= 30:
+  if args.budget_minutes is not None and not 0 < args.budget_minutes <= 30:
     parser.error("--budget_minutes must be in (0, 30], got %g" % args.budget_minutes)
-  if args.seeds < 1:
-    parser.error("--seeds must be >= 1, got %d" % args.seeds)
-  if args.checkpoints_per_job < 3:
-    parser.error("--checkpoints_per_job must be >= 3 (25, 50 and 100%% are fine-tuned), got %d"
-                 % args.checkpoints_per_job)
+  if args.eval_sequences < 0:
+    parser.error("--eval_sequences must be >= 0 (0: all), got %d" % args.eval_sequences)
   if args.calibration_updates < 6:
     parser.error("--calibration_updates must be >= 6 (its first third is left out of the rate), "
                  "got %d" % args.calibration_updates)
-  args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-  for variant in args.variants:
-    if variant not in VARIANTS:
-      parser.error("--variants: unknown '%s' (expected one of %s)" % (variant, ", ".join(VARIANTS)))
-  if not args.variants:
-    parser.error("--variants is empty")
+  known = {v.name: v for v in quality_plan.variants()}
+  names = [v.strip() for v in args.variants.split(",") if v.strip()]
+  for name in names:
+    if name not in known:
+      parser.error("--variants: unknown '%s' (expected some of %s)" % (name, ", ".join(known)))
+  if "original" not in names:
+    parser.error("--variants must include original (its final loss is the target)")
+  args.variants = [known[name] for name in known if name in names]
+  if args.quick:
+    args.variants = [dataclasses.replace(v, seeds=1) for v in args.variants]
   return args
 
 
-def resolve_variants(names, best_precision):
-  """`names` (list of --variants) with "best" replaced by lamb_<best_precision> ("fp32" or "bf16":
-  what `bf16_probe.auto_precision` measured to be faster here, `best_precision_here`), and
-  "best_packed" by the same name + "_packed"; each once, in order. Returns the list."""
-  best = "lamb_" + best_precision
-  aliases = {"best": best, "best_packed": best + quality_packed.SUFFIX}
-  resolved = []
-  for name in names:
-    name = aliases.get(name, name)
-    if name not in resolved:
-      resolved.append(name)
-  return resolved
+@dataclasses.dataclass(frozen=True)
+class QualityData:
+  """The corpus a comparison reads: vocab_file; train_files (fixed 15% masks) and
+  dynamic_train_files (without masks; empty when there are none); eval_files (held-out, fixed
+  masks); task_dir (the classification task); text_mb (its text, for the record)."""
+  vocab_file: str
+  train_files: tuple
+  dynamic_train_files: tuple
+  eval_files: tuple
+  task_dir: str
+  text_mb: float
 
 
-def best_precision_here(config_path):
-  """The `bf16_probe.PrecisionChoice` of "best": the model's products at this benchmark's batch
-  timed in fp32 and bf16 here (cached per machine)."""
-  import modeling  # pylint: disable=g-import-not-at-top
-  from utils.runtime import bf16_probe  # pylint: disable=g-import-not-at-top
-  shapes = bf16_probe.model_shapes(modeling.BertConfig.from_json_file(config_path), BATCH,
-                                   MAX_SEQ_LENGTH)
-  return bf16_probe.auto_precision(shapes)
+def corpus_data(quick):
+  """The quality corpus (bench/quality_corpus.py; its small one with `quick`), found in its cache
+  or built, with fixed masks and without: a QualityData. Exits when the two builds' vocabularies
+  differ (every job is scored on the same held-out records)."""
+  from bench import quality_corpus  # pylint: disable=g-import-not-at-top
+  settings = quality_corpus.QUICK_SETTINGS if quick else quality_corpus.Settings()
+  fixed = quality_corpus.build(settings)
+  dynamic = quality_corpus.build(dataclasses.replace(settings, dynamic_masking=True))
+  with open(fixed.vocab_file, "rb") as a, open(dynamic.vocab_file, "rb") as b:
+    if a.read() != b.read():
+      raise SystemExit("the corpus's two builds have different vocabularies: %s and %s"
+                       % (fixed.vocab_file, dynamic.vocab_file))
+  print(fixed.figures(), flush=True)
+
+  def files(directory):
+    return tuple(sorted(glob.glob(os.path.join(directory, "*.tfrecord"))))
+
+  return QualityData(fixed.vocab_file, files(fixed.train_record_dir),
+                     files(dynamic.train_record_dir), files(fixed.eval_record_dir),
+                     fixed.task_dir, round(fixed.text_bytes / 1e6, 2))
 
 
-def job_command(variant, config_path, data_dir, out_dir, updates,
-                checkpoints=CHECKPOINTS_PER_JOB, packed=None):
-  """argv of one pretraining job of `updates` updates, a checkpoint every 1/`checkpoints` of
-  them. A packed variant runs its twin's job on `packed` (quality_packed.PackedData, required
-  then): its directory, rows_per_batch rows an update."""
-  batch, train_dir = BATCH, os.path.join(data_dir, "seq128", "train")
-  packed_rows = quality_packed.is_packed(variant)
-  if packed_rows:
-    if packed is None:
-      raise ValueError("%s: a packed variant needs the packed data" % variant)
-    batch, train_dir = quality_packed.rows_per_batch(BATCH, packed), packed.train_dir
-  variant = quality_packed.twin(variant)
-  optimizer = "adam" if variant in ("adam_fp32", "original") else "lamb"
-  common = ["--bert_config_file=%s" % config_path, "--output_dir=%s" % out_dir,
-            "--train_batch_size=%d" % batch, "--max_seq_length=%d" % MAX_SEQ_LENGTH,
-            "--max_predictions_per_seq=%d" % MAX_PREDICTIONS,
-            "--num_train_steps=%d" % updates,
-            "--num_warmup_steps=%d" % max(1, int(updates * WARMUP_FRACTION)),
-            "--learning_rate=%g" % LEARNING_RATES[optimizer],
-            "--save_checkpoints_steps=%d" % max(1, updates // checkpoints)]
-  if variant == "original":
-    return [sys.executable, "-m", "tests.reference.original_bert", "run_pretraining", "--",
-            "--input_file=%s" % os.path.join(train_dir, "*.tfrecord"), "--do_train=true"] + common
-  argv = [sys.executable, os.path.join(REPO_ROOT, "run_pretraining.py"),
-          "--input_files_dir=%s" % train_dir, "--do_train", "--optimizer_type=%s" % optimizer,
-          "--display_loss_steps=1", "--keep_checkpoint_max=%d" % (checkpoints + 2)]
-  if variant == "lamb_bf16":
-    argv.append("--bf16")
-  if packed_rows:
-    argv.append("--enable_packed_data_mode")  # the job refuses records that are not packed
-  return argv + common
+def records_of(variants, data, output_dir):
+  """{variant name: quality_plan.Records} of the training records each of `variants` reads: the
+  fixed or dynamic files of `data` (QualityData), packed once under `output_dir` for a packed
+  variant. Exits naming a variant whose records the corpus lacks."""
+  plain = {}
+  for dynamic, files in ((False, data.train_files), (True, data.dynamic_train_files)):
+    if files and any(v.dynamic_masks == dynamic for v in variants):
+      plain[dynamic] = quality_plan.Records(os.path.dirname(files[0]), files,
+                                            quality_packed.count_records(files))
+  chosen, packed = {}, {}
+  for variant in variants:
+    if variant.dynamic_masks not in plain:
+      raise SystemExit("%s: the corpus has no training records %s masks" % (
+          variant.name, "without" if variant.dynamic_masks else "with"))
+    records = plain[variant.dynamic_masks]
+    if variant.packed:
+      key = variant.dynamic_masks
+      if key not in packed:
+        packed[key] = quality_packed.prepare(list(records.files), output_dir,
+                                             "packed_dynamic" if key else "packed_train")
+      records = packed[key]
+    chosen[variant.name] = records
+  return chosen
 
 
 class CheckpointKeeper(object):
@@ -238,68 +252,98 @@ class CheckpointKeeper(object):
       self.kept[update] = written - self._start
 
 
-def sequences_per_update(variant, packed=None):
-  """Sequences an update of `variant` trains: BATCH; a packed variant's rows x the sequences per
-  row of `packed` (quality_packed.PackedData)."""
-  return quality_packed.sequences_per_update(
-      BATCH, packed if quality_packed.is_packed(variant) else None)
-
-
-def update_rate(sequences_per_second, variant, packed=None):
-  """The updates per second of `variant` measured at `sequences_per_second` (the run log's
-  throughput_train, which counts a packed row's sequences): over its sequences per update."""
-  return sequences_per_second / sequences_per_update(variant, packed)
-
-
-def calibrate(variant, config_path, data_dir, work_dir, updates, checkpoints, packed=None):
-  """(start-up seconds, updates per second) of `variant`: a job of `updates` updates saving
-  `checkpoints` checkpoints, measured as bench/precision.py measures (the median per-update rate
-  after the first third); `packed`: the packed data of a packed variant."""
-  out_dir = os.path.join(work_dir, "calibration_%s" % variant)
-  argv = job_command(variant, config_path, data_dir, out_dir, updates, checkpoints, packed)
+def calibrate(variant, records, config_path, vocab_file, work_dir, updates):
+  """quality_plan.Rate of `variant` on `records`: a job of `updates` updates, measured as
+  bench/precision.py measures (the median per-update rate after the first third)."""
+  out_dir = os.path.join(work_dir, "calibration_%s" % variant.name)
+  argv = quality_plan.job_command(variant, records, config_path, vocab_file, out_dir, updates,
+                                  checkpoints=1)
   start, stderr_lines, _ = precision.run_job(argv, {})
-  figures = argparse.Namespace(batch=BATCH, warmup=updates // 3)
-  seq_per_s, startup = precision.job_figures(
-      "original" if variant == "original" else "ours", figures, start, stderr_lines, out_dir)
+  figures = argparse.Namespace(batch=quality_plan.BATCH, warmup=updates // 3)
+  seq_per_s, startup = precision.job_figures(variant.program, figures, start, stderr_lines,
+                                             out_dir)
   shutil.rmtree(out_dir, ignore_errors=True)
-  return startup, update_rate(seq_per_s, variant, packed)
+  # The original's log counts updates of BATCH sequences; ours counts a packed row's sequences.
+  per_update = (quality_plan.BATCH if variant.program == "original"
+                else records.sequences_per_update())
+  return quality_plan.Rate(startup, seq_per_s / per_update)
 
 
-def updates_in_budget(budget_seconds, startup_seconds, updates_per_second,
-                      checkpoints=CHECKPOINTS_PER_JOB):
-  """Updates that fit in the budget after the start-up, 5% left for checkpoints and the ends;
-  at least one per checkpoint."""
-  return max(checkpoints, int(0.95 * (budget_seconds - startup_seconds) * updates_per_second))
+def calibrate_all(variants, records, config_path, vocab_file, work_dir, updates):
+  """({variant name: Rate}, minutes the calibrations took): one calibration per cost key."""
+  start, by_key, rates = time.time(), {}, {}
+  for variant in variants:
+    key = variant.cost_key()
+    if key not in by_key:
+      by_key[key] = calibrate(variant, records[variant.name], config_path, vocab_file, work_dir,
+                              updates)
+      print("%s: start-up %.1f s, %.2f updates/s" % (variant.name, by_key[key].startup_s,
+                                                     by_key[key].updates_per_s), flush=True)
+    rates[variant.name] = by_key[key]
+  return rates, (time.time() - start) / 60.0
 
 
-def run_budgeted_job(variant, config_path, data_dir, work_dir, budget_seconds, checkpoints,
-                     calibration_updates, packed=None):
-  """Calibrates (a job of `calibration_updates`), then runs the job of `variant` for the budget
-  with `checkpoints` checkpoints, keeping them; `packed`: the packed data of a packed variant.
+def make_plan(args, variants, records, rates, calibration_minutes, eval_sequences,
+              finetune_run_seconds, checkpoints):
+  """The plan (dict): the original's budget B and why, each variant's budget, updates, sequences
+  per update and fraction of its split, and the estimated minutes (`finetune_run_seconds`: one
+  fine-tuning run's estimate)."""
+  if args.quick:
+    budget, reason = QUICK_BUDGET_MINUTES, "--quick"
+  elif args.budget_minutes is not None:
+    budget, reason = args.budget_minutes, "--budget_minutes"
+  else:
+    by_time = quality_plan.longest_budget(variants, eval_sequences, calibration_minutes,
+                                          finetune_run_seconds, checkpoints=checkpoints)
+    by_pass = quality_plan.pass_bound_minutes(rates["original"], records["original"])
+    budget = min(by_time, by_pass)
+    reason = ("%g-minute bound" % quality_plan.TOTAL_MINUTES if by_time <= by_pass
+              else "the original reads %g of the corpus" % quality_plan.PASS_LIMIT)
+  jobs = {}
+  for variant in variants:
+    updates = quality_plan.job_updates(variant, budget, rates[variant.name], checkpoints)
+    jobs[variant.name] = {
+        "budget_minutes": round(variant.budget_fraction * budget, 3), "seeds": variant.seeds,
+        "updates": updates,
+        "sequences_per_update": round(records[variant.name].sequences_per_update(), 2),
+        "pass_fraction": round(quality_plan.pass_fraction(updates, records[variant.name]), 4),
+        "updates_per_s": round(rates[variant.name].updates_per_s, 3),
+        "startup_s": round(rates[variant.name].startup_s, 1)}
+  return {"budget_minutes": round(budget, 3), "budget_reason": reason, "jobs": jobs,
+          "checkpoints_per_job": checkpoints,
+          "overrun_slack_s": QUICK_OVERRUN_SLACK_SECONDS if args.quick else OVERRUN_SLACK_SECONDS,
+          "estimated_minutes": quality_plan.estimated_minutes(
+              budget, variants, eval_sequences, calibration_minutes, finetune_run_seconds,
+              checkpoints)}
+
+
+def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan):
+  """Runs one repeat of `variant` as `plan` says, keeping its checkpoints with their times.
 
   Returns:
-    dict: variant, updates, rows_per_update, sequences_per_update, startup_s (calibration's),
-    updates_per_s, seconds (the job's wall time), stopped_at_limit, checkpoints {update: seconds
-    since the job's start}, keep_dir.
+    dict: name (<variant>_seed<seed>), variant, seed, updates, sequences_read, pass_fraction,
+    seconds (its wall time), stopped_at_limit, checkpoints {update: seconds since its start},
+    keep_dir.
   """
-  startup, rate = calibrate(variant, config_path, data_dir, work_dir, calibration_updates,
-                            checkpoints, packed)
-  updates = updates_in_budget(budget_seconds, startup, rate, checkpoints)
-  job_dir = os.path.join(work_dir, variant)
-  keep_dir = os.path.join(work_dir, variant + "_checkpoints")
+  name = "%s_seed%d" % (variant.name, seed)
+  planned = plan["jobs"][variant.name]
+  job_dir = os.path.join(work_dir, name)
+  keep_dir = os.path.join(work_dir, name + "_checkpoints")
   for path in (job_dir, keep_dir):
     shutil.rmtree(path, ignore_errors=True)
-  argv = job_command(variant, config_path, data_dir, job_dir, updates, checkpoints, packed)
-  print("%s: start-up %.1f s, %.2f updates/s: %d updates in %.1f minutes" % (
-      variant, startup, rate, updates, budget_seconds / 60), flush=True)
-  log_path = os.path.join(work_dir, variant + ".log")
+  argv = quality_plan.job_command(variant, records, config_path, vocab_file, job_dir,
+                                  planned["updates"], plan["checkpoints_per_job"])
+  print("%s: %d updates in %.2f minutes" % (name, planned["updates"], planned["budget_minutes"]),
+        flush=True)
+  log_path = os.path.join(work_dir, name + ".log")
   start = time.time()
   keeper = CheckpointKeeper(job_dir, keep_dir, start)
   keeper.start()
   with open(log_path, "w") as log:
     proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
-      returncode = proc.wait(timeout=budget_seconds * OVERRUN_FACTOR + 60)
+      returncode = proc.wait(timeout=planned["budget_minutes"] * 60 * OVERRUN_FACTOR
+                             + plan["overrun_slack_s"])
       stopped = False
     except subprocess.TimeoutExpired:
       proc.kill()
@@ -310,103 +354,93 @@ def run_budgeted_job(variant, config_path, data_dir, work_dir, budget_seconds, c
   if returncode != 0 and not stopped:
     with open(log_path) as f:
       tail = f.read()[-4000:]
-    raise SystemExit("%s: the job failed (%d): %s\n%s" % (variant, returncode, " ".join(argv),
-                                                          tail))
+    raise SystemExit("%s: the job failed (%d): %s\n%s" % (name, returncode, " ".join(argv), tail))
   if not keeper.kept:
-    raise SystemExit("%s: the job kept no checkpoint: see %s" % (variant, log_path))
-  rows = (quality_packed.rows_per_batch(BATCH, packed) if quality_packed.is_packed(variant)
-          else BATCH)
-  return {"variant": variant, "updates": updates, "rows_per_update": rows,
-          "sequences_per_update": round(sequences_per_update(variant, packed), 2),
-          "startup_s": round(startup, 1),
-          "updates_per_s": round(rate, 3), "seconds": round(seconds, 1),
-          "stopped_at_limit": stopped, "checkpoints": dict(sorted(keeper.kept.items())),
-          "keep_dir": keep_dir}
+    raise SystemExit("%s: the job kept no checkpoint: see %s" % (name, log_path))
+  final = max(keeper.kept)
+  return {"name": name, "variant": variant.name, "seed": seed, "updates": final,
+          "sequences_read": int(round(final * records.sequences_per_update())),
+          "pass_fraction": round(quality_plan.pass_fraction(final, records), 4),
+          "seconds": round(seconds, 1), "stopped_at_limit": stopped,
+          "checkpoints": dict(sorted(keeper.kept.items())), "keep_dir": keep_dir}
 
 
-def minutes_to_loss(points, target):
-  """Minutes at which the curve `points` [(minutes, loss), ...] (in time order) first reaches
-  `target`, linear between points; None when it never does."""
-  previous = None
-  for minutes, loss in points:
-    if loss <= target:
-      if previous is None or previous[1] == loss:
-        return minutes
-      fraction = (previous[1] - target) / (previous[1] - loss)
-      return previous[0] + fraction * (minutes - previous[0])
-    previous = (minutes, loss)
-  return None
+def run_all(variants, records, config_path, vocab_file, work_dir, plan, parallel):
+  """Every repeat of every variant, `parallel` at a time (1: one after the other); the jobs'
+  dicts in order."""
+  runs = [(v, seed) for v in variants for seed in range(1, v.seeds + 1)]
+  with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+    return list(pool.map(lambda run: run_job(run[0], run[1], records[run[0].name], config_path,
+                                             vocab_file, work_dir, plan), runs))
 
 
-def default_target(curves):
-  """The lowest evaluation loss every curve reaches, rounded up to 0.05."""
-  reached = max(min(loss for _, loss in points) for points in curves.values())
-  return math.ceil(reached * 20 - 1e-9) / 20
+def evaluation_subset(eval_records, count):
+  """`count` of the held-out `eval_records` (dict name -> array [records, ...]) spread evenly
+  over them, first and last included, in order (every one when they are fewer or `count` is 0):
+  every checkpoint of every job is scored on the same ones."""
+  total = len(eval_records["input_ids"])
+  if not count or total <= count:
+    return eval_records
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  chosen = np.round(np.linspace(0, total - 1, count)).astype(np.int64)
+  return {name: values[chosen] for name, values in eval_records.items()}
 
 
-def curve(job, evaluations):
-  """[(minutes since the job's start, evaluation MLM loss)] of a job's checkpoints, in order."""
-  return [(job["checkpoints"][u] / 60.0, evaluations[u]["masked_lm_loss"])
-          for u in sorted(job["checkpoints"])]
-
-
-def evaluate_jobs(jobs, config, records):
-  """{variant: {update: metrics}} of every kept checkpoint, in one graph."""
+def evaluate_jobs(jobs, config, eval_records):
+  """({job name: [(minutes, metrics)] in time order}, the random initial weights' metrics):
+  every kept checkpoint after the first update (the original also saves its initial weights)
+  scored on `eval_records` in one graph."""
   from utils.model import evaluation  # pylint: disable=g-import-not-at-top
-  paths = [(job["variant"], u, os.path.join(job["keep_dir"], "model.ckpt-%d" % u))
-           for job in jobs for u in sorted(job["checkpoints"])]
-  metrics = evaluation.evaluate_checkpoints(config, records, [p for _, _, p in paths] + [None])
-  result = {job["variant"]: {} for job in jobs}
-  for (variant, update, _), values in zip(paths, metrics):
-    result[variant][update] = values
+  points = [(job["name"], seconds / 60.0, os.path.join(job["keep_dir"], "model.ckpt-%d" % u))
+            for job in jobs for u, seconds in sorted(job["checkpoints"].items()) if u > 0]
+  metrics = evaluation.evaluate_checkpoints(config, eval_records,
+                                            [path for _, _, path in points] + [None])
+  result = {job["name"]: [] for job in jobs}
+  metrics = [{key: float(value) for key, value in values.items()} for values in metrics]
+  for (name, minutes, _), values in zip(points, metrics):
+    result[name].append((minutes, values))
   return result, metrics[-1]
 
 
-def checkpoint_rows(first, chosen, initial, evaluations, dev):
-  """The first job's table: its random initial weights (`initial` metrics), then each chosen
-  {fraction: update} with its evaluation and dev accuracy (`dev` {label: spread}); a list."""
-  rows = [{"fraction": 0.0, "update": 0, "minutes": 0.0, **_rounded(initial),
-           "dev_accuracy": dev["random"]}]
-  for fraction, update in sorted(chosen.items()):
-    rows.append({"fraction": fraction, "update": update,
-                 "minutes": round(first["checkpoints"][update] / 60, 2),
-                 **_rounded(evaluations[first["variant"]][update]),
-                 "dev_accuracy": dev["%d%%" % round(fraction * 100)]})
-  return rows
-
-
-def job_summary(job, evaluations):
-  """What the result says of one job (dict): its figures, final update and its evaluation loss,
-  without the checkpoint paths."""
-  summary = {k: v for k, v in job.items() if k not in ("checkpoints", "keep_dir")}
-  summary["final_update"] = max(job["checkpoints"])
-  summary["final_mlm_loss"] = round(evaluations[job["variant"]][summary["final_update"]][
-      "masked_lm_loss"], 4)
-  return summary
-
-
-def load_eval_records(data_dir):
-  """The unpacked held-out records of `data_dir` (seq128/eval), read for `evaluation`."""
-  from utils.model import evaluation  # pylint: disable=g-import-not-at-top
-  eval_files = sorted(glob.glob(os.path.join(data_dir, "seq128", "eval", "*.tfrecord")))
-  if not eval_files:
-    raise SystemExit("no evaluation records under %s/seq128/eval: run make data" % data_dir)
-  return evaluation.read_pretraining_records(eval_files, MAX_SEQ_LENGTH, MAX_PREDICTIONS)
-
-
-def packed_data(variants, data_dir, output_dir):
-  """The packed training records (quality_packed.PackedData) when a variant is packed, else
-  None; says how they pack."""
-  if not any(map(quality_packed.is_packed, variants)):
-    return None
-  train_files = sorted(glob.glob(os.path.join(data_dir, "seq128", "train", "*.tfrecord")))
-  if not train_files:
-    raise SystemExit("no training records under %s/seq128/train: run make data" % data_dir)
-  packed = quality_packed.prepare(train_files, output_dir)
-  print("packed: %d sequences in %d rows (%.3f per row): %d rows an update" % (
-      packed.sequences, packed.rows, quality_packed.sequences_per_row(packed),
-      quality_packed.rows_per_batch(BATCH, packed)), flush=True)
-  return packed
+def summarize(variants, jobs, evaluations, plan):
+  """The result's figures (dict) from the jobs and their evaluations: curves, the target (the
+  original's median final loss), minutes to it, per-variant summaries, speed-ups, still_falling,
+  ablations."""
+  curves = {name: [(m, v["masked_lm_loss"]) for m, v in points]
+            for name, points in evaluations.items()}
+  by_variant = {v.name: [job["name"] for job in jobs if job["variant"] == v.name]
+                for v in variants}
+  final = {name: points[-1][1] for name, points in evaluations.items()}
+  # Unrounded: the original's median repeat reaches it at its last checkpoint.
+  target = statistics.median(final[n]["masked_lm_loss"] for n in by_variant["original"])
+  to_target = {name: quality_report.minutes_to_loss(points, target)
+               for name, points in curves.items()}
+  summaries = {}
+  for variant in variants:
+    names = by_variant[variant.name]
+    summaries[variant.name] = {
+        "budget_minutes": plan["jobs"][variant.name]["budget_minutes"],
+        "minutes_to_target": quality_report.spread([to_target[n] for n in names]),
+        "final_loss": quality_report.spread([final[n]["masked_lm_loss"] for n in names]),
+        "final_accuracy": quality_report.spread([final[n]["masked_lm_accuracy"]
+                                                 for n in names])}
+  speedups = {name: quality_report.speedup(summaries["original"]["minutes_to_target"]["values"],
+                                           s["minutes_to_target"]["values"])
+              for name, s in summaries.items() if name != "original"}
+  ablations = [(v.name, v.lever) for v in variants if v.lever is not None]
+  return {
+      "target_loss": round(target, 4),
+      "curves": {n: [[round(m, 3), round(l, 4)] for m, l in points]
+                 for n, points in curves.items()},
+      "accuracy_curves": {n: [[round(m, 3), round(v["masked_lm_accuracy"], 4)]
+                              for m, v in points] for n, points in evaluations.items()},
+      "minutes_to_target_loss": {n: None if m is None else round(m, 3)
+                                 for n, m in to_target.items()},
+      "variants": summaries, "speedup": speedups.get("fast"), "speedups": speedups,
+      "still_falling": {n: quality_report.still_falling(points) for n, points in curves.items()},
+      "ablations": (quality_report.ablation_rows(ablations, summaries)
+                    if ablations and "fast" in summaries else []),
+  }
 
 
 def main(argv=None):
@@ -415,69 +449,61 @@ def main(argv=None):
   from bench import convergence  # pylint: disable=g-import-not-at-top
   from utils.model import evaluation  # pylint: disable=g-import-not-at-top
   from utils.runtime import cpu  # pylint: disable=g-import-not-at-top
-  bf16_units = cpu.bf16_units()
   os.makedirs(args.output_dir, exist_ok=True)
+  data = corpus_data(args.quick)
   config_path = os.path.join(args.output_dir, "bert_config.json")
-  convergence.demo_config(args.data_dir, config_path)
-  best = best_precision_here(config_path)
-  if {"best", "best_packed"} & set(args.variants):
-    print("best: lamb_%s (%s)" % (best.precision, best.reason), flush=True)
-  variants = resolve_variants(args.variants, best.precision)
-  config = modeling.BertConfig.from_json_file(config_path)
-  records = load_eval_records(args.data_dir)
-  unigram = evaluation.unigram_accuracy(records)
-  packed = packed_data(variants, args.data_dir, args.output_dir)
-
-  budget_seconds = args.budget_minutes * 60
-  jobs = [run_budgeted_job(v, config_path, args.data_dir, args.output_dir, budget_seconds,
-                           args.checkpoints_per_job, args.calibration_updates, packed)
-          for v in variants]
-  evaluations, initial = evaluate_jobs(jobs, config, records)
-  curves = {job["variant"]: curve(job, evaluations[job["variant"]]) for job in jobs}
-  target = args.target_loss if args.target_loss is not None else default_target(curves)
-  to_target = {v: minutes_to_loss(points, target) for v, points in curves.items()}
-
-  starts, chosen, finals = quality_finetune.finetune_plan(
-      jobs, quality_finetune.FINETUNE_FRACTIONS, packed is not None)
-  dev = quality_finetune.finetune_all(starts, args.output_dir, args.data_dir, config_path,
-                                      args.seeds, args.finetune_epochs)
-  rows = checkpoint_rows(jobs[0], chosen, initial, evaluations, dev)
+  convergence.tiny_config(data.vocab_file, config_path)
+  variants = args.variants
+  records = records_of(variants, data, args.output_dir)
+  eval_records = evaluation.read_pretraining_records(
+      list(data.eval_files), quality_plan.MAX_SEQ_LENGTH, quality_plan.MAX_PREDICTIONS)
+  held_out = len(eval_records["input_ids"])
+  eval_records = evaluation_subset(eval_records, args.eval_sequences)
+  eval_sequences = len(eval_records["input_ids"])
+  if args.quick:
+    rates, calibration_minutes = {v.name: QUICK_RATE for v in variants}, 0.0
+    checkpoints = QUICK_CHECKPOINTS
+  else:
+    rates, calibration_minutes = calibrate_all(variants, records, config_path, data.vocab_file,
+                                               args.output_dir, args.calibration_updates)
+    checkpoints = quality_plan.CHECKPOINTS_PER_JOB
+  epochs = 1 if args.quick else quality_finetune.EPOCHS
+  finetune_run_seconds = quality_plan.finetune_seconds(
+      *quality_finetune.task_examples(data.task_dir), epochs)
+  plan = make_plan(args, variants, records, rates, calibration_minutes, eval_sequences,
+                   finetune_run_seconds, checkpoints)
+  quality_report.print_plan(plan)
+  quality_plan.check_single_pass({name: (job["updates"], records[name])
+                                  for name, job in plan["jobs"].items()})
+  jobs = run_all(variants, records, config_path, data.vocab_file, args.output_dir, plan,
+                 parallel=2 if args.quick else 1)
+  evaluations, initial = evaluate_jobs(jobs, modeling.BertConfig.from_json_file(config_path),
+                                       eval_records)
+  result = summarize(variants, jobs, evaluations, plan)
+  finals = {v.name: [(job["seed"], os.path.join(job["keep_dir"], "model.ckpt-%d" % job["updates"]))
+                     for job in jobs if job["variant"] == v.name]
+            for v in variants if v.lever is None}
+  result["final_dev_accuracy"] = quality_finetune.finetune_finals(
+      finals, args.output_dir, data.task_dir, data.vocab_file, config_path, epochs)
+  result.update({
+      "initial_loss": round(initial["masked_lm_loss"], 4),
+      "jobs": [{k: v for k, v in job.items() if k not in ("checkpoints", "keep_dir")}
+               for job in jobs],
+      "corpus": {"text_mb": data.text_mb, "held_out_sequences": held_out,
+                 "eval_sequences": eval_sequences,
+                 "training_sequences": {name: r.sequences for name, r in records.items()}},
+      "plan": plan, "variant_settings": {v.name: dataclasses.asdict(v) for v in variants},
+      "quick": args.quick, "cpu": cpu.cpu_model_name() or "unknown",
+      "bf16_units": cpu.bf16_units()})
   if args.figure:
-    quality_report.figure(args.figure, curves, target, args.budget_minutes)
-  last = rows[-1]
-  result = {
-      "budget_minutes": args.budget_minutes, "variant": jobs[0]["variant"],
-      "bf16_units": bf16_units, "cpu": cpu.cpu_model_name() or "unknown",
-      "best_precision": best._asdict(),
-      "mlm_accuracy": last["masked_lm_accuracy"], "mlm_loss": last["masked_lm_loss"],
-      "next_sentence_accuracy": last["next_sentence_accuracy"],
-      "unigram_accuracy": round(unigram, 4),
-      "pretrained_dev_accuracy": last["dev_accuracy"]["mean"],
-      "random_dev_accuracy": dev["random"]["mean"],
-      "checkpoints": rows, "seeds": args.seeds, "target_loss": target,
-      "minutes_to_target_loss": {v: None if m is None else round(m, 2)
-                                 for v, m in to_target.items()},
-      "jobs": [job_summary(job, evaluations) for job in jobs],
-      "curves": {v: [[round(m, 2), round(l, 4)] for m, l in points]
-                 for v, points in curves.items()},
-  }
-  if finals:
-    result["final_dev_accuracy"] = {v: dev[label] for v, label in finals.items()}
-  if packed is not None:
-    result["packed"] = {"sequences": packed.sequences, "rows": packed.rows,
-                        "sequences_per_row": round(quality_packed.sequences_per_row(packed), 4)}
+    quality_report.figure(args.figure, result["curves"], result["target_loss"],
+                          "BERT-tiny, B = %g minutes, 2 cores" % plan["budget_minutes"])
   quality_report.print_tables(result)
   if args.result_json:
     with open(args.result_json, "w") as f:
       f.write(json.dumps(result, indent=1) + "\n")
   print(json.dumps(result))
   return result
-
-
-def _rounded(metrics):
-  """The three evaluation metrics of `metrics` (dict), rounded to 4 digits."""
-  return {key: round(metrics[key], 4) for key in
-          ("masked_lm_loss", "masked_lm_accuracy", "next_sentence_accuracy")}
 
 
 if __name__ == "__main__":

@@ -1,18 +1,16 @@
-"""The packed variants of bench/quality.py: the training records packed once, and the arithmetic
-that keeps a packed job comparable with its unpacked twin.
+"""The packed records of bench/quality.py: a variant's training records packed once by
+pack_pretraining_data.py (its defaults: rows of the records' 128 tokens, up to 3 sequences each),
+counted, and reused.
 
-A packed variant (`<twin>_packed`) is its twin's job on <output_dir>/packed_train: the demo's
-training records through pack_pretraining_data.py (its defaults: rows of the records' 128 tokens,
-up to 3 sequences each). Its --train_batch_size counts rows: round(BATCH / sequences per row),
-the average counted from the records (unpacked records / packed rows), so that an update trains
-about as many sequences as the twin's. The packing is made once per output directory and reused
-when its manifest (<output_dir>/packed_train.json: the inputs' names and sizes, the counts) matches
-the inputs and every packed file is there; otherwise it is made again from nothing.
+A packed job's --train_batch_size counts rows: round(BATCH / sequences per row), the average
+counted from the records (unpacked records / packed rows), so that an update trains about as many
+sequences as an unpacked one's (`quality_plan.Records`). A packing is made once per output
+directory and name and reused when its manifest (<output_dir>/<name>.json: the inputs' names and
+sizes, the counts) matches the inputs and every packed file is there; otherwise it is made again
+from nothing.
 """
 
-import collections
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -21,43 +19,11 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-SUFFIX = "_packed"
-# The packer takes seconds on the demo's 17891 records: ten minutes means it hangs.
+from bench import quality_plan  # noqa: E402
+
+# The packer takes seconds on the demo's 17891 records and about a minute on the quality corpus:
+# ten minutes means it hangs.
 PACK_TIMEOUT_SECONDS = 600
-
-# A packed training set: its directory and files, the unpacked records (sequences) packed into it
-# and its packed rows.
-PackedData = collections.namedtuple("PackedData", ["train_dir", "files", "sequences", "rows"])
-
-
-def is_packed(variant):
-  """Whether `variant` (a resolved name, e.g. "lamb_fp32_packed") trains on packed rows."""
-  return variant.endswith(SUFFIX)
-
-
-def twin(variant):
-  """The unpacked variant whose job a packed `variant` runs ("lamb_fp32_packed" -> "lamb_fp32");
-  an unpacked variant is its own twin."""
-  return variant[:-len(SUFFIX)] if is_packed(variant) else variant
-
-
-def sequences_per_row(packed):
-  """The average sequences per packed row of `packed` (a PackedData): sequences / rows."""
-  return packed.sequences / packed.rows
-
-
-def rows_per_batch(batch, packed):
-  """Packed rows per update that hold about `batch` sequences: batch / sequences per row, to the
-  nearest integer (halves up), at least 1."""
-  return max(1, int(math.floor(batch / sequences_per_row(packed) + 0.5)))
-
-
-def sequences_per_update(batch, packed=None):
-  """Sequences an update trains: `batch` unpacked; packed (`packed` given), its rows per batch x
-  the sequences per row (the expected count: a batch's rows hold a varying number)."""
-  if packed is None:
-    return float(batch)
-  return rows_per_batch(batch, packed) * sequences_per_row(packed)
 
 
 def count_records(files):
@@ -72,8 +38,8 @@ def _signature(files):
 
 
 def _reusable(manifest_path, train_dir, input_files):
-  """The PackedData of the manifest at `manifest_path` when it was made from `input_files` as they
-  are now and all its packed files are in `train_dir`; None otherwise."""
+  """The quality_plan.Records of the manifest at `manifest_path` when it was made from
+  `input_files` as they are now and all its packed files are in `train_dir`; None otherwise."""
   try:
     with open(manifest_path) as f:
       manifest = json.load(f)
@@ -82,7 +48,8 @@ def _reusable(manifest_path, train_dir, input_files):
       return None
     if sorted(os.listdir(train_dir)) != sorted(manifest["files"]):  # a ".partial" left over
       return None
-    return PackedData(train_dir, files, int(manifest["sequences"]), int(manifest["rows"]))
+    return quality_plan.Records(train_dir, tuple(files), int(manifest["sequences"]),
+                                int(manifest["rows"]))
   except (OSError, ValueError, KeyError, TypeError):
     return None
 
@@ -105,14 +72,14 @@ def run_packer(input_files, train_dir, timeout=PACK_TIMEOUT_SECONDS):
   return [os.path.join(train_dir, os.path.basename(path)) for path in input_files]
 
 
-def prepare(input_files, output_dir):
-  """The packed training set of `input_files` (the unpacked training records) under
-  `output_dir`: reused when complete (see the module docstring), else packed and counted.
+def prepare(input_files, output_dir, name="packed_train"):
+  """The packed training set of `input_files` (unpacked training records) under `output_dir`:
+  reused when complete (see the module docstring), else packed and counted.
 
   Returns:
-    PackedData: <output_dir>/packed_train, its files, the sequences and the packed rows.
+    quality_plan.Records: <output_dir>/<name>, its files, the sequences and the packed rows.
   """
-  train_dir = os.path.join(output_dir, "packed_train")
+  train_dir = os.path.join(output_dir, name)
   manifest_path = train_dir + ".json"
   packed = _reusable(manifest_path, train_dir, input_files)
   if packed is not None:
@@ -123,7 +90,8 @@ def prepare(input_files, output_dir):
     elif os.path.exists(path):
       os.remove(path)
   files = run_packer(input_files, train_dir)
-  packed = PackedData(train_dir, files, count_records(input_files), count_records(files))
+  packed = quality_plan.Records(train_dir, tuple(files), count_records(input_files),
+                                count_records(files))
   if packed.rows == 0:
     raise SystemExit("packing wrote no rows to %s from %d records" % (train_dir, packed.sequences))
   manifest = {"inputs": _signature(input_files), "files": [os.path.basename(p) for p in files],

@@ -1,71 +1,170 @@
-"""What bench/quality.py prints and draws from its result: the checkpoints' table, the
-time-to-target table, the final checkpoints' fine-tuning table (packed comparisons) and the
-figure of evaluation loss against minutes."""
+"""What bench/quality.py computes from its curves and prints: minutes to the target loss, whether
+a curve still falls at its end, the speed-up's median and range, the tables (variants, ablations,
+the plan) and the figure of evaluation loss against minutes."""
+
+import math
+import statistics
+
+# A curve still falls at its end when a least-squares line through its last quarter drops by at
+# least this fraction of the loss (the line's value at the quarter's start).
+STILL_FALLING_DROP = 0.01
 
 
-def figure(path, curves, target, budget_minutes):
-  """Draws evaluation MLM loss against minutes, one curve per job, the target loss dashed, into
-  the PNG `path`. `curves`: {variant: [(minutes, loss), ...]}; returns nothing."""
+def minutes_to_loss(points, target):
+  """Minutes at which the curve `points` [(minutes, loss), ...] (in time order) first reaches
+  `target`, linear between points; None when it never does."""
+  previous = None
+  for minutes, loss in points:
+    if loss <= target:
+      if previous is None or previous[1] == loss:
+        return minutes
+      fraction = (previous[1] - target) / (previous[1] - loss)
+      return previous[0] + fraction * (minutes - previous[0])
+    previous = (minutes, loss)
+  return None
+
+
+def last_quarter_drop(points):
+  """The fraction of the loss a least-squares line through the last quarter of `points`
+  [(minutes, loss), ...] (its last ceil(n / 4) points, at least 2) drops over that quarter:
+  (line at the quarter's first minute - line at its last) / line at its first."""
+  tail = points[-max(2, int(math.ceil(len(points) / 4.0))):]
+  xs, ys = [m for m, _ in tail], [l for _, l in tail]
+  mean_x, mean_y = statistics.mean(xs), statistics.mean(ys)
+  spread = sum((x - mean_x) ** 2 for x in xs)
+  slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / spread if spread else 0.0
+  first = mean_y + slope * (xs[0] - mean_x)
+  return -slope * (xs[-1] - xs[0]) / first
+
+
+def still_falling(points):
+  """{"falling": whether last_quarter_drop >= STILL_FALLING_DROP, "drop": the fraction}."""
+  drop = last_quarter_drop(points)
+  return {"falling": drop >= STILL_FALLING_DROP, "drop": round(drop, 4)}
+
+
+def spread(values):
+  """{"median", "min", "max", "values"} of numbers (None where a job never reached: the median
+  and range then count only the others; all None when none did)."""
+  known = [v for v in values if v is not None]
+  if not known:
+    return {"median": None, "min": None, "max": None, "values": values}
+  return {"median": round(statistics.median(known), 4), "min": round(min(known), 4),
+          "max": round(max(known), 4), "values": values}
+
+
+def speedup(original_minutes, minutes):
+  """How many times sooner than the original a variant reaches the target: {"median": median of
+  the original's minutes / median of the variant's, "min", "max": the extreme ratios of one
+  original repeat to one of the variant's}; None when either never reached it."""
+  base = [m for m in original_minutes if m is not None]
+  ours = [m for m in minutes if m is not None]
+  if not base or not ours:
+    return None
+  return {"median": round(statistics.median(base) / statistics.median(ours), 2),
+          "min": round(min(base) / max(ours), 2), "max": round(max(base) / min(ours), 2)}
+
+
+def figure(path, curves, target, title):
+  """Draws evaluation MLM loss against minutes into the PNG `path`: one colour per variant (the
+  part of a curve name before "_seed"), every repeat drawn, the target dashed. `curves`:
+  {name: [(minutes, loss), ...]}; returns nothing."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(figsize=(7, 4.2))
-  for variant, points in curves.items():
-    axes.plot([m for m, _ in points], [l for _, l in points], marker=".", label=variant)
-  axes.axhline(target, linestyle="--", color="grey", label="target %.2f" % target)
+  fig, axes = plt.subplots(figsize=(8, 5))
+  colours = {}
+  for name, points in curves.items():
+    variant = name.split("_seed")[0]
+    first = variant not in colours
+    colour = colours.setdefault(variant, "C%d" % (len(colours) % 10))
+    axes.plot([m for m, _ in points], [l for _, l in points], marker=".", color=colour,
+              label=variant if first else None, alpha=0.8, linewidth=1)
+  axes.axhline(target, linestyle="--", color="grey", label="target %.3f" % target)
   axes.set_xlabel("minutes since the job's start (start-up included)")
   axes.set_ylabel("evaluation masked-LM loss")
-  axes.set_xlim(0, budget_minutes * 1.05)
   # The first minute's fall from ln(vocab) would flatten the part where the jobs differ.
   lowest = min(l for points in curves.values() for _, l in points)
-  axes.set_ylim(min(lowest, target) - 0.05, max(target + 0.8, lowest + 0.8))
-  axes.set_title("BERT-tiny on the demo corpus, %g-minute budget, 2 cores" % budget_minutes)
-  axes.legend()
+  axes.set_ylim(min(lowest, target) - 0.1, max(target, lowest) + 1.5)
+  axes.set_title(title)
+  axes.legend(fontsize=8)
   axes.grid(alpha=0.3)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
 
 
+def _cell(summary, digits=2):
+  """"median (min-max)" of a spread() dict, or "not reached"."""
+  if summary is None or summary["median"] is None:
+    return "not reached"
+  fmt = "%%.%df (%%.%df-%%.%df)" % (digits, digits, digits)
+  return fmt % (summary["median"], summary["min"], summary["max"])
+
+
+def print_plan(plan):
+  """Prints the plan (quality.py's plan dict: budgets, updates, passes, estimated minutes)."""
+  print("\nPlan: the original's budget B = %.2f minutes (%s); estimated %.1f minutes in all "
+        "(%s)\n" % (plan["budget_minutes"], plan["budget_reason"],
+                    plan["estimated_minutes"]["total"],
+                    ", ".join("%s %.1f" % kv for kv in plan["estimated_minutes"].items()
+                              if kv[0] != "total")))
+  print("| variant | budget (minutes) | repeats | updates | sequences/update | fraction of "
+        "its training split |")
+  print("|---|---|---|---|---|---|")
+  for name, job in plan["jobs"].items():
+    print("| %s | %.2f | %d | %d | %.1f | %.3f |" % (
+        name, job["budget_minutes"], job["seeds"], job["updates"], job["sequences_per_update"],
+        job["pass_fraction"]))
+  print(flush=True)
+
+
 def print_tables(result):
-  """Prints, in Markdown, the first job's checkpoints, the minutes to the target loss and (when
-  the result has `final_dev_accuracy`) the final checkpoints' fine-tuning; returns nothing."""
-  print("\n%s, %g-minute budget (unigram baseline accuracy %.4f)\n" % (
-      result["variant"], result["budget_minutes"], result["unigram_accuracy"]))
-  print("| checkpoint | update | minutes | eval MLM loss | MLM accuracy | NSP accuracy | "
-        "dev accuracy, mean (min-max) over %d seeds |" % result["seeds"])
-  print("|---|---|---|---|---|---|---|")
-  for row in result["checkpoints"]:
-    d = row["dev_accuracy"]
-    print("| %d%% | %d | %.1f | %.3f | %.3f | %.3f | %.3f (%.3f-%.3f) |" % (
-        round(row["fraction"] * 100), row["update"], row["minutes"], row["masked_lm_loss"],
-        row["masked_lm_accuracy"], row["next_sentence_accuracy"], d["mean"], d["min"], d["max"]))
-  print("| random weights | | | | | | %.3f |" % result["random_dev_accuracy"])
-  print("\nMinutes to an evaluation MLM loss of %.2f:\n" % result["target_loss"])
-  print("| job | rows/update | sequences/update | updates | updates/s | minutes to target | "
-        "x original |")
-  print("|---|---|---|---|---|---|---|")
-  minutes = result["minutes_to_target_loss"]
-  for job in result["jobs"]:
-    m = minutes[job["variant"]]
-    base = minutes.get("original")
-    print("| %s | %d | %.1f | %d | %.2f | %s | %s |" % (
-        job["variant"], job["rows_per_update"], job["sequences_per_update"], job["updates"],
-        job["updates_per_s"], "not reached" if m is None else "%.1f" % m,
-        "%.2f" % (base / m) if m and base else ""))
-  if "final_dev_accuracy" in result:
-    print_final_table(result)
-  print()
+  """Prints, in Markdown, each variant's minutes to the target, final loss, speed-up and
+  fine-tuned dev accuracy, then the ablation table (each lever: what fast loses without it), and
+  the curves that no longer fall; returns nothing."""
+  print("\nTarget: the original's final evaluation masked-LM loss, median of its repeats: %.4f\n"
+        % result["target_loss"])
+  print("| variant | budget (minutes) | minutes to target, median (min-max) | x original | "
+        "final eval MLM loss | fine-tuned dev accuracy, mean (min-max) |")
+  print("|---|---|---|---|---|---|")
+  for name, summary in result["variants"].items():
+    ratio = result["speedups"].get(name)
+    dev = result["final_dev_accuracy"].get(name)
+    print("| %s | %.2f | %s | %s | %s | %s |" % (
+        name, summary["budget_minutes"], _cell(summary["minutes_to_target"]),
+        "" if ratio is None else "%.2f (%.2f-%.2f)" % (ratio["median"], ratio["min"],
+                                                       ratio["max"]),
+        _cell(summary["final_loss"], 3),
+        "" if dev is None else "%.3f (%.3f-%.3f)" % (dev["mean"], dev["min"], dev["max"])))
+  print("\nAblations: fast without one lever (one repeat each; fast's median beside it)\n")
+  print("| without | job | minutes to target | vs fast | final eval MLM loss | vs fast |")
+  print("|---|---|---|---|---|---|")
+  for row in result["ablations"]:
+    print("| %s | %s | %s | %s | %.3f | %+.3f |" % (
+        row["lever"], row["variant"],
+        "not reached" if row["minutes_to_target"] is None else "%.2f" % row["minutes_to_target"],
+        "" if row["minutes_vs_fast"] is None else "%+.2f" % row["minutes_vs_fast"],
+        row["final_loss"], row["final_loss_vs_fast"]))
+  flat = [name for name, s in result["still_falling"].items() if not s["falling"]]
+  print("\nCurves still falling in their last quarter (>= %g%% of the loss): %d of %d%s\n" % (
+      100 * STILL_FALLING_DROP, len(result["still_falling"]) - len(flat),
+      len(result["still_falling"]), "; not: " + ", ".join(flat) if flat else ""))
 
 
-def print_final_table(result):
-  """Prints the fine-tuning of each job's final checkpoint (result["final_dev_accuracy"]), in
-  Markdown: mean (min-max) over the same seeds; returns nothing."""
-  print("\nFine-tuned from each job's final checkpoint, %d seeds each:\n" % result["seeds"])
-  print("| job | final update | eval MLM loss | dev accuracy, mean (min-max) |")
-  print("|---|---|---|---|")
-  for job in result["jobs"]:
-    d = result["final_dev_accuracy"][job["variant"]]
-    print("| %s | %d | %.3f | %.3f (%.3f-%.3f) |" % (
-        job["variant"], job["final_update"], job["final_mlm_loss"], d["mean"], d["min"],
-        d["max"]))
+def ablation_rows(ablations, variants):
+  """The ablation table's rows: for each (name, lever) of `ablations`, its minutes to target and
+  final loss (from `variants`, quality.py's {variant: summary}) and their differences from fast's
+  medians."""
+  fast = variants["fast"]
+  rows = []
+  for name, lever in ablations:
+    summary = variants[name]
+    minutes, loss = summary["minutes_to_target"]["median"], summary["final_loss"]["median"]
+    fast_minutes = fast["minutes_to_target"]["median"]
+    rows.append({"variant": name, "lever": lever, "minutes_to_target": minutes,
+                 "minutes_vs_fast": (None if minutes is None or fast_minutes is None
+                                     else round(minutes - fast_minutes, 2)),
+                 "final_loss": loss,
+                 "final_loss_vs_fast": round(loss - fast["final_loss"]["median"], 4)})
+  return rows

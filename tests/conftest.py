@@ -31,9 +31,11 @@ SLOWEST_FIRST = (
     # The 2-host cluster's modules, Slurm's included: one group, one worker (188 s before Slurm's
     # modules, which took 266 s and 55 s alone, half of it waiting for Slurm's timers).
     "tests/cluster",
-    # 151 s, and 177 s more for docs/FINETUNING.md's bench/quality.py block (its five jobs).
-    "tests/test_doc_commands.py",  # 330 s
+    # 151 s before docs/FINETUNING.md's bench/quality.py block (177 s) gave way to
+    # tests/test_bench_quality.py's quick run.
+    "tests/test_doc_commands.py",
     "tests/test_run_pretraining_deterministic.py",  # 188 s
+    "tests/test_bench_quality.py",  # 170 s: its quick run of every variant (alone, under load)
     # 169 s with the launchers' tests (about 50 s of it: test_run_pretraining_launchers.py).
     "tests/test_run_pretraining.py",
     # 115 s with the time-based checkpoints' tests (about 20 s of it:

@@ -1,53 +1,225 @@
-"""The time-to-quality benchmark's arithmetic (bench/quality.py and its packed, fine-tuning and
-report modules): minutes to a target loss, update budgets, the jobs each variant runs, the packed
-comparison's batches and tables.
+"""The time-to-quality benchmark (bench/quality.py and its plan, packed, fine-tuning and report
+modules): the jobs each variant runs, the plan's arithmetic, minutes to a target, the still-falling
+rule, the speed-up, and a quick run whose JSON is checked against its own curves.
 
 (Speed itself is measured by bench/, never asserted in tests.)
 """
 
+import dataclasses
 import json
 import os
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from bench import quality
+from bench import quality_corpus
 from bench import quality_finetune
 from bench import quality_packed
+from bench import quality_plan
 from bench import quality_report
 from tests import helpers
 
 
 def test_quality_minutes_to_a_loss_interpolate_between_checkpoints_by_hand():
   points = [(1.0, 6.0), (2.0, 5.0), (3.0, 4.0)]
-  assert quality.minutes_to_loss(points, 4.5) == pytest.approx(2.5)
-  assert quality.minutes_to_loss(points, 6.5) == 1.0  # already below at the first checkpoint
-  assert quality.minutes_to_loss(points, 3.9) is None
+  assert quality_report.minutes_to_loss(points, 4.5) == pytest.approx(2.5)
+  assert quality_report.minutes_to_loss(points, 6.5) == 1.0  # already below at the first point
+  assert quality_report.minutes_to_loss(points, 3.9) is None
   # The first crossing counts, not a later one: 5 -> 4.4 crosses 4.5 at 1 + 0.5 / 0.6.
   bumpy = [(1.0, 5.0), (2.0, 4.4), (3.0, 4.6), (4.0, 4.0)]
-  assert quality.minutes_to_loss(bumpy, 4.5) == pytest.approx(1 + 0.5 / 0.6)
+  assert quality_report.minutes_to_loss(bumpy, 4.5) == pytest.approx(1 + 0.5 / 0.6)
 
 
-def test_quality_default_target_is_the_lowest_loss_every_job_reaches():
-  curves = {"a": [(1, 6.0), (2, 4.12), (3, 4.2)], "b": [(1, 6.5), (2, 4.31)]}
-  # b reaches 4.31 at best, a gets below it: rounded up to 0.05, 4.35.
-  assert quality.default_target(curves) == pytest.approx(4.35)
-  assert quality.default_target({"a": [(1, 4.3)]}) == pytest.approx(4.3)
+def test_quality_still_falling_is_a_least_squares_line_over_the_last_quarter():
+  rng = np.random.RandomState(3)
+  minutes = np.linspace(0.5, 10, 20)
+  loss = 6 + 2 * np.exp(-minutes / 2) + rng.normal(0, 0.01, 20)
+  points = list(zip(minutes.tolist(), loss.tolist()))
+  tail_x, tail_y = minutes[-5:], loss[-5:]  # ceil(20 / 4) points
+  slope, intercept = np.polyfit(tail_x, tail_y, 1)
+  first, last = slope * tail_x[0] + intercept, slope * tail_x[-1] + intercept
+  assert quality_report.last_quarter_drop(points) == pytest.approx((first - last) / first)
+  # Here the tail drops by about 0.5%: not still falling at the 1% rule.
+  assert 0.001 < (first - last) / first < 0.01
+  assert quality_report.still_falling(points)["falling"] is False
+  steep = [(m, 8.0 - 0.1 * m) for m in range(1, 9)]  # 8 points: the last 2, 7.3 -> 7.2
+  assert quality_report.still_falling(steep) == {"falling": True, "drop": round(0.1 / 7.3, 4)}
+  assert quality_report.last_quarter_drop([(1, 5.0), (2, 5.1)]) == pytest.approx(-0.02)
 
 
-def test_quality_budget_updates_and_fine_tuned_checkpoints_by_hand():
-  # 600 s, 20 s of start-up, 2 updates/s: 0.95 x 580 x 2 = 1102.
-  assert quality.updates_in_budget(600, 20, 2.0) == 1102
-  assert quality.updates_in_budget(10, 20, 2.0) == quality.CHECKPOINTS_PER_JOB
-  # At least one update per checkpoint, whatever the number of checkpoints.
-  assert quality.updates_in_budget(10, 20, 2.0, checkpoints=4) == 4
-  assert quality.updates_in_budget(600, 20, 2.0, checkpoints=4) == 1102
-  job = {"updates": 1000, "keep_dir": "/k", "checkpoints": {50: 1.0, 240: 2.0, 490: 3.0,
-                                                            760: 4.0, 1000: 5.0}}
-  starts, chosen = quality_finetune.finetune_starts(job, (0.25, 0.5, 1.0))
-  assert chosen == {0.25: 240, 0.5: 490, 1.0: 1000}
-  assert starts == {"random": None, "25%": "/k/model.ckpt-240", "50%": "/k/model.ckpt-490",
-                    "100%": "/k/model.ckpt-1000"}
+def test_quality_speedup_and_spreads_by_hand():
+  assert quality_report.speedup([10.0, 12.0, 11.0], [2.0, 3.0, 2.5]) == {
+      "median": round(11.0 / 2.5, 2), "min": round(10.0 / 3.0, 2), "max": 6.0}
+  # A repeat that never reached the target is left out; none reached: no speed-up.
+  assert quality_report.speedup([10.0, None, 12.0], [None, 4.0])["median"] == 2.75
+  assert quality_report.speedup([10.0], [None]) is None
+  assert quality_report.spread([3.0, None, 1.0, 2.0]) == {
+      "median": 2.0, "min": 1.0, "max": 3.0, "values": [3.0, None, 1.0, 2.0]}
+  assert quality_report.spread([None])["median"] is None
+
+
+def _variant(name):
+  return {v.name: v for v in quality_plan.variants()}[name]
+
+
+def _argv(name, records=None, updates=400, checkpoints=20):
+  records = records or quality_plan.Records("/d", ("/d/a.tfrecord", "/d/b.tfrecord"), 100000)
+  return quality_plan.job_command(_variant(name), records, "c.json", "v.txt", "/out", updates,
+                                  checkpoints)
+
+
+def _only_in(a, b):
+  return sorted(set(a) - set(b))
+
+
+def test_quality_each_ablation_is_fast_with_one_lever_put_back():
+  fast = _argv("fast")
+  assert _only_in(_argv("fast_dropout"), fast) == []
+  assert _only_in(fast, _argv("fast_dropout")) == ["--pretraining_dropout=0"]
+  assert _only_in(_argv("fast_next_sentence"), fast) == []
+  assert _only_in(fast, _argv("fast_next_sentence")) == ["--nonext_sentence_loss"]
+  assert _only_in(fast, _argv("fast_beta2")) == ["--adam_beta2=0.98"]
+  assert _only_in(_argv("fast_recipe_schedule"), fast) == ["--num_warmup_steps=40"]
+  assert _only_in(fast, _argv("fast_recipe_schedule")) == ["--lr_schedule=linear",
+                                                            "--warmup_fraction=0.06"]
+  # 15% of 128 masked: room for 20 predictions, as the fixed records have; 30%: 39.
+  assert _only_in(_argv("fast_mask_rate_15"), fast) == ["--masked_lm_prob=0.15",
+                                                         "--max_predictions_per_seq=20"]
+  assert _only_in(fast, _argv("fast_fixed_masks")) == [
+      "--masked_lm_prob=0.3", "--max_predictions_per_seq=39", "--vocab_file=v.txt"]
+  assert _only_in(_argv("fast_fixed_masks"), fast) == ["--max_predictions_per_seq=20"]
+  # fast is today with every lever; today is ours as a user runs it (LAMB, auto precision).
+  today = _argv("today")
+  assert _only_in(today, fast) == ["--max_predictions_per_seq=20", "--num_warmup_steps=40"]
+  for flag in ("--optimizer_type=lamb", "--precision=auto", "--learning_rate=0.008",
+               "--train_batch_size=64", "--save_checkpoints_steps=20", "--num_train_steps=400",
+               "--keep_checkpoint_max=22"):
+    assert flag in today and flag in fast
+  assert [v.name for v in quality_plan.variants() if v.lever] == list(quality_plan.ABLATIONS)
+  assert [(v.budget_fraction, v.seeds) for v in quality_plan.variants()[:3]] == [
+      (1.0, 3), (0.5, 3), (0.25, 3)]
+
+
+def test_quality_original_runs_the_release_with_its_optimizer():
+  original = _argv("original")
+  assert original[1:5] == ["-m", "tests.reference.original_bert", "run_pretraining", "--"]
+  assert "--input_file=/d/a.tfrecord,/d/b.tfrecord" in original
+  for flag in ("--train_batch_size=64", "--num_train_steps=400", "--num_warmup_steps=40",
+               "--save_checkpoints_steps=20", "--learning_rate=0.001", "--bert_config_file=c.json",
+               "--max_predictions_per_seq=20", "--do_train=true"):
+    assert flag in original
+  assert not [a for a in original if "optimizer" in a or "precision" in a or "bf16" in a]
+
+
+def test_quality_packed_records_keep_the_batch_in_sequences_by_hand():
+  # The demo's records: 17891 sequences in 14460 rows, 1.2373 a row; 64 / 1.2373 = 51.73 -> 52.
+  demo = quality_plan.Records("/p", (), 17891, 14460)
+  assert demo.rows_per_update() == 52
+  assert demo.sequences_per_update() == pytest.approx(52 * 17891 / 14460)
+  assert quality_plan.Records("/d", (), 17891).sequences_per_update() == 64.0
+  # 1.28 a row: exactly 50 rows; 1.5 a row: 42.67 -> 43; never an empty batch.
+  assert quality_plan.Records("/p", (), 128, 100).rows_per_update() == 50
+  assert quality_plan.Records("/p", (), 3, 2).rows_per_update() == 43
+  assert quality_plan.Records("/p", (), 10**6, 1).rows_per_update() == 1
+  argv = _argv("today", demo)
+  assert "--train_batch_size=52" in argv and "--enable_packed_data_mode" in argv
+  assert "--input_files_dir=/p" in argv
+
+
+def test_quality_plan_budgets_and_single_pass_by_hand():
+  # 600 s, 20 s of start-up, 2 updates/s: 0.95 x 580 x 2 = 1102; at least one per checkpoint.
+  assert quality_plan.updates_in_budget(600, 20, 2.0) == 1102
+  assert quality_plan.updates_in_budget(10, 20, 2.0, checkpoints=4) == 4
+  rate = quality_plan.Rate(startup_s=20.0, updates_per_s=2.0)
+  # B = 10 minutes: today's half is 300 s, 0.95 x 280 x 2 = 532 updates.
+  assert quality_plan.job_updates(_variant("today"), 10.0, rate) == 532
+  records = quality_plan.Records("/d", (), 100000)
+  # 90% of 100,000 sequences at 64 an update: 1406.25 updates, / (0.95 x 2) s + 20 s.
+  bound = quality_plan.pass_bound_minutes(rate, records)
+  assert bound == pytest.approx((0.9 * 100000 / 64 / 1.9 + 20) / 60)
+  updates = quality_plan.updates_in_budget(bound * 60, 20, 2.0)
+  assert quality_plan.pass_fraction(updates, records) == pytest.approx(0.9, abs=64 / 100000.)
+  quality_plan.check_single_pass({"original": (1562, records)})  # 99,968 sequences: one pass
+  with pytest.raises(SystemExit, match=r"fast: 1563 updates read 100032 sequences, 1.00 passes"):
+    quality_plan.check_single_pass({"original": (1000, records), "fast": (1563, records)})
+
+
+def test_quality_plan_fits_the_total_and_counts_every_part():
+  variants = quality_plan.variants()
+  # Jobs: 3 x 1 + 3 x 1/2 + 3 x 1/4 + 6 x 1/4 = 6.75 B; 15 jobs x 20 checkpoints + the initial
+  # weights, 2,000 sequences each; 9 fine-tuning runs two at a time (5 rounds).
+  minutes = quality_plan.estimated_minutes(10.0, variants, 2000, 4.0, 120.0)
+  evaluation = 301 * 2 * quality_plan.EVAL_SECONDS_PER_1000 / 60
+  assert minutes == {"jobs": 67.5, "evaluation": round(evaluation, 1), "fine_tuning": 10.0,
+                     "calibration": 4.0, "total": round(67.5 + evaluation + 10 + 4, 1)}
+  budget = quality_plan.longest_budget(variants, 2000, 4.0, 120.0)
+  assert quality_plan.estimated_minutes(budget, variants, 2000, 4.0, 120.0)["total"] == (
+      pytest.approx(100.0, abs=0.1))
+  assert quality_plan.longest_budget(variants, 2000, 4.0, 120.0, total=1000) == 30.0
+  # 40 s start-up, 3 epochs of 1,600 at 30/s, 400 at 130/s.
+  assert quality_plan.finetune_seconds(1600, 400, 3) == pytest.approx(40 + 160 + 400 / 130.0)
+
+
+def test_quality_plan_takes_the_tighter_of_the_time_and_the_pass_bound():
+  variants = quality_plan.variants()
+  rates = {v.name: quality_plan.Rate(20.0, 2.0) for v in variants}
+
+  def plan(sequences, argv=()):
+    records = {v.name: quality_plan.Records("/d", (), sequences) for v in variants}
+    args = quality.parse_args(["--output_dir=/o"] + list(argv))
+    return quality.make_plan(args, variants, records, rates, 4.0, 2000, 120.0, 20)
+
+  by_time = quality_plan.longest_budget(variants, 2000, 4.0, 120.0)
+  large = plan(10**7)
+  assert (large["budget_minutes"], large["budget_reason"]) == (round(by_time, 3),
+                                                               "100-minute bound")
+  assert large["estimated_minutes"]["total"] == pytest.approx(100, abs=0.2)
+  # 50,000 sequences: the original may read 45,000, 703 updates at 1.9 a second after 20 s.
+  small = plan(50000)
+  assert small["budget_minutes"] == pytest.approx((45000 / 64 / 1.9 + 20) / 60, abs=1e-3)
+  assert small["budget_reason"] == "the original reads 0.9 of the corpus"
+  assert small["jobs"]["original"]["pass_fraction"] == pytest.approx(0.9, abs=64 / 50000.)
+  assert small["jobs"]["fast"]["updates"] == quality_plan.updates_in_budget(
+      small["budget_minutes"] * 60 / 4, 20, 2.0)
+  fixed = plan(50000, ["--budget_minutes=5"])
+  assert (fixed["budget_minutes"], fixed["budget_reason"]) == (5.0, "--budget_minutes")
+  assert fixed["jobs"]["today"] == {"budget_minutes": 2.5, "seeds": 3, "updates": 247,
+                                    "sequences_per_update": 64.0, "pass_fraction": 0.3162,
+                                    "updates_per_s": 2.0, "startup_s": 20.0}
+
+
+def test_quality_scores_every_checkpoint_on_the_same_evenly_spread_subset():
+  records = {"input_ids": np.arange(10)[:, None] * np.ones((1, 3), np.int64),
+             "masked_lm_weights": np.arange(10, dtype=np.float32)[:, None]}
+  subset = quality.evaluation_subset(records, 4)
+  # Indices 0, 3, 6, 9: linspace(0, 9, 4) = 0, 3, 6, 9.
+  assert subset["input_ids"][:, 0].tolist() == [0, 3, 6, 9]
+  assert subset["masked_lm_weights"][:, 0].tolist() == [0.0, 3.0, 6.0, 9.0]
+  assert quality.evaluation_subset(records, 0) is records  # 0: all of them
+  assert quality.evaluation_subset(records, 10) is records
+  five = quality.evaluation_subset(records, 5)["input_ids"][:, 0].tolist()
+  assert five == [0, 2, 4, 7, 9]  # 0, 2.25, 4.5, 6.75, 9 rounded half to even
+  assert quality.parse_args(["--output_dir=/o"]).eval_sequences == 2000
+  with pytest.raises(SystemExit):
+    quality.parse_args(["--output_dir=/o", "--eval_sequences=-1"])
+
+
+def test_quality_arguments():
+  args = quality.parse_args(["--output_dir=/o", "--variants=fast, original,today"])
+  assert [v.name for v in args.variants] == ["original", "today", "fast"]  # the plan's order
+  assert [v.seeds for v in args.variants] == [3, 3, 3]
+  quick = quality.parse_args(["--output_dir=/o", "--quick"])
+  assert [v.name for v in quick.variants] == [v.name for v in quality_plan.variants()]
+  assert {v.seeds for v in quick.variants} == {1}
+  for bad in (["--budget_minutes=31"], ["--budget_minutes=0"], ["--variants=today,lamb_fp64"],
+              ["--variants=today,fast"], ["--calibration_updates=5"]):
+    with pytest.raises(SystemExit) as exit_info:
+      quality.parse_args(["--output_dir=/o"] + bad)
+    assert exit_info.value.code == 2
 
 
 def test_quality_keeps_every_checkpoint_with_the_time_it_was_written(tmp_path):
@@ -74,137 +246,39 @@ def test_quality_keeps_every_checkpoint_with_the_time_it_was_written(tmp_path):
       "model.ckpt-200.data-00000-of-00001", "model.ckpt-200.index"]
 
 
-def test_quality_jobs_differ_only_in_what_the_variant_names():
-  commands = {v: quality.job_command(v, "c.json", "/d", "/out", 400)
-              for v in ("lamb_bf16", "lamb_fp32", "adam_fp32", "original")}
-  lamb, adam, original = commands["lamb_fp32"], commands["adam_fp32"], commands["original"]
-  bf16 = commands["lamb_bf16"]
-  assert [a for a in bf16 if a not in lamb] == ["--bf16"] and len(bf16) == len(lamb) + 1
-  assert [a for a in adam if a not in lamb] == ["--optimizer_type=adam", "--learning_rate=0.001"]
-  assert [a for a in lamb if a not in adam] == ["--optimizer_type=lamb", "--learning_rate=0.008"]
-  assert original[1:5] == ["-m", "tests.reference.original_bert", "run_pretraining", "--"]
-  assert "--input_file=/d/seq128/train/*.tfrecord" in original
-  # The same batch, schedule, checkpoints and learning rate as ours with the same optimizer.
-  for flag in ("--train_batch_size=64", "--num_train_steps=400", "--num_warmup_steps=40",
-               "--save_checkpoints_steps=20", "--learning_rate=0.001", "--bert_config_file=c.json"):
-    assert flag in original and flag in adam
-  assert quality.resolve_variants(["best", "adam_fp32", "lamb_bf16"], "bf16") == [
-      "lamb_bf16", "adam_fp32"]
-  assert quality.resolve_variants(["best", "original"], "fp32") == ["lamb_fp32", "original"]
-  # Fewer checkpoints: a checkpoint every 1/4 of the updates, and all of them kept.
-  fewer = quality.job_command("lamb_fp32", "c.json", "/d", "/out", 400, checkpoints=4)
-  assert sorted(a for a in fewer if a not in lamb) == ["--keep_checkpoint_max=6",
-                                                       "--save_checkpoints_steps=100"]
-  assert "--keep_checkpoint_max=22" in lamb
-  args = quality.parse_args(["--output_dir=/o", "--checkpoints_per_job=4",
-                             "--calibration_updates=9"])
-  assert (args.checkpoints_per_job, args.calibration_updates) == (4, 9)
-  for bad in (["--budget_minutes=31"], ["--budget_minutes=0"], ["--variants=lamb_fp64"],
-              ["--seeds=0"], ["--checkpoints_per_job=2"], ["--calibration_updates=5"]):
-    with pytest.raises(SystemExit) as exit_info:
-      quality.parse_args(["--output_dir=/o"] + bad)
-    assert exit_info.value.code == 2
-
-
-def _packed(sequences=17891, rows=14460, train_dir="/out/packed_train"):
-  return quality_packed.PackedData(train_dir, [], sequences, rows)
-
-
-def test_quality_packed_rows_per_batch_keep_the_batch_in_sequences_by_hand():
-  # The demo's records: 17891 sequences in 14460 rows, 1.2373 a row; 64 / 1.2373 = 51.73 -> 52.
-  demo = _packed()
-  assert quality_packed.sequences_per_row(demo) == pytest.approx(1.237275, abs=1e-6)
-  assert quality_packed.rows_per_batch(64, demo) == 52
-  assert quality_packed.sequences_per_update(64, demo) == pytest.approx(52 * 17891 / 14460)
-  assert quality_packed.sequences_per_update(64) == 64.0
-  # 1.28 a row: exactly 50 rows; 1.5 a row: 42.67 -> 43; 2 a row at batch 5: 2.5, halves up -> 3.
-  assert quality_packed.rows_per_batch(64, _packed(128, 100)) == 50
-  assert quality_packed.rows_per_batch(64, _packed(3, 2)) == 43
-  assert quality_packed.rows_per_batch(5, _packed(2, 1)) == 3
-  assert quality_packed.rows_per_batch(1, _packed(3, 1)) == 1  # never an empty batch
-
-
-def test_quality_packed_variants_resolve_and_parse():
-  bf16, no_bf16 = "bf16", "fp32"
-  assert quality.resolve_variants(["best", "best_packed"], bf16) == [
-      "lamb_bf16", "lamb_bf16_packed"]
-  assert quality.resolve_variants(["best", "best_packed"], no_bf16) == [
-      "lamb_fp32", "lamb_fp32_packed"]
-  assert quality.resolve_variants(["best_packed", "lamb_fp32_packed", "adam_fp32"], no_bf16) == [
-      "lamb_fp32_packed", "adam_fp32"]
-  args = quality.parse_args(["--output_dir=/o", "--variants=best, best_packed,lamb_bf16_packed"])
-  assert args.variants == ["best", "best_packed", "lamb_bf16_packed"]
-  for bad in ("adam_fp32_packed", "original_packed", "packed"):
-    with pytest.raises(SystemExit) as exit_info:
-      quality.parse_args(["--output_dir=/o", "--variants=best," + bad])
-    assert exit_info.value.code == 2
-  assert [quality_packed.twin(v) for v in ("lamb_bf16_packed", "lamb_fp32", "original")] == [
-      "lamb_bf16", "lamb_fp32", "original"]
-
-
-def test_quality_packed_job_is_its_twins_on_the_packed_rows():
-  packed = _packed(train_dir="/out/packed_train")
-  for twin in ("lamb_fp32", "lamb_bf16"):
-    unpacked = quality.job_command(twin, "c.json", "/d", "/out/job", 400, checkpoints=4)
-    argv = quality.job_command(twin + "_packed", "c.json", "/d", "/out/job", 400, checkpoints=4,
-                               packed=packed)
-    assert sorted(a for a in argv if a not in unpacked) == [
-        "--enable_packed_data_mode", "--input_files_dir=/out/packed_train",
-        "--train_batch_size=52"]
-    assert sorted(a for a in unpacked if a not in argv) == [
-        "--input_files_dir=/d/seq128/train", "--train_batch_size=64"]
-    # The same schedule: 400 updates, 10% warmup, LAMB's learning rate, a checkpoint every 100.
-    for flag in ("--num_train_steps=400", "--num_warmup_steps=40", "--learning_rate=0.008",
-                 "--save_checkpoints_steps=100", "--optimizer_type=lamb"):
-      assert flag in argv
-  assert "--bf16" in quality.job_command("lamb_bf16_packed", "c", "/d", "/o", 400, packed=packed)
-  with pytest.raises(ValueError, match="lamb_fp32_packed"):
-    quality.job_command("lamb_fp32_packed", "c.json", "/d", "/out/job", 400)
-
-
-def test_quality_packed_calibration_counts_updates_not_rows(monkeypatch, tmp_path):
-  packed = _packed(train_dir=str(tmp_path / "packed_train"))
-  # Unpacked: 128 sequences/s at 64 an update is 2 updates/s. Packed: 52 rows of 1.2373
-  # sequences each, 64.34 sequences an update: 128 sequences/s is 1.9895 updates/s.
-  assert quality.update_rate(128.0, "lamb_fp32") == 2.0
-  assert quality.update_rate(128.0, "lamb_fp32_packed", packed) == pytest.approx(
-      128.0 / (52 * 17891 / 14460))
-  assert quality.update_rate(128.0, "lamb_fp32_packed", packed) == pytest.approx(1.98948, abs=1e-5)
-  assert quality.update_rate(128.0, "lamb_fp32", packed) == 2.0  # the twin counts its 64
-  seen = {}
+def test_quality_calibration_counts_updates_not_rows(monkeypatch, tmp_path):
+  packed = quality_plan.Records(str(tmp_path / "packed_train"), (), 17891, 14460)
+  seen = []
 
   def run_job(argv, env):
-    seen["argv"] = argv
+    seen.append(argv)
     return 1000.0, [], 0.5
 
   def job_figures(kind, figures, start, lines, out_dir):
-    seen["figures"] = (kind, figures.batch, figures.warmup)
+    seen.append((kind, figures.batch, figures.warmup))
     return 100.0, 7.5
 
   monkeypatch.setattr(quality.precision, "run_job", run_job)
   monkeypatch.setattr(quality.precision, "job_figures", job_figures)
-  startup, rate = quality.calibrate("lamb_fp32_packed", "c.json", "/d", str(tmp_path), 9, 3,
-                                    packed)
-  assert startup == 7.5 and rate == pytest.approx(100.0 * 14460 / (52 * 17891))
-  assert "--input_files_dir=%s" % packed.train_dir in seen["argv"]
-  assert "--train_batch_size=52" in seen["argv"] and seen["figures"] == ("ours", 64, 3)
-  assert quality.calibrate("lamb_fp32", "c.json", "/d", str(tmp_path), 9, 3, packed)[1] == (
-      100.0 / 64)
-
-
-def test_quality_packed_comparison_fine_tunes_every_final_checkpoint():
-  first = {"variant": "lamb_fp32", "updates": 100, "keep_dir": "/a",
-           "checkpoints": {25: 1.0, 50: 2.0, 100: 3.0}}
-  # Stopped at the limit before its last update: its newest kept checkpoint is its final one.
-  packed = {"variant": "lamb_fp32_packed", "updates": 90, "keep_dir": "/b",
-            "checkpoints": {30: 1.0, 60: 2.0}}
-  starts, chosen, finals = quality_finetune.finetune_plan([first, packed], (0.25, 0.5, 1.0), True)
-  assert chosen == {0.25: 25, 0.5: 50, 1.0: 100}
-  assert starts == {"random": None, "25%": "/a/model.ckpt-25", "50%": "/a/model.ckpt-50",
-                    "100%": "/a/model.ckpt-100", "final_lamb_fp32_packed": "/b/model.ckpt-60"}
-  assert finals == {"lamb_fp32": "100%", "lamb_fp32_packed": "final_lamb_fp32_packed"}
-  starts, _, finals = quality_finetune.finetune_plan([first, packed], (0.25, 0.5, 1.0), False)
-  assert finals == {} and sorted(starts) == ["100%", "25%", "50%", "random"]
+  # Ours logs sequences/s, a packed row's sequences counted: 52 rows of 1.2373 an update.
+  rate = quality.calibrate(_variant("today"), packed, "c.json", "v.txt", str(tmp_path), 9)
+  assert rate == quality_plan.Rate(7.5, pytest.approx(100.0 * 14460 / (52 * 17891)))
+  assert "--train_batch_size=52" in seen[0] and "--num_train_steps=9" in seen[0]
+  assert seen[1] == ("ours", 64, 3)
+  # The original logs updates/s x its batch of 64.
+  plain = quality_plan.Records("/d", ("/d/a",), 17891)
+  assert quality.calibrate(_variant("original"), plain, "c.json", "v.txt", str(tmp_path),
+                           9).updates_per_s == 100.0 / 64
+  assert seen[3][0] == "original"
+  # One calibration per cost: the schedule and beta2 ablations share fast's.
+  calls = []
+  monkeypatch.setattr(quality, "calibrate",
+                      lambda v, *rest: calls.append(v.name) or quality_plan.Rate(1.0, 2.0))
+  variants = quality_plan.variants()
+  rates, _ = quality.calibrate_all(variants, {v.name: plain for v in variants}, "c", "v", "/w", 9)
+  assert calls == ["original", "today", "fast", "fast_fixed_masks", "fast_dropout",
+                   "fast_next_sentence"]
+  assert rates["fast_beta2"] == rates["fast"] and len(rates) == len(variants)
 
 
 def _write_records(path, count):
@@ -241,39 +315,200 @@ def test_quality_packed_data_is_packed_once_and_remade_when_stale(monkeypatch, t
   assert quality_packed.prepare(files, str(out)).sequences == 11 and len(calls) == 3
   os.remove(str(out / "packed_train" / "a.tfrecord"))  # an output gone
   assert quality_packed.prepare(files, str(out)).rows == 4 and len(calls) == 4
-  assert sorted(os.listdir(str(out))) == ["packed_train", "packed_train.json"]
+  other = quality_packed.prepare(files, str(out), "packed_dynamic")  # another name: its own
+  assert other.train_dir == str(out / "packed_dynamic") and len(calls) == 5
+  assert sorted(os.listdir(str(out))) == ["packed_dynamic", "packed_dynamic.json", "packed_train",
+                                          "packed_train.json"]
 
 
-def test_quality_packed_comparison_prints_the_final_checkpoints_table(capsys):
-  jobs = [{"variant": v, "rows_per_update": rows, "sequences_per_update": seqs, "updates": 10,
-           "updates_per_s": 1.0, "final_update": 10, "final_mlm_loss": loss}
-          for v, rows, seqs, loss in (("lamb_fp32", 64, 64.0, 5.25),
-                                      ("lamb_fp32_packed", 52, 64.34, 5.5))]
-  spread = {"mean": 0.5, "min": 0.4, "max": 0.6}
-  quality_report.print_final_table({"seeds": 3, "jobs": jobs, "final_dev_accuracy": {
-      "lamb_fp32": spread, "lamb_fp32_packed": dict(spread, mean=0.55)}})
+def test_quality_each_variant_reads_its_records_packed_once(monkeypatch):
+  data = quality.QualityData("v.txt", ("/c/train/a.tfrecord", "/c/train/b.tfrecord"),
+                             ("/u/train/a.tfrecord",), ("/c/eval/a.tfrecord",), "/task", 40.0)
+  monkeypatch.setattr(quality_packed, "count_records", lambda files: 1000 * len(files))
+  packed = []
+
+  def prepare(files, output_dir, name):
+    packed.append((files, name))
+    return quality_plan.Records(output_dir + "/" + name, (), 1000 * len(files), 800)
+
+  monkeypatch.setattr(quality_packed, "prepare", prepare)
+  variants = quality_plan.variants()
+  records = quality.records_of(variants, data, "/out")
+  assert records["original"] == quality_plan.Records("/c/train", data.train_files, 2000)
+  assert records["today"] == records["fast_fixed_masks"] == quality_plan.Records(
+      "/out/packed_train", (), 2000, 800)
+  assert records["fast"] == records["fast_beta2"] == quality_plan.Records(
+      "/out/packed_dynamic", (), 1000, 800)
+  assert packed == [(list(data.train_files), "packed_train"),
+                    (list(data.dynamic_train_files), "packed_dynamic")]
+  without = dataclasses.replace(data, dynamic_train_files=())
+  with pytest.raises(SystemExit, match="fast: the corpus has no training records without masks"):
+    quality.records_of(variants, without, "/out")
+  assert sorted(quality.records_of(variants[:2], without, "/out")) == ["original", "today"]
+
+
+def _metrics(loss):
+  return {"masked_lm_loss": loss, "masked_lm_accuracy": 1.0 / loss}
+
+
+def test_quality_summary_targets_the_originals_median_final_loss():
+  variants = [dataclasses.replace(_variant("original"), seeds=3),
+              dataclasses.replace(_variant("fast"), seeds=2), _variant("fast_beta2")]
+  losses = {"original_seed1": [7.0, 6.0, 5.0], "original_seed2": [7.0, 6.2, 5.2],
+            "original_seed3": [7.0, 5.8, 4.8], "fast_seed1": [6.0, 5.0, 4.5],
+            "fast_seed2": [6.0, 5.4, 4.9], "fast_beta2_seed1": [6.0, 5.5, 5.1]}
+  minutes = {"original": [1.0, 2.0, 4.0], "fast": [0.5, 1.0, 1.5], "fast_beta2": [0.5, 1.0, 1.5]}
+  jobs = [{"name": name, "variant": name.rsplit("_seed", 1)[0]} for name in losses]
+  evaluations = {name: [(m, _metrics(l)) for m, l in zip(minutes[name.rsplit("_seed", 1)[0]],
+                                                           series)]
+                 for name, series in losses.items()}
+  plan = {"jobs": {"original": {"budget_minutes": 4.0}, "fast": {"budget_minutes": 1.0},
+                   "fast_beta2": {"budget_minutes": 1.0}}}
+  result = quality.summarize(variants, jobs, evaluations, plan)
+  assert result["target_loss"] == 5.0  # the median of 5.0, 5.2 and 4.8
+  # original_seed1 reaches 5.0 at its end; seed2 never; seed3 between 6.2 -> 4.8 ... 5.8 -> 4.8.
+  assert result["minutes_to_target_loss"]["original_seed1"] == 4.0
+  assert result["minutes_to_target_loss"]["original_seed2"] is None
+  assert result["minutes_to_target_loss"]["original_seed3"] == pytest.approx(2 + 2 * 0.8 / 1.0,
+                                                                             abs=1e-3)
+  assert result["minutes_to_target_loss"]["fast_seed1"] == 1.0
+  assert result["minutes_to_target_loss"]["fast_seed2"] == pytest.approx(1 + 0.5 * 0.4 / 0.5)
+  assert result["minutes_to_target_loss"]["fast_beta2_seed1"] is None
+  fast = result["variants"]["fast"]
+  assert fast["final_loss"] == {"median": 4.7, "min": 4.5, "max": 4.9, "values": [4.5, 4.9]}
+  # The original's reached repeats: 4.0 and 3.6 (median 3.8); fast's 1.0 and 1.4 (median 1.2).
+  assert result["speedup"] == {"median": round(3.8 / 1.2, 2), "min": round(3.6 / 1.4, 2),
+                               "max": 4.0}
+  assert result["speedups"]["fast_beta2"] is None
+  assert result["ablations"] == [{"variant": "fast_beta2", "lever": "beta2 0.98",
+                                  "minutes_to_target": None, "minutes_vs_fast": None,
+                                  "final_loss": 5.1, "final_loss_vs_fast": 0.4}]
+  assert result["still_falling"]["original_seed1"] == {"falling": True, "drop": 0.1667}
+  assert result["curves"]["fast_seed2"] == [[0.5, 6.0], [1.0, 5.4], [1.5, 4.9]]
+
+
+def test_quality_finals_are_fine_tuned_once_each_with_their_jobs_seed(monkeypatch, tmp_path):
+  task = tmp_path / "task"
+  task.mkdir()
+  (task / "train.tsv").write_text("label\ttext\na\tx\nb\ty\na\tz\n")
+  (task / "dev.tsv").write_text("label\ttext\na\tw\n")
+  assert quality_finetune.task_examples(str(task)) == (3, 1)
+  seen = {}
+
+  def run_finetunes(runs, work_dir):
+    seen.update(runs)
+    return {"original_seed1": 0.5, "original_seed2": 0.7, "fast_seed1": 0.9}
+
+  monkeypatch.setattr(quality_finetune, "run_finetunes", run_finetunes)
+  result = quality_finetune.finetune_finals(
+      {"original": [(1, "/k/o1"), (2, "/k/o2")], "fast": [(1, "/k/f1")]}, str(tmp_path),
+      str(task), "v.txt", "c.json", epochs=2)
+  assert result["original"] == {"mean": 0.6, "min": 0.5, "max": 0.7, "values": [0.5, 0.7]}
+  assert result["fast"]["mean"] == 0.9
+  assert "--init_checkpoint=/k/o2" in seen["original_seed2"]
+  assert "--seed=2" in seen["original_seed2"] and seen["fast_seed1"][-1] == "--num_train_epochs=2"
+
+
+def test_quality_tables_print_the_variants_and_the_ablations(capsys):
+  spread = {"median": 2.0, "min": 1.5, "max": 2.5}
+  result = {"target_loss": 5.0, "speedups": {"fast": {"median": 4.1, "min": 3.2, "max": 5.0}},
+            "final_dev_accuracy": {"fast": {"mean": 0.6, "min": 0.55, "max": 0.65}},
+            "variants": {"fast": {"budget_minutes": 2.5, "minutes_to_target": spread,
+                                  "final_loss": {"median": 4.9, "min": 4.8, "max": 5.0}}},
+            "ablations": [{"variant": "fast_dropout", "lever": "no pretraining dropout",
+                           "minutes_to_target": 2.4, "minutes_vs_fast": 0.4,
+                           "final_loss": 4.95, "final_loss_vs_fast": 0.05}],
+            "still_falling": {"fast_seed1": {"falling": False, "drop": 0.002}}}
+  quality_report.print_tables(result)
   lines = capsys.readouterr().out.splitlines()
-  assert "| lamb_fp32 | 10 | 5.250 | 0.500 (0.400-0.600) |" in lines
-  assert "| lamb_fp32_packed | 10 | 5.500 | 0.550 (0.400-0.600) |" in lines
+  assert ("| fast | 2.50 | 2.00 (1.50-2.50) | 4.10 (3.20-5.00) | 4.900 (4.800-5.000) | "
+          "0.600 (0.550-0.650) |") in lines
+  assert "| no pretraining dropout | fast_dropout | 2.40 | +0.40 | 4.950 | +0.050 |" in lines
+  assert ("Curves still falling in their last quarter (>= 1% of the loss): 0 of 1; not: "
+          "fast_seed1") in lines
 
 
-@pytest.mark.parametrize("ratio,best,reason", [
-    (0.54, "lamb_fp32", "bf16 products run at 0.54x fp32 on this CPU"),
-    (1.66, "lamb_bf16", "bf16 products 1.66x fp32 here")])
-def test_quality_best_is_what_the_probe_measured_faster(monkeypatch, tmp_path, ratio, best,
-                                                        reason):
-  # The probe's two outcomes injected: "best" follows the measured ratio, not the CPU's flags,
-  # and is measured at the benchmark's model and batch.
-  from utils.runtime import bf16_probe  # pylint: disable=import-outside-toplevel
-  measured = []
-  monkeypatch.setattr(bf16_probe, "cached_bf16_ratio",
-                      lambda shapes: measured.append(shapes) or ratio)
-  config_path = tmp_path / "bert_config.json"
-  config_path.write_text(json.dumps(helpers.tiny_config().to_dict()))
-  choice = quality.best_precision_here(str(config_path))
-  assert (choice.bf16_ratio, choice.reason) == (ratio, reason)
-  assert quality.resolve_variants(["best", "best_packed"], choice.precision) == [
-      best, best + "_packed"]
-  tiny = helpers.tiny_config()
-  assert measured == [(min(quality.BATCH * quality.MAX_SEQ_LENGTH, bf16_probe.MAX_PROBE_ROWS),
-                       tiny.hidden_size, tiny.intermediate_size)]
+# The quick run exercises every variant.
+QUICK_VARIANTS = [v.name for v in quality_plan.variants()]
+
+
+@pytest.mark.e2e
+def test_quality_quick_run_reports_what_its_own_curves_say(tmp_path):
+  result_path = tmp_path / "quality.json"
+  cache = tmp_path / "corpus_cache"
+  proc = subprocess.run(
+      [sys.executable, "bench/quality.py", "--quick", "--output_dir=%s" % (tmp_path / "out"),
+       "--result_json=%s" % result_path, "--figure=%s" % (tmp_path / "quality.png")],
+      capture_output=True, text=True, cwd=helpers.REPO_ROOT, timeout=900,
+      env=dict(os.environ, BERT_QUALITY_CORPUS_ROOT=str(cache)))
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result == json.loads(result_path.read_text())
+  assert (tmp_path / "quality.png").stat().st_size > 0
+  assert sorted(result["curves"]) == sorted(v + "_seed1" for v in QUICK_VARIANTS)
+  curves = {name: [tuple(p) for p in points] for name, points in result["curves"].items()}
+  for name, points in curves.items():
+    assert len(points) >= quality.QUICK_CHECKPOINTS  # one every updates // 2: 3 of 3 updates
+    assert [m for m, _ in points] == sorted(m for m, _ in points)
+  # The target is the original's final loss, which it reaches at its end; the rest follows
+  # from the curves.
+  assert result["target_loss"] == curves["original_seed1"][-1][1]
+  assert result["minutes_to_target_loss"]["original_seed1"] == pytest.approx(
+      curves["original_seed1"][-1][0], abs=1e-3)
+  for name, points in curves.items():
+    minutes = result["minutes_to_target_loss"][name]
+    reached = [i for i, (_, loss) in enumerate(points) if loss <= result["target_loss"]]
+    if not reached:
+      assert minutes is None
+    elif reached[0] == 0:
+      assert minutes == pytest.approx(points[0][0], abs=1e-3)
+    else:
+      (m0, l0), (m1, l1) = points[reached[0] - 1], points[reached[0]]
+      assert minutes == pytest.approx(m0 + (l0 - result["target_loss"]) / (l0 - l1) * (m1 - m0),
+                                      abs=2e-3)
+    tail = points[-max(2, -(-len(points) // 4)):]  # the last quarter, at least 2 points
+    slope, intercept = np.polyfit([m for m, _ in tail], [l for _, l in tail], 1)
+    drop = -slope * (tail[-1][0] - tail[0][0]) / (slope * tail[0][0] + intercept)
+    assert result["still_falling"][name] == {"falling": bool(drop >= 0.01),
+                                             "drop": pytest.approx(drop, abs=1e-3)}
+  # Each job read under one pass of its split, as many sequences as its updates hold.
+  plan = result["plan"]
+  for job in result["jobs"]:
+    records = result["corpus"]["training_sequences"][job["variant"]]
+    per_update = plan["jobs"][job["variant"]]["sequences_per_update"]
+    assert job["updates"] == plan["jobs"][job["variant"]]["updates"]
+    assert job["sequences_read"] == pytest.approx(job["updates"] * per_update, abs=1)
+    assert job["pass_fraction"] == pytest.approx(job["sequences_read"] / records, abs=1e-3)
+    assert job["pass_fraction"] < 1
+  assert plan["estimated_minutes"]["total"] == pytest.approx(
+      sum(v for k, v in plan["estimated_minutes"].items() if k != "total"), abs=0.2)
+  # Fine-tuned: the seeded variants' final checkpoints, not the ablations'.
+  seeded = [v for v in QUICK_VARIANTS if "_" not in v]
+  assert sorted(result["final_dev_accuracy"]) == sorted(seeded)
+  for dev in result["final_dev_accuracy"].values():
+    assert dev["min"] <= dev["mean"] <= dev["max"] and len(dev["values"]) == 1
+  # The speed-ups and the ablation table from the minutes and losses above.
+  minutes = {v: result["minutes_to_target_loss"][v + "_seed1"] for v in QUICK_VARIANTS}
+  for variant in QUICK_VARIANTS[1:]:
+    got = result["speedups"][variant]
+    if minutes[variant] is None or minutes["original"] is None:
+      assert got is None
+    else:
+      assert got["median"] == pytest.approx(minutes["original"] / minutes[variant], abs=0.011)
+      assert got["min"] == got["median"] == got["max"]
+  ablations = [v for v in QUICK_VARIANTS if v.startswith("fast_")]
+  assert [row["variant"] for row in result["ablations"]] == (ablations if "fast" in QUICK_VARIANTS
+                                                            else [])
+  for row in result["ablations"]:
+    loss = curves[row["variant"] + "_seed1"][-1][1]
+    assert row["final_loss_vs_fast"] == pytest.approx(loss - curves["fast_seed1"][-1][1],
+                                                      abs=2e-4)
+  # The small corpus's counts, as prepare_corpus.py gave them (cached: no second build).
+  for dynamic in (False, True):
+    corpus = quality_corpus.build(dataclasses.replace(quality_corpus.QUICK_SETTINGS,
+                                                      dynamic_masking=dynamic), root=str(cache))
+    for variant in QUICK_VARIANTS:
+      if result["variant_settings"][variant]["dynamic_masks"] == dynamic:
+        assert result["corpus"]["training_sequences"][variant] == corpus.train_sequences
+  assert result["corpus"]["eval_sequences"] == corpus.eval_sequences and result["cpu"]
+  assert result["variant_settings"]["today"]["packed"] is True

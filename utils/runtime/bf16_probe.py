@@ -17,7 +17,7 @@ milliseconds with TensorFlow, give the ratio of their rates, cached per machine.
   least `BF16_MIN_RATIO` x fp32's rate, else fp32; its reason says the measured ratio.
 * `bf16_cost_note(ratio)`: what an explicit --bf16 is told on its start line.
 * `auto_precision(shapes)`: the two together, what --precision=auto, `make demo`
-  (`python -m utils.runtime.bf16_probe`) and bench/quality.py's "best" train in.
+  (`python -m utils.runtime.bf16_probe`) and bench/quality.py's ours train in.
 
 The probe runs only where a precision is chosen for the user (those three) or an explicit --bf16
 on the CPU is told its cost; fp32, fp16 and AMP jobs never run it. The cache makes it once per
@@ -303,7 +303,7 @@ def model_shapes(bert_config, batch_size, seq_length):
 
 
 def auto_precision(shapes, device="CPU", bf16_ratio=None):
-  """What --precision=auto, `make demo` and bench/quality.py's "best" compute in.
+  """What --precision=auto, `make demo` and bench/quality.py's ours compute in.
 
   Args:
     shapes: `ProductShapes` (`model_shapes`).
