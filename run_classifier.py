@@ -292,7 +292,8 @@ def run(f, config):
   check_flags(config, tuning, classifier)
   processor, label_list = load_processor(classifier)
   bert_config = job_lib.load_bert_config(config)
-  tokenizer = finetuning.load_tokenizer(tuning, bert_config.vocab_size)
+  tokenizer = finetuning.load_tokenizer(config.vocab_file, tuning.do_lower_case,
+                                       bert_config.vocab_size)
   workers = job_lib.start_workers(config)
   splits = read_splits(config, tuning, classifier, processor)
   num_train_steps, num_warmup_steps = training_updates(config, tuning, splits, workers.size)

@@ -289,7 +289,8 @@ def run(f, config):
   squad = SquadConfig.from_flags(f)
   check_flags(config, tuning, squad)
   bert_config = job_lib.load_bert_config(config)
-  tokenizer = finetuning.load_tokenizer(tuning, bert_config.vocab_size)
+  tokenizer = finetuning.load_tokenizer(config.vocab_file, tuning.do_lower_case,
+                                       bert_config.vocab_size)
   workers = job_lib.start_workers(config)
   train_examples, predict_examples, num_train_steps, num_warmup_steps = read_squad_files(
       config, tuning, squad, workers.size)

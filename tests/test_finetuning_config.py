@@ -31,10 +31,12 @@ def check(*args):
 
 
 def test_every_fine_tuning_flag_has_a_field_of_its_value_and_type():
-  tuning, _ = configs(VOCAB, "--nodo_lower_case", "--num_train_epochs=2", "--warmup_proportion=0",
-                      "--do_predict", "--predict_batch_size=16", "--export_dir=/m/export")
+  tuning, config = configs(VOCAB, "--nodo_lower_case", "--num_train_epochs=2",
+                           "--warmup_proportion=0", "--do_predict", "--predict_batch_size=16",
+                           "--export_dir=/m/export")
+  assert config.vocab_file == "vocab.txt"
   assert tuning == finetuning_config.FinetuningConfig(
-      vocab_file="vocab.txt", do_lower_case=False, num_train_epochs=2.0, warmup_proportion=0.0,
+      do_lower_case=False, num_train_epochs=2.0, warmup_proportion=0.0,
       do_predict=True, predict_batch_size=16, export_dir="/m/export")
   # Each value is of its flag's type: "--num_train_epochs=2" is the float 2.0.
   types = {field.name: field.type for field in dataclasses.fields(tuning)}
@@ -42,23 +44,22 @@ def test_every_fine_tuning_flag_has_a_field_of_its_value_and_type():
     expected = (str if types[name] == typing.Optional[str] else types[name])
     assert type(value) is expected, (name, value)
   # Defaults are the flags' (utils/finetuning/flags.py).
-  defaults, _ = configs()
-  assert (defaults.vocab_file, defaults.do_lower_case, defaults.num_train_epochs,
+  defaults, shared = configs()
+  assert (shared.vocab_file, defaults.do_lower_case, defaults.num_train_epochs,
           defaults.warmup_proportion, defaults.do_predict, defaults.predict_batch_size,
           defaults.export_dir) == (None, True, 3.0, 0.1, False, 8, None)
-  # A field for every flag utils/finetuning/flags.py defines and --vocab_file (utils/training/
-  # flags.py defines it, as run_pretraining.py takes it too), and nothing else (the shared flags
-  # are the JobConfig's).
+  # A field for every flag utils/finetuning/flags.py defines, and nothing else (the shared flags,
+  # --vocab_file among them as run_pretraining.py takes it too, are the JobConfig's).
   fields = set(types)
   defined = {flag.name for flag in flags.FLAGS.get_flags_for_module(finetuning_flags)}
-  assert fields == defined | {"vocab_file"}
+  assert fields == defined
   assert not fields & {field.name for field in dataclasses.fields(job_config.JobConfig)}
 
 
 def test_frozen():
   tuning, _ = configs(VOCAB)
   with pytest.raises(dataclasses.FrozenInstanceError):
-    tuning.vocab_file = "other.txt"  # pylint: disable=assigning-non-existing-attribute
+    tuning.do_lower_case = False  # pylint: disable=assigning-non-existing-attribute
 
 
 def test_a_valid_configuration_passes_and_the_edges_of_the_ranges_too():

@@ -101,11 +101,13 @@ def test_the_release_command_lines_parse_to_the_flag_types():
 def test_the_release_defaults_pass_the_fine_tuning_checks_once_a_vocabulary_is_given():
   # The shared flags the checks read (--learning_rate, --init_checkpoint) at their defaults too.
   shared = types.SimpleNamespace(**{name: flags.FLAGS[name].default
-                                    for name in ("learning_rate", "init_checkpoint")})
+                                    for name in ("learning_rate", "init_checkpoint",
+                                                 "vocab_file")})
   defaults = finetuning_config.FinetuningConfig(**{
-      name: flags.FLAGS[name].default for name in list(RELEASE_FLAGS) + list(OWN_FLAGS)})
-  assert defaults.vocab_file is None
-  dataclasses.replace(defaults, vocab_file="vocab.txt").check(shared)
+      name: flags.FLAGS[name].default
+      for name in list(RELEASE_FLAGS) + list(OWN_FLAGS) if name not in SHARED_FLAGS})
+  assert shared.vocab_file is None
+  defaults.check(types.SimpleNamespace(**dict(vars(shared), vocab_file="vocab.txt")))
   with pytest.raises(errors.UsageError, match="--vocab_file is required"):
     defaults.check(shared)
 

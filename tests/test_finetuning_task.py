@@ -22,9 +22,9 @@ SEQ = 3
 
 
 def tuning(**overrides):
-  """A `FinetuningConfig` of the flags' defaults and --vocab_file=vocab.txt, with `overrides`."""
+  """A `FinetuningConfig` of the flags' defaults, with `overrides`."""
   values = finetuning_config.FinetuningConfig(
-      vocab_file="vocab.txt", do_lower_case=True, num_train_epochs=3.0, warmup_proportion=0.1,
+      do_lower_case=True, num_train_epochs=3.0, warmup_proportion=0.1,
       do_predict=False, predict_batch_size=8, export_dir=None)
   return dataclasses.replace(values, **overrides)
 
@@ -122,12 +122,12 @@ def test_training_records_are_this_workers_repeated_and_shuffled_unless_determin
 def test_load_tokenizer_honours_the_case_flag_and_names_a_bad_vocabulary(tmp_path):
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nHello\n")
-  lower = task.load_tokenizer(tuning(vocab_file=str(vocab), do_lower_case=True))
-  cased = task.load_tokenizer(tuning(vocab_file=str(vocab), do_lower_case=False))
+  lower = task.load_tokenizer(str(vocab), do_lower_case=True)
+  cased = task.load_tokenizer(str(vocab), do_lower_case=False)
   assert lower.tokenize("Hello") == ["hello"] and cased.tokenize("Hello") == ["Hello"]
   missing = str(tmp_path / "missing.txt")
   with pytest.raises(errors.UsageError, match=r"^--vocab_file: .*missing\.txt"):
-    task.load_tokenizer(tuning(vocab_file=missing, do_lower_case=True))
+    task.load_tokenizer(missing, do_lower_case=True)
 
 
 def test_serving_input_is_int32_sequences_plus_constant_zero_features(graph):
@@ -166,8 +166,7 @@ def test_a_vocabulary_larger_than_the_models_is_refused(tmp_path):
   # 7 tokens for a 6-row embedding table: "hello" (id 6) would look up a row the model lacks.
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhi\nhello\n")
-  seven_tokens = tuning(vocab_file=str(vocab), do_lower_case=True)
-  assert len(task.load_tokenizer(seven_tokens, vocab_size=7).vocab) == 7
+  assert len(task.load_tokenizer(str(vocab), True, vocab_size=7).vocab) == 7
   with pytest.raises(errors.UsageError, match=r"^--vocab_file: .*vocab\.txt has 7 tokens, more "
                      r"than vocab_size=6 of --bert_config_file"):
-    task.load_tokenizer(seven_tokens, vocab_size=6)
+    task.load_tokenizer(str(vocab), True, vocab_size=6)

@@ -32,7 +32,6 @@ def read_flags(cls, flag_values):
 @dataclasses.dataclass(frozen=True)
 class FinetuningConfig:
   """The values of the fine-tuning flags (meanings: `utils/finetuning/flags.py`)."""
-  vocab_file: typing.Optional[str]
   do_lower_case: bool
   num_train_epochs: float
   warmup_proportion: float
@@ -71,7 +70,7 @@ class FinetuningConfig:
       errors.UsageError: naming the flag.
     """
     require = errors.require
-    require(self.vocab_file, "--vocab_file is required")
+    require(config.vocab_file, "--vocab_file is required")
     require(self.predict_batch_size >= 1, "--predict_batch_size must be >= 1, got %d",
             self.predict_batch_size)
     require(config.learning_rate > 0, "--learning_rate must be positive, got %g",

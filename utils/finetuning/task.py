@@ -136,11 +136,12 @@ def training_steps(tuning, num_examples, global_batch_size):
   return num_train_steps, int(num_train_steps * tuning.warmup_proportion)
 
 
-def load_tokenizer(tuning, vocab_size=None):
+def load_tokenizer(vocab_file, do_lower_case, vocab_size=None):
   """The FullTokenizer of --vocab_file / --do_lower_case.
 
   Args:
-    tuning: the `FinetuningConfig`.
+    vocab_file: the vocabulary (`JobConfig.vocab_file`).
+    do_lower_case: `FinetuningConfig.do_lower_case`.
     vocab_size: the model's vocabulary size (`BertConfig.vocab_size`), or None: a vocabulary
       with more tokens gives ids beyond the model's embedding table, refused.
 
@@ -151,13 +152,13 @@ def load_tokenizer(tuning, vocab_size=None):
     errors.UsageError: naming a bad or too large file.
   """
   try:
-    tokenizer = tokenization.FullTokenizer(vocab_file=tuning.vocab_file,
-                                           do_lower_case=tuning.do_lower_case)
+    tokenizer = tokenization.FullTokenizer(vocab_file=vocab_file,
+                                           do_lower_case=do_lower_case)
   except (ValueError, OSError) as e:
     raise errors.UsageError("--vocab_file: %s" % e)
   errors.require(vocab_size is None or len(tokenizer.vocab) <= vocab_size,
                  "--vocab_file: %s has %d tokens, more than vocab_size=%s of --bert_config_file "
-                 "(its ids would fall outside the model's embeddings)", tuning.vocab_file,
+                 "(its ids would fall outside the model's embeddings)", vocab_file,
                  len(tokenizer.vocab), vocab_size)
   return tokenizer
 

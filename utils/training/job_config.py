@@ -24,6 +24,7 @@ class JobConfig:
   """The values of the shared flags (meanings: `utils/training/flags.py`)."""
   # Model, checkpoints and outputs.
   bert_config_file: typing.Optional[str]
+  vocab_file: typing.Optional[str]
   output_dir: typing.Optional[str]
   init_checkpoint: typing.Optional[str]
   dllog_path: typing.Optional[str]
