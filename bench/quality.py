@@ -65,7 +65,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import threading
@@ -402,47 +401,6 @@ def evaluate_jobs(jobs, config, eval_records):
   return result, metrics[-1]
 
 
-def summarize(variants, jobs, evaluations, plan):
-  """The result's figures (dict) from the jobs and their evaluations: curves, the target (the
-  original's median final loss), minutes to it, per-variant summaries, speed-ups, still_falling,
-  ablations."""
-  curves = {name: [(m, v["masked_lm_loss"]) for m, v in points]
-            for name, points in evaluations.items()}
-  by_variant = {v.name: [job["name"] for job in jobs if job["variant"] == v.name]
-                for v in variants}
-  final = {name: points[-1][1] for name, points in evaluations.items()}
-  # Unrounded: the original's median repeat reaches it at its last checkpoint.
-  target = statistics.median(final[n]["masked_lm_loss"] for n in by_variant["original"])
-  to_target = {name: quality_report.minutes_to_loss(points, target)
-               for name, points in curves.items()}
-  summaries = {}
-  for variant in variants:
-    names = by_variant[variant.name]
-    summaries[variant.name] = {
-        "budget_minutes": plan["jobs"][variant.name]["budget_minutes"],
-        "minutes_to_target": quality_report.spread([to_target[n] for n in names]),
-        "final_loss": quality_report.spread([final[n]["masked_lm_loss"] for n in names]),
-        "final_accuracy": quality_report.spread([final[n]["masked_lm_accuracy"]
-                                                 for n in names])}
-  speedups = {name: quality_report.speedup(summaries["original"]["minutes_to_target"]["values"],
-                                           s["minutes_to_target"]["values"])
-              for name, s in summaries.items() if name != "original"}
-  ablations = [(v.name, v.lever) for v in variants if v.lever is not None]
-  return {
-      "target_loss": round(target, 4),
-      "curves": {n: [[round(m, 3), round(l, 4)] for m, l in points]
-                 for n, points in curves.items()},
-      "accuracy_curves": {n: [[round(m, 3), round(v["masked_lm_accuracy"], 4)]
-                              for m, v in points] for n, points in evaluations.items()},
-      "minutes_to_target_loss": {n: None if m is None else round(m, 3)
-                                 for n, m in to_target.items()},
-      "variants": summaries, "speedup": speedups.get("fast"), "speedups": speedups,
-      "still_falling": {n: quality_report.still_falling(points) for n, points in curves.items()},
-      "ablations": (quality_report.ablation_rows(ablations, summaries)
-                    if ablations and "fast" in summaries else []),
-  }
-
-
 def main(argv=None):
   args = parse_args(argv)
   import modeling  # pylint: disable=g-import-not-at-top
@@ -479,7 +437,7 @@ def main(argv=None):
                  parallel=2 if args.quick else 1)
   evaluations, initial = evaluate_jobs(jobs, modeling.BertConfig.from_json_file(config_path),
                                        eval_records)
-  result = summarize(variants, jobs, evaluations, plan)
+  result = quality_report.summarize(variants, jobs, evaluations, plan)
   finals = {v.name: [(job["seed"], os.path.join(job["keep_dir"], "model.ckpt-%d" % job["updates"]))
                      for job in jobs if job["variant"] == v.name]
             for v in variants if v.lever is None}

@@ -1,6 +1,6 @@
 """What bench/quality.py computes from its curves and prints: minutes to the target loss, whether
 a curve still falls at its end, the speed-up's median and range, the tables (variants, ablations,
-the plan) and the figure of evaluation loss against minutes."""
+the plan), the figure of evaluation loss against minutes, and the result's figures (`summarize`)."""
 
 import math
 import statistics
@@ -168,3 +168,44 @@ def ablation_rows(ablations, variants):
                  "final_loss": loss,
                  "final_loss_vs_fast": round(loss - fast["final_loss"]["median"], 4)})
   return rows
+
+
+def summarize(variants, jobs, evaluations, plan):
+  """The result's figures (dict) from the jobs and their evaluations: curves, the target (the
+  original's median final loss), minutes to it, per-variant summaries, speed-ups, still_falling,
+  ablations."""
+  curves = {name: [(m, v["masked_lm_loss"]) for m, v in points]
+            for name, points in evaluations.items()}
+  by_variant = {v.name: [job["name"] for job in jobs if job["variant"] == v.name]
+                for v in variants}
+  final = {name: points[-1][1] for name, points in evaluations.items()}
+  # Unrounded: the original's median repeat reaches it at its last checkpoint.
+  target = statistics.median(final[n]["masked_lm_loss"] for n in by_variant["original"])
+  to_target = {name: minutes_to_loss(points, target)
+               for name, points in curves.items()}
+  summaries = {}
+  for variant in variants:
+    names = by_variant[variant.name]
+    summaries[variant.name] = {
+        "budget_minutes": plan["jobs"][variant.name]["budget_minutes"],
+        "minutes_to_target": spread([to_target[n] for n in names]),
+        "final_loss": spread([final[n]["masked_lm_loss"] for n in names]),
+        "final_accuracy": spread([final[n]["masked_lm_accuracy"]
+                                                 for n in names])}
+  speedups = {name: speedup(summaries["original"]["minutes_to_target"]["values"],
+                                           s["minutes_to_target"]["values"])
+              for name, s in summaries.items() if name != "original"}
+  ablations = [(v.name, v.lever) for v in variants if v.lever is not None]
+  return {
+      "target_loss": round(target, 4),
+      "curves": {n: [[round(m, 3), round(l, 4)] for m, l in points]
+                 for n, points in curves.items()},
+      "accuracy_curves": {n: [[round(m, 3), round(v["masked_lm_accuracy"], 4)]
+                              for m, v in points] for n, points in evaluations.items()},
+      "minutes_to_target_loss": {n: None if m is None else round(m, 3)
+                                 for n, m in to_target.items()},
+      "variants": summaries, "speedup": speedups.get("fast"), "speedups": speedups,
+      "still_falling": {n: still_falling(points) for n, points in curves.items()},
+      "ablations": (ablation_rows(ablations, summaries)
+                    if ablations and "fast" in summaries else []),
+  }

@@ -32,10 +32,10 @@ SLOWEST_FIRST = (
     # modules, which took 266 s and 55 s alone, half of it waiting for Slurm's timers).
     "tests/cluster",
     # 151 s before docs/FINETUNING.md's bench/quality.py block (177 s) gave way to
-    # tests/test_bench_quality.py's quick run.
+    # tests/test_bench_quality_quick.py's quick run.
     "tests/test_doc_commands.py",
     "tests/test_run_pretraining_deterministic.py",  # 188 s
-    "tests/test_bench_quality.py",  # 170 s: its quick run of every variant (alone, under load)
+    "tests/test_bench_quality_quick.py",  # 130-170 s: the quick run of every variant
     # 169 s with the launchers' tests (about 50 s of it: test_run_pretraining_launchers.py).
     "tests/test_run_pretraining.py",
     # 115 s with the time-based checkpoints' tests (about 20 s of it:

@@ -1,27 +1,22 @@
 """The time-to-quality benchmark (bench/quality.py and its plan, packed, fine-tuning and report
 modules): the jobs each variant runs, the plan's arithmetic, minutes to a target, the still-falling
-rule, the speed-up, and a quick run whose JSON is checked against its own curves.
+rule, the speed-up (the quick run: tests/test_bench_quality_quick.py).
 
 (Speed itself is measured by bench/, never asserted in tests.)
 """
 
 import dataclasses
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from bench import quality
-from bench import quality_corpus
 from bench import quality_finetune
 from bench import quality_packed
 from bench import quality_plan
 from bench import quality_report
-from tests import helpers
 
 
 def test_quality_minutes_to_a_loss_interpolate_between_checkpoints_by_hand():
@@ -364,7 +359,7 @@ def test_quality_summary_targets_the_originals_median_final_loss():
                  for name, series in losses.items()}
   plan = {"jobs": {"original": {"budget_minutes": 4.0}, "fast": {"budget_minutes": 1.0},
                    "fast_beta2": {"budget_minutes": 1.0}}}
-  result = quality.summarize(variants, jobs, evaluations, plan)
+  result = quality_report.summarize(variants, jobs, evaluations, plan)
   assert result["target_loss"] == 5.0  # the median of 5.0, 5.2 and 4.8
   # original_seed1 reaches 5.0 at its end; seed2 never; seed3 between 6.2 -> 4.8 ... 5.8 -> 4.8.
   assert result["minutes_to_target_loss"]["original_seed1"] == 4.0
@@ -426,89 +421,3 @@ def test_quality_tables_print_the_variants_and_the_ablations(capsys):
   assert "| no pretraining dropout | fast_dropout | 2.40 | +0.40 | 4.950 | +0.050 |" in lines
   assert ("Curves still falling in their last quarter (>= 1% of the loss): 0 of 1; not: "
           "fast_seed1") in lines
-
-
-# The quick run exercises every variant.
-QUICK_VARIANTS = [v.name for v in quality_plan.variants()]
-
-
-@pytest.mark.e2e
-def test_quality_quick_run_reports_what_its_own_curves_say(tmp_path):
-  result_path = tmp_path / "quality.json"
-  cache = tmp_path / "corpus_cache"
-  proc = subprocess.run(
-      [sys.executable, "bench/quality.py", "--quick", "--output_dir=%s" % (tmp_path / "out"),
-       "--result_json=%s" % result_path, "--figure=%s" % (tmp_path / "quality.png")],
-      capture_output=True, text=True, cwd=helpers.REPO_ROOT, timeout=900,
-      env=dict(os.environ, BERT_QUALITY_CORPUS_ROOT=str(cache)))
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  result = json.loads(proc.stdout.strip().splitlines()[-1])
-  assert result == json.loads(result_path.read_text())
-  assert (tmp_path / "quality.png").stat().st_size > 0
-  assert sorted(result["curves"]) == sorted(v + "_seed1" for v in QUICK_VARIANTS)
-  curves = {name: [tuple(p) for p in points] for name, points in result["curves"].items()}
-  for name, points in curves.items():
-    assert len(points) >= quality.QUICK_CHECKPOINTS  # one every updates // 2: 3 of 3 updates
-    assert [m for m, _ in points] == sorted(m for m, _ in points)
-  # The target is the original's final loss, which it reaches at its end; the rest follows
-  # from the curves.
-  assert result["target_loss"] == curves["original_seed1"][-1][1]
-  assert result["minutes_to_target_loss"]["original_seed1"] == pytest.approx(
-      curves["original_seed1"][-1][0], abs=1e-3)
-  for name, points in curves.items():
-    minutes = result["minutes_to_target_loss"][name]
-    reached = [i for i, (_, loss) in enumerate(points) if loss <= result["target_loss"]]
-    if not reached:
-      assert minutes is None
-    elif reached[0] == 0:
-      assert minutes == pytest.approx(points[0][0], abs=1e-3)
-    else:
-      (m0, l0), (m1, l1) = points[reached[0] - 1], points[reached[0]]
-      assert minutes == pytest.approx(m0 + (l0 - result["target_loss"]) / (l0 - l1) * (m1 - m0),
-                                      abs=2e-3)
-    tail = points[-max(2, -(-len(points) // 4)):]  # the last quarter, at least 2 points
-    slope, intercept = np.polyfit([m for m, _ in tail], [l for _, l in tail], 1)
-    drop = -slope * (tail[-1][0] - tail[0][0]) / (slope * tail[0][0] + intercept)
-    assert result["still_falling"][name] == {"falling": bool(drop >= 0.01),
-                                             "drop": pytest.approx(drop, abs=1e-3)}
-  # Each job read under one pass of its split, as many sequences as its updates hold.
-  plan = result["plan"]
-  for job in result["jobs"]:
-    records = result["corpus"]["training_sequences"][job["variant"]]
-    per_update = plan["jobs"][job["variant"]]["sequences_per_update"]
-    assert job["updates"] == plan["jobs"][job["variant"]]["updates"]
-    assert job["sequences_read"] == pytest.approx(job["updates"] * per_update, abs=1)
-    assert job["pass_fraction"] == pytest.approx(job["sequences_read"] / records, abs=1e-3)
-    assert job["pass_fraction"] < 1
-  assert plan["estimated_minutes"]["total"] == pytest.approx(
-      sum(v for k, v in plan["estimated_minutes"].items() if k != "total"), abs=0.2)
-  # Fine-tuned: the seeded variants' final checkpoints, not the ablations'.
-  seeded = [v for v in QUICK_VARIANTS if "_" not in v]
-  assert sorted(result["final_dev_accuracy"]) == sorted(seeded)
-  for dev in result["final_dev_accuracy"].values():
-    assert dev["min"] <= dev["mean"] <= dev["max"] and len(dev["values"]) == 1
-  # The speed-ups and the ablation table from the minutes and losses above.
-  minutes = {v: result["minutes_to_target_loss"][v + "_seed1"] for v in QUICK_VARIANTS}
-  for variant in QUICK_VARIANTS[1:]:
-    got = result["speedups"][variant]
-    if minutes[variant] is None or minutes["original"] is None:
-      assert got is None
-    else:
-      assert got["median"] == pytest.approx(minutes["original"] / minutes[variant], abs=0.011)
-      assert got["min"] == got["median"] == got["max"]
-  ablations = [v for v in QUICK_VARIANTS if v.startswith("fast_")]
-  assert [row["variant"] for row in result["ablations"]] == (ablations if "fast" in QUICK_VARIANTS
-                                                            else [])
-  for row in result["ablations"]:
-    loss = curves[row["variant"] + "_seed1"][-1][1]
-    assert row["final_loss_vs_fast"] == pytest.approx(loss - curves["fast_seed1"][-1][1],
-                                                      abs=2e-4)
-  # The small corpus's counts, as prepare_corpus.py gave them (cached: no second build).
-  for dynamic in (False, True):
-    corpus = quality_corpus.build(dataclasses.replace(quality_corpus.QUICK_SETTINGS,
-                                                      dynamic_masking=dynamic), root=str(cache))
-    for variant in QUICK_VARIANTS:
-      if result["variant_settings"][variant]["dynamic_masks"] == dynamic:
-        assert result["corpus"]["training_sequences"][variant] == corpus.train_sequences
-  assert result["corpus"]["eval_sequences"] == corpus.eval_sequences and result["cpu"]
-  assert result["variant_settings"]["today"]["packed"] is True
