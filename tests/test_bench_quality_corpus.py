@@ -370,19 +370,9 @@ def _split_documents(folder):
   return documents
 
 
-@pytest.mark.e2e
-def test_quick_corpus_end_to_end(tmp_path):
-  proc = subprocess.run([sys.executable, "bench/quality_corpus.py", "--quick",
-                         "--cache_root=%s" % tmp_path, "--workers=2"], capture_output=True,
-                        text=True, cwd=helpers.REPO_ROOT, timeout=300)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  figures, last = proc.stdout.strip().splitlines()[-2:]
-  corpus = json.loads(last)
-  assert figures.startswith("quality corpus: 0.2 MB of prose in 39 documents")
-  # 41 files copied, the translation and the Markdown file left out.
-  assert corpus["documents"] == 39
-  assert corpus["documents"] == corpus["pretrain_documents"] + corpus["task_documents"]
-  # The task: every class, its quota of 6 training and 3 dev paragraphs.
+def _check_task(corpus):
+  """The task: every class, its quota of 6 training and 3 dev paragraphs, read by
+  run_classifier.py's stdlib task as it is. Returns its rows {"train"|"dev": [(label, text)]}."""
   task = corpus["task_dir"]
   with open(os.path.join(task, "labels.txt")) as f:
     assert f.read().split() == list(quality_corpus.TASK_CLASSES)
@@ -395,14 +385,17 @@ def test_quick_corpus_end_to_end(tmp_path):
     assert collections.Counter(label for label, _ in rows[side]) == {
         label: 6 if side == "train" else 3 for label in quality_corpus.TASK_CLASSES}
   assert corpus["task_examples_per_class"] == {label: 9 for label in quality_corpus.TASK_CLASSES}
-  # run_classifier.py's stdlib task reads it as it is.
   processor = classifier_data.get_processor("stdlib", task)
   assert processor.get_labels() == list(quality_corpus.TASK_CLASSES)
   dev_examples = processor.get_dev_examples(task)
   assert [(e.label, e.text_a) for e in dev_examples] == [tuple(row) for row in rows["dev"]]
   assert len(processor.get_train_examples(task)) == 48
-  # No task paragraph reaches pretraining: the task's documents are not among its inputs, and no
-  # task paragraph is in their text.
+  return rows
+
+
+def _check_pretraining_documents(corpus, rows):
+  """No task paragraph reaches pretraining; the HTML page and the POD file are pretraining
+  documents, their prose without navigation."""
   documents = os.path.join(corpus["directory"], "documents")
   pretrain_text = ""
   for path in glob.glob(os.path.join(documents, "pretrain", "**", "*.txt"), recursive=True):
@@ -430,6 +423,22 @@ def test_quick_corpus_end_to_end(tmp_path):
   assert pod.startswith("perlmroapi - Perl method resolution plugin interface\n\nAs of Perl")
   for gone in ("struct mro_alg", "=head", "AUTHORS", "C<"):
     assert gone not in pod, gone
+
+
+@pytest.mark.e2e
+def test_quick_corpus_end_to_end(tmp_path):
+  proc = subprocess.run([sys.executable, "bench/quality_corpus.py", "--quick",
+                         "--cache_root=%s" % tmp_path, "--workers=2"], capture_output=True,
+                        text=True, cwd=helpers.REPO_ROOT, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  figures, last = proc.stdout.strip().splitlines()[-2:]
+  corpus = json.loads(last)
+  assert figures.startswith("quality corpus: 0.2 MB of prose in 39 documents")
+  # 41 files copied, the translation and the Markdown file left out.
+  assert corpus["documents"] == 39
+  assert corpus["documents"] == corpus["pretrain_documents"] + corpus["task_documents"]
+  rows = _check_task(corpus)
+  _check_pretraining_documents(corpus, rows)
   # The held-out split is whole documents: none of them in the training text.
   text = os.path.join(corpus["directory"], "records", "text")
   held_out, train = _split_documents(text + "/eval"), _split_documents(text + "/train")
