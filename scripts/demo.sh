@@ -3,9 +3,9 @@
 # Horovod workers, LAMB, accumulation 2 with post-accumulation allreduce; then evaluate, plot the
 # log and say where everything is. Last, what the pretraining learnt: its masked-LM accuracy on
 # the held-out records beside the unigram baseline's (always predicting the commonest masked
-# token), and what a longer pretraining buys a classifier, as bench/quality.py measured it
-# (docs/quality.json, docs/FINETUNING.md): the demo's few hundred updates are too few for a
-# fine-tuned classifier to gain from them.
+# token), and what a longer pretraining buys a classifier, as the earlier bench/quality.py
+# measured it (docs/quality.json, docs/FINETUNING.md): the demo's few hundred updates are too few
+# for a fine-tuned classifier to gain from them.
 #
 #   scripts/demo.sh PYTHON [OUTPUT_DIR]
 #
