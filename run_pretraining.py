@@ -373,8 +373,7 @@ def _decide_masking(f, layouts, files, vocab_size):
 def _sequences_per_row(layouts):
   """K for packed rows of up to K sequences (the start line and the log count sequences), 0 for
   the release's records."""
-  layout = layouts.train or layouts.eval
-  return layout.sequences_per_row if layout.packed else 0
+  return record_layout.max_sequences_per_pack(layouts.train or layouts.eval)
 
 
 def run(f, config):
@@ -401,20 +400,21 @@ def run(f, config):
   model = job_lib.Model(pretraining_head(bert_config, layouts, f.next_sentence_loss), bert_config,
                         job_lib.dropout_seed(config, bert_config, counts_micro_steps=True),
                         training_dropout=f.pretraining_dropout, layouts=layouts)
+  sequences_per_row = _sequences_per_row(layouts)
   plan = job_lib.Plan(f.num_train_steps, num_warmup_steps(f),
                       dict(train_batch_size=f.train_batch_size, eval_batch_size=f.eval_batch_size),
-                      max_sequences_per_pack=_sequences_per_row(layouts),
+                      max_sequences_per_pack=sequences_per_row,
                       schedule_options=schedule_options(f))
   job = job_lib.Job.open(config, PROGRAM, workers, model, plan,
                          resume_check=job_lib.ResumeCheck(f.max_predictions_per_seq,
-                                                          _sequences_per_row(layouts)))
+                                                          sequences_per_row))
   reading = dict(deterministic=f.deterministic_run, seed=config.random_seed,
                  vocab_size=bert_config.vocab_size, next_sentence_labels=f.next_sentence_loss)
 
   def explain(files, layout):
     return lambda error: name_bad_input(
         error, files, layout.seq_length, layout.predictions, bert_config.vocab_size,
-        layout.sequences_per_row if layout.packed else 0, f.next_sentence_loss,
+        record_layout.max_sequences_per_pack(layout), f.next_sentence_loss,
         masks=not layout.dynamic_masks)
 
   if f.do_train:

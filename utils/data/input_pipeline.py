@@ -381,7 +381,7 @@ Masking = collections.namedtuple("Masking", ["options", "vocabulary"])
 def _feature_spec(layout, next_sentence_labels):
   """`pretraining_feature_spec` of the records of `layout`."""
   return pretraining_feature_spec(layout.seq_length, layout.predictions,
-                                  layout.sequences_per_row if layout.packed else 0,
+                                  record_layout.max_sequences_per_pack(layout),
                                   next_sentence_labels, masks=not layout.dynamic_masks)
 
 

@@ -36,6 +36,12 @@ def unpacked(seq_length, predictions):
                 sequences_per_row=1)
 
 
+def max_sequences_per_pack(layout):
+  """K for packed rows of up to K sequences, 0 for the release's records (the
+  `max_sequences_per_pack` argument of the feature spec, the record checks and the logs)."""
+  return layout.sequences_per_row if layout.packed else 0
+
+
 def for_graph(layouts, is_training):
   """The `Layout` a graph reads: `layouts.train` when `is_training`, else `layouts.eval`; None
   (the release's records, one sequence each) when `layouts` is None."""

@@ -390,7 +390,7 @@ def check_input_files(input_files, max_seq_length, max_predictions_per_seq, voca
                        % (first_path, record_layout.describe(layout), path,
                           record_layout.describe(found)))
     predictions = layout.predictions if layout.packed else max_predictions_per_seq
-    sequences = layout.sequences_per_row if layout.packed else 0
+    sequences = record_layout.max_sequences_per_pack(layout)
     check_example(example, path, max_seq_length, predictions, vocab_size,
                   max_sequences_per_pack=sequences, next_sentence_labels=next_sentence_labels,
                   masks=not layout.dynamic_masks)
