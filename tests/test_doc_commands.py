@@ -126,12 +126,15 @@ def run_blocks(clone, name, prelude=()):
   assert blocks, "%s has no marked block" % name
   script = ["set -eo pipefail"] + list(prelude)
   for line_number, block in blocks:
-    script += ["echo '+++ %s line %d' >&2" % (name, line_number), block]
+    # $SECONDS (bash's seconds since the script started) dates each block in the output.
+    script += ["echo \"+++ %s line %d at ${SECONDS} s\" >&2" % (name, line_number), block]
+  script.append("echo \"+++ %s done at ${SECONDS} s\" >&2" % name)
   returncode, output = helpers.run_as_user("\n".join(script), clone, RUN_TIMEOUT_SECONDS)
   if returncode is None:
     pytest.fail("%s commands still running after %d s:\n%s"
                 % (name, RUN_TIMEOUT_SECONDS, output[-6000:]))
   assert returncode == 0, "exit %d\n%s" % (returncode, output[-6000:])
+  print("\n".join(line for line in output.splitlines() if line.startswith("+++ ")))
   # Every block ran (set -e stops at the first failure).
   assert output.count("+++ %s line" % name) == len(blocks), output[-6000:]
   return blocks
