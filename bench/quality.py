@@ -49,6 +49,10 @@ before the first job; --budget_minutes fixes B instead.
 2 or 3 updates per job (no calibration), two jobs at a time, one fine-tuning epoch: the same code
 in a minute or two, for the tests; its figures mean nothing.
 
+An exploration (a learning rate, a lever's setting) runs the same code on changed variants:
+`--set fast.learning_rate=0.016` (any field of bench/quality_plan.py's Variant; repeatable) and
+`--repeats 1`; the output's variant_settings records what ran.
+
 The last line is one JSON object: curves ({job: [[minutes, loss], ...]}, a job named
 <variant>_seed<n>), accuracy_curves, target_loss, minutes_to_target_loss ({job: minutes}),
 variants (per variant: its budget, minutes to target, final loss and accuracy, median and range),
@@ -117,6 +121,13 @@ def parse_args(argv=None):
                            "the held-out split (0: all of them)")
   parser.add_argument("--calibration_updates", type=int, default=CALIBRATION_UPDATES,
                       help="updates of each calibration job (its first third is left out)")
+  parser.add_argument("--set", action="append", default=[], dest="settings",
+                      metavar="VARIANT.FIELD=VALUE",
+                      help="changes one field of a variant (bench/quality_plan.py's Variant), "
+                           "e.g. fast.learning_rate=0.016; repeatable")
+  parser.add_argument("--repeats", type=int, default=None,
+                      help="repeats of every variant (default: 3 for original, today and fast, "
+                           "1 for each ablation)")
   parser.add_argument("--figure", default=None, help="PNG: evaluation loss against minutes")
   parser.add_argument("--result_json", default=None,
                       help="also write the last line's JSON object to this file")
@@ -135,9 +146,13 @@ def parse_args(argv=None):
       parser.error("--variants: unknown '%s' (expected some of %s)" % (name, ", ".join(known)))
   if "original" not in names:
     parser.error("--variants must include original (its final loss is the target)")
-  args.variants = [known[name] for name in known if name in names]
-  if args.quick:
-    args.variants = [dataclasses.replace(v, seeds=1) for v in args.variants]
+  if args.repeats is not None and args.repeats < 1:
+    parser.error("--repeats must be >= 1, got %d" % args.repeats)
+  try:
+    args.variants = quality_plan.with_settings([known[name] for name in known if name in names],
+                                               args.settings, 1 if args.quick else args.repeats)
+  except ValueError as error:
+    parser.error(str(error))
   return args
 
 

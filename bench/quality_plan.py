@@ -114,6 +114,75 @@ def variants():
   return [ORIGINAL, TODAY, FAST] + ablations
 
 
+# What `--set` may change: any field of ours but the name, the program and the lever; of the
+# original release, only what its run_pretraining.py takes (its optimizer and schedule are fixed;
+# its budget is B).
+CHOICES = {"optimizer": ("adam", "lamb"), "schedule": ("recipe", "linear")}
+ORIGINAL_SETTABLE = ("learning_rate", "warmup_fraction", "seeds")
+
+
+def _expected(field):
+  """What a `--set` value of Variant field `field` (a dataclasses.Field) must be, in words."""
+  if field.name in CHOICES:
+    return "one of " + ", ".join(CHOICES[field.name])
+  kind = {"bool": "true or false", "int": "an integer >= 1",
+          "float": "a number >= 0"}[getattr(field.type, "__name__", field.type)]
+  return kind + (" or none" if field.default is None else "")
+
+
+def _setting_value(field, text):
+  """`text` as the value of Variant field `field`; raises ValueError when it is not one."""
+  kind = getattr(field.type, "__name__", field.type)
+  if field.default is None and text.lower() == "none":
+    return None
+  if field.name in CHOICES or kind == "str":
+    if text not in CHOICES.get(field.name, (text,)):
+      raise ValueError(text)
+    return text
+  if kind == "bool":
+    if text.lower() not in ("true", "false"):
+      raise ValueError(text)
+    return text.lower() == "true"
+  value = int(text) if kind == "int" else float(text)
+  if not math.isfinite(value) or value < (1 if kind == "int" else 0):
+    raise ValueError(text)
+  return value
+
+
+def with_settings(variant_list, settings=(), repeats=None):
+  """`variant_list` with `settings` applied, each a text "<variant>.<field>=<value>" (`--set`),
+  and every variant's repeats set to `repeats` (None: their own): an exploration of the
+  comparison's variants.
+
+  Raises:
+    ValueError: naming the setting, for an unknown variant or field, a field that cannot be set
+      or a value of the wrong kind.
+  """
+  by_name = {v.name: v for v in variant_list}
+  fields = {f.name: f for f in dataclasses.fields(Variant)
+            if f.name not in ("name", "program", "lever")}
+  for setting in settings:
+    target, equals, text = setting.partition("=")
+    name, _, key = target.partition(".")
+    if not equals or name not in by_name:
+      raise ValueError("--set %s: expected <variant>.<field>=<value> with a variant of %s"
+                       % (setting, ", ".join(by_name)))
+    if key not in fields or (by_name[name].program == "original"
+                             and key not in ORIGINAL_SETTABLE):
+      settable = ORIGINAL_SETTABLE if by_name[name].program == "original" else fields
+      raise ValueError("--set %s: %s has no field '%s' to set (expected one of %s)"
+                       % (setting, name, key, ", ".join(settable)))
+    try:
+      value = _setting_value(fields[key], text)
+    except ValueError:
+      raise ValueError("--set %s: %s.%s must be %s, got '%s'"
+                       % (setting, name, key, _expected(fields[key]), text)) from None
+    by_name[name] = dataclasses.replace(by_name[name], **{key: value})
+  if repeats is not None:
+    by_name = {name: dataclasses.replace(v, seeds=repeats) for name, v in by_name.items()}
+  return [by_name[v.name] for v in variant_list]
+
+
 @dataclasses.dataclass(frozen=True)
 class Records:
   """The training records a job reads: the directory (for ours), the files, and how many

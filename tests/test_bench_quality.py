@@ -7,6 +7,7 @@ rule, the speed-up (the quick run: tests/test_bench_quality_quick.py).
 
 import dataclasses
 import os
+import re
 
 import numpy as np
 import pytest
@@ -212,6 +213,42 @@ def test_quality_arguments():
   assert {v.seeds for v in quick.variants} == {1}
   for bad in (["--budget_minutes=31"], ["--budget_minutes=0"], ["--variants=today,lamb_fp64"],
               ["--variants=today,fast"], ["--calibration_updates=5"]):
+    with pytest.raises(SystemExit) as exit_info:
+      quality.parse_args(["--output_dir=/o"] + bad)
+    assert exit_info.value.code == 2
+
+
+def test_quality_set_and_repeats_change_only_what_they_name():
+  args = quality.parse_args(["--output_dir=/o", "--variants=original,fast,fast_beta2",
+                             "--set", "fast.learning_rate=0.016", "--set=fast.beta2=none",
+                             "--set", "original.learning_rate=5e-4", "--set=fast.packed=false",
+                             "--repeats=2"])
+  original, fast, ablation = args.variants
+  assert (original.learning_rate, fast.learning_rate, fast.beta2, fast.packed) == (
+      5e-4, 0.016, None, False)
+  assert [v.seeds for v in args.variants] == [2, 2, 2]
+  # Everything else as the plan has it; the ablation is not fast's copy.
+  assert dataclasses.replace(fast, learning_rate=8e-3, beta2=0.98, packed=True,
+                             seeds=3) == quality_plan.FAST
+  assert ablation == dataclasses.replace(quality_plan.variants()[-1], seeds=2)
+  argv = quality_plan.job_command(fast, quality_plan.Records("/r", ("/r/a",), 640), "c.json",
+                                  "v.txt", "/out", 100)
+  assert "--learning_rate=0.016" in argv and not [a for a in argv if "beta2" in a]
+  assert "--enable_packed_data_mode" not in argv
+  for bad, says in [("fast.learning_rate", "expected <variant>.<field>=<value>"),
+                    ("today.dropout=0", "with a variant of original, fast, fast_beta2"),
+                    ("fast.name=x", "fast has no field 'name'"),
+                    ("original.optimizer=lamb", "expected one of learning_rate, "
+                                                "warmup_fraction, seeds"),
+                    ("fast.optimizer=sgd", "must be one of adam, lamb, got 'sgd'"),
+                    ("fast.packed=yes", "must be true or false, got 'yes'"),
+                    ("fast.seeds=0", "must be an integer >= 1, got '0'"),
+                    ("fast.dropout=-0.1", "must be a number >= 0 or none, got '-0.1'"),
+                    ("fast.learning_rate=none", "must be a number >= 0, got 'none'")]:
+    with pytest.raises(ValueError, match=re.escape(says)):
+      quality_plan.with_settings(quality.parse_args(
+          ["--output_dir=/o", "--variants=original,fast,fast_beta2"]).variants, [bad])
+  for bad in (["--set=fast.seeds=x"], ["--repeats=0"]):
     with pytest.raises(SystemExit) as exit_info:
       quality.parse_args(["--output_dir=/o"] + bad)
     assert exit_info.value.code == 2
