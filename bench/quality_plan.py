@@ -135,8 +135,8 @@ def _setting_value(field, text):
   kind = getattr(field.type, "__name__", field.type)
   if field.default is None and text.lower() == "none":
     return None
-  if field.name in CHOICES or kind == "str":
-    if text not in CHOICES.get(field.name, (text,)):
+  if field.name in CHOICES:  # the settable text fields
+    if text not in CHOICES[field.name]:
       raise ValueError(text)
     return text
   if kind == "bool":
