@@ -18,6 +18,8 @@ from bench import quality_finetune
 from bench import quality_packed
 from bench import quality_plan
 from bench import quality_report
+from tests import helpers
+from utils.core import errors
 
 
 def test_quality_minutes_to_a_loss_interpolate_between_checkpoints_by_hand():
@@ -98,6 +100,28 @@ def test_quality_each_ablation_is_fast_with_one_lever_put_back():
   assert [v.name for v in quality_plan.variants() if v.lever] == list(quality_plan.ABLATIONS)
   assert [(v.budget_fraction, v.seeds) for v in quality_plan.variants()[:3]] == [
       (1.0, 3), (0.5, 3), (0.25, 3)]
+
+
+def test_quality_every_job_of_ours_passes_run_pretrainings_flag_checks():
+  # The checks run_pretraining.py makes before it reads a file: what the quick run's jobs show for
+  # the variants it runs, for all of them (packed and not), without a start-up each.
+  import run_pretraining  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from utils.training import job_config  # pylint: disable=g-import-not-at-top
+  packed = quality_plan.Records("/p", ("/p/a",), 17891, 14460)
+  for variant in quality_plan.variants():
+    if variant.program != "ours":
+      continue
+    records = packed if variant.packed else quality_plan.Records("/d", ("/d/a",), 100000)
+    argv = quality_plan.job_command(variant, records, "c.json", "v.txt", "/out", 400)
+    assert argv[1].endswith("run_pretraining.py"), argv
+    with helpers.parsed_flags(run_pretraining.PROGRAM, argv[2:], run_pretraining.DEFAULTS):
+      run_pretraining.check_flags(flags.FLAGS, job_config.JobConfig.from_flags(flags.FLAGS))
+  # The check refuses what a bad plan would give it.
+  bad = _argv("fast") + ["--num_warmup_steps=10"]
+  with helpers.parsed_flags(run_pretraining.PROGRAM, bad[2:], run_pretraining.DEFAULTS):
+    with pytest.raises(errors.UsageError, match="exclude each other"):
+      run_pretraining.check_flags(flags.FLAGS, job_config.JobConfig.from_flags(flags.FLAGS))
 
 
 def test_quality_original_runs_the_release_with_its_optimizer():
