@@ -57,8 +57,8 @@ The last line is one JSON object: curves ({job: [[minutes, loss], ...]}, a job n
 <variant>_seed<n>), accuracy_curves, target_loss, minutes_to_target_loss ({job: minutes}),
 variants (per variant: its budget, minutes to target, final loss and accuracy, median and range),
 speedup (fast's) and speedups (every variant's), still_falling (per job), final_dev_accuracy,
-ablations, jobs (updates, sequences read, fraction of the split), corpus, plan, variant_settings,
-cpu.
+ablations, jobs (updates, the rate they were planned from, sequences read, fraction of the split),
+corpus, plan, variant_settings, cpu.
 """
 
 import argparse
@@ -331,24 +331,28 @@ def make_plan(args, variants, records, rates, calibration_minutes, eval_sequence
               checkpoints)}
 
 
-def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan):
-  """Runs one repeat of `variant` as `plan` says, keeping its checkpoints with their times.
+def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan, replanned=None):
+  """Runs one repeat of `variant` as `plan` says, keeping its checkpoints with their times;
+  `replanned`: (updates, the job whose rate they come from) instead of the plan's updates.
 
   Returns:
-    dict: name (<variant>_seed<seed>), variant, seed, updates, sequences_read, pass_fraction,
-    seconds (its wall time), stopped_at_limit, checkpoints {update: seconds since its start},
-    keep_dir.
+    dict: name (<variant>_seed<seed>), variant, seed, updates, planned_from (the calibration or
+    a job), sequences_read, pass_fraction, seconds (its wall time), stopped_at_limit, checkpoints
+    {update: seconds since its start}, keep_dir.
   """
   name = "%s_seed%d" % (variant.name, seed)
-  planned = plan["jobs"][variant.name]
+  planned = dict(plan["jobs"][variant.name])
+  planned_from = "calibration"
+  if replanned is not None:
+    planned["updates"], planned_from = replanned
   job_dir = os.path.join(work_dir, name)
   keep_dir = os.path.join(work_dir, name + "_checkpoints")
   for path in (job_dir, keep_dir):
     shutil.rmtree(path, ignore_errors=True)
   argv = quality_plan.job_command(variant, records, config_path, vocab_file, job_dir,
                                   planned["updates"], plan["checkpoints_per_job"])
-  print("%s: %d updates in %.2f minutes" % (name, planned["updates"], planned["budget_minutes"]),
-        flush=True)
+  print("%s: %d updates in %.2f minutes (the rate of %s)" % (
+      name, planned["updates"], planned["budget_minutes"], planned_from), flush=True)
   log_path = os.path.join(work_dir, name + ".log")
   start = time.time()
   keeper = CheckpointKeeper(job_dir, keep_dir, start)
@@ -373,16 +377,32 @@ def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan):
     raise SystemExit("%s: the job kept no checkpoint: see %s" % (name, log_path))
   final = max(keeper.kept)
   return {"name": name, "variant": variant.name, "seed": seed, "updates": final,
-          "sequences_read": int(round(final * records.sequences_per_update())),
+          "planned_from": planned_from, "sequences_read": int(round(final * records.sequences_per_update())),
           "pass_fraction": round(quality_plan.pass_fraction(final, records), 4),
           "seconds": round(seconds, 1), "stopped_at_limit": stopped,
           "checkpoints": dict(sorted(keeper.kept.items())), "keep_dir": keep_dir}
 
 
 def run_all(variants, records, config_path, vocab_file, work_dir, plan, parallel):
-  """Every repeat of every variant, `parallel` at a time (1: one after the other); the jobs'
-  dicts in order."""
+  """Every repeat of every variant, `parallel` at a time; the jobs' dicts in order. One after
+  the other (`parallel` 1), a job's updates come from the rate the last finished job of its cost
+  ran at (quality_plan.measured_rate), the calibration's only until one has."""
   runs = [(v, seed) for v in variants for seed in range(1, v.seeds + 1)]
+  if parallel == 1:
+    jobs, measured = [], {}
+    for variant, seed in runs:
+      replanned = None
+      if variant.cost_key() in measured:
+        source, rate = measured[variant.cost_key()]
+        replanned = (quality_plan.replanned_updates(
+            variant, plan["budget_minutes"], rate, records[variant.name],
+            plan["checkpoints_per_job"]), source)
+      jobs.append(run_job(variant, seed, records[variant.name], config_path, vocab_file,
+                          work_dir, plan, replanned))
+      rate = quality_plan.measured_rate(jobs[-1]["checkpoints"])
+      if rate is not None:
+        measured[variant.cost_key()] = (jobs[-1]["name"], rate)
+    return jobs
   with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
     return list(pool.map(lambda run: run_job(run[0], run[1], records[run[0].name], config_path,
                                              vocab_file, work_dir, plan), runs))

@@ -256,6 +256,23 @@ class Rate:
   updates_per_s: float
 
 
+def measured_rate(checkpoints):
+  """The Rate a finished job ran at, from its kept checkpoints ({update: seconds since the job's
+  start}): updates/s from its first checkpoint after update 0 to its last, and the start-up that
+  puts that first checkpoint where it was written; None with fewer than two such checkpoints.
+
+  A calibration is a few seconds of one job, and a passing load skews it (by a third on a 2-core
+  guest); a job that has run its whole budget measures the rate the next job of its cost will run
+  at.
+  """
+  points = sorted((update, seconds) for update, seconds in checkpoints.items() if update > 0)
+  if len(points) < 2 or points[-1][1] <= points[0][1]:
+    return None
+  (first_update, first_s), (last_update, last_s) = points[0], points[-1]
+  rate = (last_update - first_update) / (last_s - first_s)
+  return Rate(startup_s=max(0.0, first_s - first_update / rate), updates_per_s=rate)
+
+
 def pass_bound_minutes(rate, records, pass_limit=PASS_LIMIT):
   """The longest budget (minutes) in which a job at `rate` (Rate) reads at most `pass_limit` of
   `records` (Records): start-up, then updates at the rate, as updates_in_budget plans them."""
@@ -301,6 +318,13 @@ def job_updates(variant, budget_minutes, rate, checkpoints=CHECKPOINTS_PER_JOB):
   """The updates of `variant`'s job: its share of `budget_minutes` at `rate` (Rate)."""
   return updates_in_budget(variant.budget_fraction * budget_minutes * 60, rate.startup_s,
                            rate.updates_per_s, checkpoints)
+
+
+def replanned_updates(variant, budget_minutes, rate, records, checkpoints=CHECKPOINTS_PER_JOB):
+  """job_updates of `variant` at a measured `rate` (Rate), at most PASS_LIMIT of `records`
+  (Records): a faster rate than the calibration's must not make a job read a sequence twice."""
+  bound = int(PASS_LIMIT * records.sequences / records.sequences_per_update())
+  return min(job_updates(variant, budget_minutes, rate, checkpoints), max(checkpoints, bound))
 
 
 def pass_fraction(updates, records):

@@ -337,6 +337,49 @@ def test_quality_calibration_counts_updates_not_rows(monkeypatch, tmp_path):
   assert rates["fast_beta2"] == rates["fast"] and len(rates) == len(variants)
 
 
+def test_quality_a_finished_jobs_rate_plans_the_next_job_of_its_cost(monkeypatch):
+  # Checkpoints at updates 50..500 written 30 s + update / 2.5 s after the start: 2.5 updates/s
+  # and 30 s of start-up; the initial weights' checkpoint (update 0) is not a rate's point.
+  kept = {0: 2.0}
+  kept.update({u: 30.0 + u / 2.5 for u in range(50, 501, 50)})
+  assert quality_plan.measured_rate(kept) == quality_plan.Rate(
+      pytest.approx(30.0), pytest.approx(2.5))
+  assert quality_plan.measured_rate({0: 1.0, 50: 20.0}) is None
+  assert quality_plan.measured_rate({50: 20.0, 100: 20.0}) is None
+  # B = 10 minutes at that rate: 0.95 x (600 - 30) x 2.5 = 1353 updates; 100,000 sequences
+  # bound it at 90%: 1406.25 updates; 20,000 sequences at 281 (of 64 each).
+  rate = quality_plan.Rate(30.0, 2.5)
+  big = quality_plan.Records("/d", (), 100000)
+  assert quality_plan.replanned_updates(_variant("original"), 10.0, rate, big) == 1353
+  small = quality_plan.Records("/d", (), 20000)
+  assert quality_plan.replanned_updates(_variant("original"), 10.0, rate, small) == 281
+  # One after the other: each repeat after the first runs the updates of the rate the last job
+  # of its cost measured; fast_beta2 shares fast's cost, fast_dropout has its own.
+  variants = quality_plan.with_settings(
+      [_variant(n) for n in ("original", "fast", "fast_beta2", "fast_dropout")], repeats=2)
+  plan = {"budget_minutes": 10.0, "checkpoints_per_job": 20,
+          "jobs": {v.name: {"updates": 999} for v in variants}}
+  speed = {"original": 2.5, "fast": 5.0, "fast_beta2": 4.0, "fast_dropout": 3.0}
+  started = []
+
+  def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan_, replanned=None):
+    started.append((variant.name, seed, replanned))
+    return {"name": "%s_seed%d" % (variant.name, seed),
+            "checkpoints": {u: 10.0 + u / speed[variant.name] for u in (100, 200)}}
+
+  monkeypatch.setattr(quality, "run_job", run_job)
+  jobs = quality.run_all(variants, {v.name: big for v in variants}, "c", "v", "/w", plan, 1)
+  assert [job["name"] for job in jobs] == [n + s for n in speed for s in ("_seed1", "_seed2")]
+  at = lambda variant, per_s: quality_plan.job_updates(variant, 10.0, quality_plan.Rate(
+      10.0, per_s))
+  assert started == [
+      ("original", 1, None), ("original", 2, (at(variants[0], 2.5), "original_seed1")),
+      ("fast", 1, None), ("fast", 2, (at(variants[1], 5.0), "fast_seed1")),
+      ("fast_beta2", 1, (at(variants[2], 5.0), "fast_seed2")),
+      ("fast_beta2", 2, (at(variants[2], 4.0), "fast_beta2_seed1")),
+      ("fast_dropout", 1, None), ("fast_dropout", 2, (at(variants[3], 3.0), "fast_dropout_seed1"))]
+
+
 def _write_records(path, count):
   with tf.io.TFRecordWriter(str(path)) as writer:
     for i in range(count):
