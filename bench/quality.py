@@ -13,17 +13,20 @@ reads), built once with fixed masks and once without (the same vocabulary), and 
 job, one job after the other. The variants (bench/quality_plan.py):
 
 * `original`: the original release's `run_pretraining.py` (PyPI bert-tensorflow, through
-  tests/reference/original_bert.py; fp32, AdamWeightDecay 1e-3), the full budget B, 3 repeats;
+  tests/reference/original_bert.py; fp32, AdamWeightDecay 5e-4, its rate tuned on this
+  corpus), the full budget B, 3 repeats;
 * `today`: ours as a user runs it today: LAMB 8e-3 (NVIDIA's recipe), packed rows, the precision
   `--precision=auto` picks, fixed masks, dropout 0.1, the next-sentence loss, the recipe
   schedule; B/2, 3 repeats;
 * `fast`: today with the budget recipes' levers: records without masks, masks drawn anew each
   epoch at 30% (15% for evaluation), no pretraining dropout, no next-sentence loss, linear decay
-  to zero at the job's end with 6% warmup, Adam's beta2 0.98; B/4, 3 repeats;
-* one ablation per lever, `fast` with that lever as today has it; B/4, one each.
+  to zero at the job's end with 6% warmup, Adam's beta2 0.98; B/2, 3 repeats (its schedule
+  must outlast the minutes it needs to reach the target);
+* one ablation per lever, `fast` with that lever as today has it; B/2, one each.
 
 Each job's schedule ends at its own budget: a short calibration job of the same cost (its first
-third left out) measures start-up and updates/s first; 5% is left for checkpoints and the ends.
+third left out) measures start-up and updates/s first, then each finished job's checkpoint times
+give the rate the next job of its cost is planned at; 5% is left for checkpoints and the ends.
 Each job saves 20 checkpoints, kept with the time each was written (seconds since the job's
 start, the start-up included); then, in one process and one graph, every checkpoint is scored on
 the same 2,000 held-out sequences (fixed 15% masks) spread evenly over the held-out split
@@ -38,10 +41,10 @@ with its job's seed (bench/quality_finetune.py): dev accuracy, mean and range.
 
 The plan. No job trains a sequence twice: each reads at most 90% of its training split (the
 output gives each job's sequences and fraction; the plan exits naming a job that would read more).
-The whole comparison fits in 100 minutes on 2 cores: the jobs take 3 B + 3 B/2 + 3 B/4 + 6 B/4 =
-6.75 B, and B is the largest budget (at most 30 minutes) for which the jobs, the calibrations (as
+The whole comparison fits in 100 minutes on 2 cores: the jobs take 3 B + 3 B/2 + 3 B/2 + 6 B/2 =
+9 B, and B is the largest budget (at most 30 minutes) for which the jobs, the calibrations (as
 measured), the evaluations (about 2.5 s per 1,000 held-out sequences and checkpoint) and the 9
-fine-tuning runs (about a minute each, two at a time) are estimated at 100 minutes, and at which
+fine-tuning runs (about 4 minutes each, two at a time) are estimated at 100 minutes, and at which
 the original still reads under 90% of the corpus. The plan is printed with its estimated minutes
 before the first job; --budget_minutes fixes B instead.
 
