@@ -70,11 +70,9 @@ import dataclasses
 import glob
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,6 +80,7 @@ sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench import precision  # noqa: E402
+from bench import quality_checkpoints  # noqa: E402
 from bench import quality_finetune  # noqa: E402
 from bench import quality_packed  # noqa: E402
 from bench import quality_plan  # noqa: E402
@@ -97,7 +96,6 @@ CALIBRATION_UPDATES = 60
 OVERRUN_FACTOR = 1.15
 OVERRUN_SLACK_SECONDS = 60
 QUICK_OVERRUN_SLACK_SECONDS = 600
-CHECKPOINT_NAME = re.compile(r"^model\.ckpt-(\d+)\.index$")
 
 
 # --quick: the original's budget in minutes at a nominal 1 update/s and no start-up (3 updates for
@@ -219,56 +217,6 @@ def records_of(variants, data, output_dir):
   return chosen
 
 
-class CheckpointKeeper(object):
-  """Hard-links every checkpoint a job writes into `keep_dir` as it appears, with the time it was
-  written: the original release keeps only its last 5.
-
-  Use: keeper = CheckpointKeeper(job_dir, keep_dir, start); keeper.start(); ...; keeper.stop();
-  keeper.kept: {update: seconds since `start` when its index file was written}.
-  """
-
-  def __init__(self, job_dir, keep_dir, start, poll_seconds=0.5):
-    self._job_dir, self._keep_dir, self._start = job_dir, keep_dir, start
-    self._poll_seconds = poll_seconds
-    self._stop = threading.Event()
-    self._thread = threading.Thread(target=self._run, daemon=True)
-    self.kept = {}
-
-  def start(self):
-    os.makedirs(self._keep_dir, exist_ok=True)
-    self._thread.start()
-
-  def stop(self):
-    self._stop.set()
-    self._thread.join()
-    self.poll()
-
-  def _run(self):
-    while not self._stop.wait(self._poll_seconds):
-      self.poll()
-
-  def poll(self):
-    """Keeps the checkpoints whose index file is there (TensorFlow writes it after the data)."""
-    names = os.listdir(self._job_dir) if os.path.isdir(self._job_dir) else []
-    for name in names:
-      match = CHECKPOINT_NAME.match(name)
-      if not match or int(match.group(1)) in self.kept:
-        continue
-      update = int(match.group(1))
-      prefix = os.path.join(self._job_dir, "model.ckpt-%d" % update)
-      try:
-        written = os.stat(prefix + ".index").st_mtime
-        for path in glob.glob(prefix + ".*"):
-          if ".tempstate" in path:
-            continue
-          target = os.path.join(self._keep_dir, os.path.basename(path))
-          if not os.path.exists(target):
-            os.link(path, target)
-      except FileNotFoundError:  # deleted between the listing and the link: the next poll
-        continue
-      self.kept[update] = written - self._start
-
-
 def calibrate(variant, records, config_path, vocab_file, work_dir, updates):
   """quality_plan.Rate of `variant` on `records`: a job of `updates` updates, measured as
   bench/precision.py measures (the median per-update rate after the first third)."""
@@ -358,7 +306,7 @@ def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan, rep
       name, planned["updates"], planned["budget_minutes"], planned_from), flush=True)
   log_path = os.path.join(work_dir, name + ".log")
   start = time.time()
-  keeper = CheckpointKeeper(job_dir, keep_dir, start)
+  keeper = quality_checkpoints.CheckpointKeeper(job_dir, keep_dir, start)
   keeper.start()
   with open(log_path, "w") as log:
     proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
