@@ -75,8 +75,10 @@ class Variant:
 
   def cost_key(self):
     """What a calibration of this variant measures: variants with the same key run at the same
-    updates/s (the schedule, the rates and beta2 cost nothing)."""
-    return (self.program, self.packed, self.dynamic_masks, self.dropout, self.next_sentence)
+    updates/s (the schedule, the rates and beta2 cost nothing; the masking rate sets the masked-LM
+    head's width, max_predictions)."""
+    return (self.program, self.packed, self.dynamic_masks, self.max_predictions(), self.dropout,
+            self.next_sentence)
 
   def max_predictions(self):
     """--max_predictions_per_seq: the fixed records' 20, or room for masked_lm_prob of 128."""
