@@ -328,7 +328,8 @@ def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan, rep
     raise SystemExit("%s: the job kept no checkpoint: see %s" % (name, log_path))
   final = max(keeper.kept)
   return {"name": name, "variant": variant.name, "seed": seed, "updates": final,
-          "planned_from": planned_from, "sequences_read": int(round(final * records.sequences_per_update())),
+          "planned_from": planned_from,
+          "sequences_read": int(round(final * records.sequences_per_update())),
           "pass_fraction": round(quality_plan.pass_fraction(final, records), 4),
           "seconds": round(seconds, 1), "stopped_at_limit": stopped,
           "checkpoints": dict(sorted(keeper.kept.items())), "keep_dir": keep_dir}

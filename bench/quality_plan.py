@@ -267,9 +267,9 @@ def measured_rate(checkpoints):
   start}): updates/s from its first checkpoint after update 0 to its last, and the start-up that
   puts that first checkpoint where it was written; None with fewer than two such checkpoints.
 
-  A calibration is a few seconds of one job, and a passing load skews it (by a third on a 2-core
-  guest); a job that has run its whole budget measures the rate the next job of its cost will run
-  at.
+  A calibration is a few seconds of one job, and a 2-core guest's speed drifts over minutes (jobs
+  ran up to 37% off a calibration made minutes before, docs/PERFORMANCE.md): the last job of a cost
+  that ran its whole budget is the nearer measure of the next one's rate.
   """
   points = sorted((update, seconds) for update, seconds in checkpoints.items() if update > 0)
   if len(points) < 2 or points[-1][1] <= points[0][1]:
@@ -279,10 +279,15 @@ def measured_rate(checkpoints):
   return Rate(startup_s=max(0.0, first_s - first_update / rate), updates_per_s=rate)
 
 
+def pass_limit_updates(records, pass_limit=PASS_LIMIT):
+  """The updates (a float) that read `pass_limit` of `records` (Records)."""
+  return pass_limit * records.sequences / records.sequences_per_update()
+
+
 def pass_bound_minutes(rate, records, pass_limit=PASS_LIMIT):
   """The longest budget (minutes) in which a job at `rate` (Rate) reads at most `pass_limit` of
   `records` (Records): start-up, then updates at the rate, as updates_in_budget plans them."""
-  updates = pass_limit * records.sequences / records.sequences_per_update()
+  updates = pass_limit_updates(records, pass_limit)
   return (updates / (0.95 * rate.updates_per_s) + rate.startup_s) / 60.0
 
 
@@ -329,7 +334,7 @@ def job_updates(variant, budget_minutes, rate, checkpoints=CHECKPOINTS_PER_JOB):
 def replanned_updates(variant, budget_minutes, rate, records, checkpoints=CHECKPOINTS_PER_JOB):
   """job_updates of `variant` at a measured `rate` (Rate), at most PASS_LIMIT of `records`
   (Records): a faster rate than the calibration's must not make a job read a sequence twice."""
-  bound = int(PASS_LIMIT * records.sequences / records.sequences_per_update())
+  bound = int(pass_limit_updates(records))
   return min(job_updates(variant, budget_minutes, rate, checkpoints), max(checkpoints, bound))
 
 

@@ -19,7 +19,8 @@ def _variant(name):
 def test_quality_keeps_every_checkpoint_with_the_time_it_was_written(tmp_path):
   job_dir, keep_dir = tmp_path / "job", tmp_path / "kept"
   job_dir.mkdir()
-  keeper = quality_checkpoints.CheckpointKeeper(str(job_dir), str(keep_dir), start=1000.0, poll_seconds=60)
+  keeper = quality_checkpoints.CheckpointKeeper(str(job_dir), str(keep_dir), start=1000.0,
+                                                poll_seconds=60)
   for update, written in ((100, 1030.0), (200, 1090.5)):
     (job_dir / ("model.ckpt-%d.data-00000-of-00001" % update)).write_text("data %d" % update)
     index = job_dir / ("model.ckpt-%d.index" % update)
