@@ -196,7 +196,8 @@ class SlurmCluster(object):
         "slurm.conf": SLURM_CONF.format(
             controller=CONTROLLER, controller_address=cluster_lib.ADDRESSES[CONTROLLER],
             node_local=node_local, work=self.work_dir, slurmd_timeout=SLURMD_TIMEOUT,
-            kill_wait=KILL_WAIT, cred_expire=CRED_EXPIRE, sched_interval=SCHED_INTERVAL, nodes=nodes, partition=PARTITION, node_list=",".join(HOSTS)),
+            kill_wait=KILL_WAIT, cred_expire=CRED_EXPIRE, sched_interval=SCHED_INTERVAL,
+            nodes=nodes, partition=PARTITION, node_list=",".join(HOSTS)),
         "cgroup.conf": CGROUP_CONF,
         "mpi.conf": MPI_CONF.format(node_local=node_local),
     }
@@ -272,13 +273,29 @@ class SlurmCluster(object):
       if all(nodes.get(host) == state for host in hosts):
         return nodes
       if time.time() > deadline:
-        raise SlurmError("nodes not %s after %d s: %s\nslurmctld log:\n%s" % (
-            state, timeout, nodes, self.controller_log()[-3000:]))
+        raise SlurmError("nodes not %s after %d s: %s\n%s" % (state, timeout, nodes,
+                                                              self.logs_tail()))
       time.sleep(0.5)
 
   def controller_log(self):
     with open(os.path.join(self.work_dir, "slurmctld.log")) as f:
       return f.read()
+
+  def slurmd_log(self, host):
+    """The log of `host`'s slurmd (on that host's own disk), "" before it wrote one."""
+    path = os.path.join(self.cluster.disk(host), os.path.basename(self.node_local), "slurmd.log")
+    try:
+      with open(path, errors="replace") as f:
+        return f.read()
+    except FileNotFoundError:
+      return ""
+
+  def logs_tail(self, chars=3000):
+    """The last `chars` of the controller's log and of each slurmd's, for an error message: a
+    step that never starts on a node is told only by that node's slurmd."""
+    parts = [("slurmctld", self.controller_log())] + [
+        ("slurmd on %s" % host, self.slurmd_log(host)) for host in HOSTS]
+    return "\n".join("%s log:\n%s" % (name, text[-chars:]) for name, text in parts)
 
   def submit(self, argv, host=CONTROLLER, cwd=None, env=None):
     """`sbatch --parsable ARGV` on `host` (in `cwd`, with `env`: default `env()`); returns the job
@@ -293,13 +310,14 @@ class SlurmCluster(object):
     proc = self.run(CONTROLLER, ["scontrol", "show", "job", "-o", str(job_id)], timeout=15)
     return parse_scontrol(proc.stdout)
 
-  def wait_for_job(self, job_id, states, timeout, restarts=None):
+  def wait_for_job(self, job_id, states, timeout, restarts=None, output_file=None):
     """Waits until the job is in one of `states` (and has `restarts` restarts when given).
 
     Returns:
       the job's dict (see `job`).
     Raises:
-      SlurmError: after `timeout` seconds, with the job's state and the controller's log tail.
+      SlurmError: after `timeout` seconds, with the job's state, the tails of the daemons' logs
+        and of the job's `output_file` when given.
     """
     deadline = time.time() + timeout
     while True:
@@ -307,9 +325,15 @@ class SlurmCluster(object):
       if job["JobState"] in states and (restarts is None or int(job["Restarts"]) >= restarts):
         return job
       if time.time() > deadline:
-        raise SlurmError("job %s not %s (restarts %s) after %d s: %s\nslurmctld log:\n%s" % (
-            job_id, "/".join(states), restarts, timeout, job,
-            self.controller_log()[-3000:]))
+        output = ""
+        if output_file:
+          try:
+            with open(output_file, errors="replace") as f:
+              output = "\njob output %s:\n%s" % (output_file, f.read()[-3000:])
+          except FileNotFoundError:
+            output = "\nno job output at %s" % output_file
+        raise SlurmError("job %s not %s (restarts %s) after %d s: %s\n%s%s" % (
+            job_id, "/".join(states), restarts, timeout, job, self.logs_tail(), output))
       time.sleep(0.5)
 
 

@@ -8,10 +8,11 @@ a slurmd on each of the 2-host cluster's hosts), driven as an operator does: `sb
   script requeues the job, the job resumes from its checkpoint and ends with the losses and
   weights of the uninterrupted job (--deterministic_run).
 - The time limit: `--signal=USR1@N` reaches the workers before it, the job is requeued and resumes.
-- A node lost mid-run (every process of hostB killed, its slurmd included): the job ends, is
-  requeued and finishes on hostA alone, with the same global batch (twice the accumulation).
 - A wrong input (exit 2), and a global batch the allocation cannot split: not requeued, the reason
   in the job's output.
+- A node lost mid-run (every process of hostB killed, its slurmd included): the job ends, is
+  requeued and finishes on hostA alone, with the same global batch (twice the accumulation).
+  Last in the module, so that no other job here runs on a node just back in service.
 
 Tiny model, 1 intra-op thread per worker; sizes are the job's (global) ones, as a user gives them.
 """
@@ -160,7 +161,7 @@ def uninterrupted(slurm, data, tmp_path_factory):
   """The 2-worker job run to the end under Slurm; dict output_dir, job (scontrol), output."""
   output_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
   job_id, out = submit(slurm, data, output_dir, ["--nodes=2", "--ntasks-per-node=1"])
-  final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=600)
+  final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=600, output_file=out)
   return {"output_dir": output_dir, "job": final, "output": read(out)}
 
 
@@ -209,7 +210,7 @@ def test_preempted_job_is_requeued_and_resumes_exactly(slurm, data, uninterrupte
   stops = re.findall(r"^run_pretraining.py: stopped by SIGUSR1 at update (\d+); checkpoint "
                      r"written", output, re.M)
   assert len(stops) == 2 and len(set(stops)) == 1, output[-6000:]
-  final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=600)
+  final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=600, output_file=out)
   assert (final["JobState"], final["ExitCode"], final["Restarts"]) == ("COMPLETED", "0:0", "1"), (
       final, read(out)[-6000:])
   restarts = restarts_logged(phase1)
@@ -240,11 +241,34 @@ def test_time_limit_stops_the_workers_before_it_and_requeues(slurm, data, tmp_pa
     time.sleep(0.5)
   restarts = restarts_logged(phase1)
   slurm.run(slurm_lib.CONTROLLER, ["scancel", str(job_id)])
-  slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=120)
+  slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=120, output_file=out)
   assert len(restarts) == 1 and restarts[0] > 0, (restarts, read(out)[-6000:])
   assert started["TimeLimit"] == "00:02:00"
 
 
+def test_bad_input_is_not_requeued_and_says_why(slurm, data, tmp_path):
+  missing = tmp_path / "no-such-data"
+  bad_input, out = submit(slurm, data, tmp_path / "run", ["--nodes=2", "--ntasks-per-node=1"],
+                          args=launcher_args(phases="1"), PHASE1_DATA=missing)
+  # A global batch that 2 workers x 3 per worker cannot split: the script refuses it itself.
+  bad_batch, out_batch = submit(slurm, data, tmp_path / "run2",
+                                ["--nodes=2", "--ntasks-per-node=1"], PHASE1_BATCH=3)
+  for job_id, path in ((bad_input, out), (bad_batch, out_batch)):
+    final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=300,
+                               output_file=path)
+    assert (final["JobState"], final["ExitCode"], final["Restarts"]) == ("FAILED", "2:0", "0"), (
+        final, read(path)[-6000:])
+  output = read(out)
+  assert str(missing) in output
+  assert "(exit 2, the error is above): not requeued" in output
+  assert "Traceback" not in output
+  assert ("phase 1's global batch 8 is not a multiple of 3 per worker x 2 workers; change "
+          "PHASE1_GLOBAL_BATCH or PHASE1_BATCH") in read(out_batch)
+
+
+# Last in the module: in one CI run the 2-node job after it, started 3 s after hostB was back in
+# service, stayed RUNNING for the 300 s it was given (the cause not seen: the error now carries
+# both slurmds' logs and the job's output). What this test checks ends with the job it runs.
 def test_lost_node_ends_the_job_which_finishes_on_the_node_left(slurm, cluster, data, tmp_path):
   output_dir = tmp_path / "run"
   job_id, out = submit(slurm, data, output_dir, ["--nodes=1-2", "--ntasks-per-node=1"],
@@ -258,7 +282,7 @@ def test_lost_node_ends_the_job_which_finishes_on_the_node_left(slurm, cluster, 
     slurm.wait_for_nodes("down*", [HOST_B], timeout=3 * slurm_lib.SLURMD_TIMEOUT + 30)
     pending = slurm.wait_for_job(job_id, ["PENDING"], timeout=120, restarts=1)
     ended_after = time.time() - lost
-    final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=600)
+    final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=600, output_file=out)
     output = read(out)
     assert (final["JobState"], final["ExitCode"]) == ("COMPLETED", "0:0"), (final,
                                                                              output[-6000:])
@@ -274,22 +298,3 @@ def test_lost_node_ends_the_job_which_finishes_on_the_node_left(slurm, cluster, 
     slurm.start_daemon(HOST_B, "munged")
     slurm.start_daemon(HOST_B, "slurmd")
     slurm.wait_for_nodes("idle", cluster_lib.HOSTS, timeout=120)
-
-
-def test_bad_input_is_not_requeued_and_says_why(slurm, data, tmp_path):
-  missing = tmp_path / "no-such-data"
-  bad_input, out = submit(slurm, data, tmp_path / "run", ["--nodes=2", "--ntasks-per-node=1"],
-                          args=launcher_args(phases="1"), PHASE1_DATA=missing)
-  # A global batch that 2 workers x 3 per worker cannot split: the script refuses it itself.
-  bad_batch, out_batch = submit(slurm, data, tmp_path / "run2",
-                                ["--nodes=2", "--ntasks-per-node=1"], PHASE1_BATCH=3)
-  for job_id, path in ((bad_input, out), (bad_batch, out_batch)):
-    final = slurm.wait_for_job(job_id, slurm_lib.JOB_STATES_DONE, timeout=300)
-    assert (final["JobState"], final["ExitCode"], final["Restarts"]) == ("FAILED", "2:0", "0"), (
-        final, read(path)[-6000:])
-  output = read(out)
-  assert str(missing) in output
-  assert "(exit 2, the error is above): not requeued" in output
-  assert "Traceback" not in output
-  assert ("phase 1's global batch 8 is not a multiple of 3 per worker x 2 workers; change "
-          "PHASE1_GLOBAL_BATCH or PHASE1_BATCH") in read(out_batch)
