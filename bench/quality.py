@@ -37,20 +37,21 @@ to it are interpolated between checkpoints at the first crossing; the speed-up i
 median over a variant's (and the extreme ratios of one repeat to another). A curve "still falls"
 when a least-squares line through its last quarter drops by at least 1% of the loss. The final
 checkpoints of original, today and fast are fine-tuned on the corpus's classification task, each
-with its job's seed (bench/quality_finetune.py): dev accuracy, mean and range.
+with the same 3 seeds (bench/quality_finetune.py): dev accuracy, mean and range over the 9 runs
+of a variant, and each checkpoint's mean.
 
 The plan. No job trains a sequence twice: each reads at most 90% of its training split (the
 output gives each job's sequences and fraction; the plan exits naming a job that would read more).
 The whole comparison fits in 100 minutes on 2 cores: the jobs take 3 B + 3 B/2 + 3 B/2 + 6 B/2 =
 9 B, and B is the largest budget (at most 30 minutes) for which the jobs, the calibrations (as
-measured), the evaluations (about 2.5 s per 1,000 held-out sequences and checkpoint) and the 9
-fine-tuning runs (about 4 minutes each, two at a time) are estimated at 100 minutes, and at which
+measured), the evaluations (about 1.7 s per 1,000 held-out sequences and checkpoint) and the 27
+fine-tuning runs (about 50 s each, two at a time) are estimated at 100 minutes, and at which
 the original still reads under 90% of the corpus. The plan is printed with its estimated minutes
 before the first job; --budget_minutes fixes B instead.
 
 --quick: the corpus's small build (bench/data/quality_corpus), one repeat each, 2 checkpoints and
-2 or 3 updates per job (no calibration), two jobs at a time, one fine-tuning epoch: the same code
-in a minute or two, for the tests; its figures mean nothing.
+2 or 3 updates per job (no calibration), two jobs at a time, one fine-tuning epoch and 2 seeds:
+the same code in a minute or two, for the tests; its figures mean nothing.
 
 An exploration (a learning rate, a lever's setting) runs the same code on changed variants:
 `--set fast.learning_rate=0.016` (any field of bench/quality_plan.py's Variant; repeatable) and
@@ -104,6 +105,8 @@ QUICK_OVERRUN_SLACK_SECONDS = 600
 QUICK_BUDGET_MINUTES = 0.06
 QUICK_RATE = quality_plan.Rate(startup_s=0.0, updates_per_s=1.0)
 QUICK_CHECKPOINTS = 2
+# Two fine-tuning seeds a checkpoint, not 3: the spread over seeds is computed all the same.
+QUICK_FINETUNE_SEEDS = 2
 
 
 def parse_args(argv=None):
@@ -252,14 +255,16 @@ def make_plan(args, variants, records, rates, calibration_minutes, eval_sequence
               finetune_run_seconds, checkpoints):
   """The plan (dict): the original's budget B and why, each variant's budget, updates, sequences
   per update and fraction of its split, and the estimated minutes (`finetune_run_seconds`: one
-  fine-tuning run's estimate)."""
+  fine-tuning run's estimate) and the fine-tuning seeds of each final checkpoint."""
+  finetune_seeds = QUICK_FINETUNE_SEEDS if args.quick else quality_plan.FINETUNE_SEEDS
   if args.quick:
     budget, reason = QUICK_BUDGET_MINUTES, "--quick"
   elif args.budget_minutes is not None:
     budget, reason = args.budget_minutes, "--budget_minutes"
   else:
     by_time = quality_plan.longest_budget(variants, eval_sequences, calibration_minutes,
-                                          finetune_run_seconds, checkpoints=checkpoints)
+                                          finetune_run_seconds, checkpoints=checkpoints,
+                                          finetune_seeds=finetune_seeds)
     by_pass = quality_plan.pass_bound_minutes(rates["original"], records["original"])
     budget = min(by_time, by_pass)
     reason = ("%g-minute bound" % quality_plan.TOTAL_MINUTES if by_time <= by_pass
@@ -275,11 +280,11 @@ def make_plan(args, variants, records, rates, calibration_minutes, eval_sequence
         "updates_per_s": round(rates[variant.name].updates_per_s, 3),
         "startup_s": round(rates[variant.name].startup_s, 1)}
   return {"budget_minutes": round(budget, 3), "budget_reason": reason, "jobs": jobs,
-          "checkpoints_per_job": checkpoints,
+          "checkpoints_per_job": checkpoints, "finetune_seeds": finetune_seeds,
           "overrun_slack_s": QUICK_OVERRUN_SLACK_SECONDS if args.quick else OVERRUN_SLACK_SECONDS,
           "estimated_minutes": quality_plan.estimated_minutes(
               budget, variants, eval_sequences, calibration_minutes, finetune_run_seconds,
-              checkpoints)}
+              checkpoints, finetune_seeds=finetune_seeds)}
 
 
 def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan, replanned=None):
@@ -429,7 +434,8 @@ def main(argv=None):
                      for job in jobs if job["variant"] == v.name]
             for v in variants if v.lever is None}
   result["final_dev_accuracy"] = quality_finetune.finetune_finals(
-      finals, args.output_dir, data.task_dir, data.vocab_file, config_path, epochs)
+      finals, args.output_dir, data.task_dir, data.vocab_file, config_path, epochs,
+      seeds=plan["finetune_seeds"])
   result.update({
       "initial_loss": round(initial["masked_lm_loss"], 4),
       "jobs": [{k: v for k, v in job.items() if k not in ("checkpoints", "keep_dir")}

@@ -1,7 +1,7 @@
 """The fine-tuning of bench/quality.py: seeded runs of run_classifier.py from each final
 pretraining checkpoint on the corpus's classification task (the `stdlib` task's format:
-labels.txt, train.tsv and dev.tsv of "label<TAB>text" rows), two at a time, and the spread of
-their dev accuracies over the seeds."""
+labels.txt, train.tsv and dev.tsv of "label<TAB>text" rows), several seeds per checkpoint, two
+runs at a time, and the spread of their dev accuracies."""
 
 import concurrent.futures
 import os
@@ -76,17 +76,31 @@ def mean_and_spread(values):
           "max": round(max(values), 4), "values": [round(v, 4) for v in values]}
 
 
-def finetune_finals(finals, output_dir, task_dir, vocab_file, config_path, epochs=EPOCHS):
-  """Fine-tunes each final checkpoint of `finals` ({variant: [(seed, checkpoint prefix), ...]})
-  once, with its pretraining job's seed, on the task in `task_dir` (labels.txt, train.tsv,
-  dev.tsv), two runs at a time, under <output_dir>/finetune.
+def finetune_finals(finals, output_dir, task_dir, vocab_file, config_path, epochs, seeds):
+  """Fine-tunes each final checkpoint of `finals` ({variant: [(job seed, checkpoint prefix),
+  ...]}) with fine-tuning seeds 1..`seeds` (the same for every checkpoint) on the task in
+  `task_dir` (labels.txt, train.tsv, dev.tsv), two runs at a time, under <output_dir>/finetune
+  (a run named <variant>_seed<job seed>_finetune<seed>).
 
   Returns:
-    {variant: mean_and_spread of its checkpoints' dev accuracies}.
+    {variant: mean_and_spread of the dev accuracies of all its runs (values ordered by job seed,
+    then fine-tuning seed), with "checkpoints": {<variant>_seed<job seed>: the mean over its
+    fine-tuning seeds}}.
   """
-  runs = {"%s_seed%d" % (variant, seed): finetune_command(task_dir, vocab_file, config_path,
-                                                           seed, checkpoint, epochs)
-          for variant, jobs in finals.items() for seed, checkpoint in jobs}
+  def run_name(variant, job_seed, seed):
+    return "%s_seed%d_finetune%d" % (variant, job_seed, seed)
+
+  runs = {run_name(variant, job_seed, seed): finetune_command(task_dir, vocab_file, config_path,
+                                                              seed, checkpoint, epochs)
+          for variant, jobs in finals.items() for job_seed, checkpoint in jobs
+          for seed in range(1, seeds + 1)}
   accuracies = run_finetunes(runs, os.path.join(output_dir, "finetune"))
-  return {variant: mean_and_spread([accuracies["%s_seed%d" % (variant, seed)]
-                                    for seed, _ in jobs]) for variant, jobs in finals.items()}
+  result = {}
+  for variant, jobs in finals.items():
+    per_job = {"%s_seed%d" % (variant, job_seed): [accuracies[run_name(variant, job_seed, seed)]
+                                                   for seed in range(1, seeds + 1)]
+               for job_seed, _ in jobs}
+    result[variant] = mean_and_spread([a for values in per_job.values() for a in values])
+    result[variant]["checkpoints"] = {job: round(statistics.mean(values), 4)
+                                      for job, values in per_job.items()}
+  return result

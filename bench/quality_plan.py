@@ -24,17 +24,22 @@ CHECKPOINTS_PER_JOB = 20
 # A job reads at most this fraction of its training split: the input pipelines interleave a
 # few files at once, so the next pass's first records can start before the last files end.
 PASS_LIMIT = 0.9
+# Fine-tuning runs of each final checkpoint of original, today and fast, seeds 1..N (the same N
+# seeds for every checkpoint, so that checkpoints are compared on the same fine-tuning draws).
+FINETUNE_SEEDS = 3
 # The comparison's wall-clock bound (minutes on a 2-core box) and the original's longest budget.
 TOTAL_MINUTES = 100.0
 MAX_BUDGET_MINUTES = 30.0
-# Estimated costs (2-core AMD EPYC, Zen 4, BERT-tiny, under other processes' load), used only to
-# plan: evaluating one checkpoint on 1,000 held-out sequences (5.2 s measured with a vocabulary of
-# 8,192 at a load average of 7; 2.5 assumed with less running); a fine-tuning run's start-up and
-# sequences/s training and evaluating (one thread, seq 128: 32 and 137 measured).
-EVAL_SECONDS_PER_1000 = 2.5
-FINETUNE_FIXED_SECONDS = 40.0
-FINETUNE_TRAIN_PER_S = 30.0
-FINETUNE_EVAL_PER_S = 130.0
+# Estimated costs, used only to plan, as the first full run measured them (2-core AMD EPYC, Zen 4,
+# BERT-tiny, vocabulary 8,192, nothing else running; docs/PERFORMANCE.md): evaluating one
+# checkpoint on 1,000 held-out sequences (301 checkpoints on 2,000 in 1,001 s: 1.66); a fine-tuning
+# run, two at a time with one thread each: its start-up, checkpoint and evaluation graph (6 + 6 +
+# 1 s), then sequences/s training (173) and evaluating (582) at seq 128. Earlier guesses, 2.5 s
+# and 30 sequences/s, made the plan's estimate 100 minutes for a comparison that took 73.
+EVAL_SECONDS_PER_1000 = 1.7
+FINETUNE_FIXED_SECONDS = 13.0
+FINETUNE_TRAIN_PER_S = 170.0
+FINETUNE_EVAL_PER_S = 580.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,15 +304,16 @@ def finetune_seconds(train_examples, dev_examples, epochs):
 
 
 def estimated_minutes(budget_minutes, variant_list, eval_sequences, calibration_minutes,
-                      finetune_run_seconds, checkpoints=CHECKPOINTS_PER_JOB, finetune_parallel=2):
+                      finetune_run_seconds, checkpoints=CHECKPOINTS_PER_JOB, finetune_parallel=2,
+                      finetune_seeds=FINETUNE_SEEDS):
   """{part: minutes} of the comparison at the original's budget `budget_minutes`: the jobs
   (each variant's share times its seeds), evaluating every checkpoint on `eval_sequences`, the
-  fine-tuning of the seeded variants' final checkpoints (`finetune_parallel` at a time,
-  `finetune_run_seconds` each), the calibrations; and "total"."""
+  fine-tuning of the seeded variants' final checkpoints (`finetune_seeds` runs each,
+  `finetune_parallel` at a time, `finetune_run_seconds` each), the calibrations; and "total"."""
   jobs = sum(v.budget_fraction * v.seeds for v in variant_list) * budget_minutes
   points = sum(v.seeds for v in variant_list) * checkpoints + 1
   evaluation = points * eval_sequences / 1000.0 * EVAL_SECONDS_PER_1000 / 60.0
-  runs = sum(v.seeds for v in variant_list if v.lever is None)
+  runs = sum(v.seeds for v in variant_list if v.lever is None) * finetune_seeds
   finetune = math.ceil(runs / float(finetune_parallel)) * finetune_run_seconds / 60.0
   parts = {"jobs": jobs, "evaluation": evaluation, "fine_tuning": finetune,
            "calibration": calibration_minutes}
@@ -316,11 +322,13 @@ def estimated_minutes(budget_minutes, variant_list, eval_sequences, calibration_
 
 
 def longest_budget(variant_list, eval_sequences, calibration_minutes, finetune_run_seconds,
-                   total=TOTAL_MINUTES, checkpoints=CHECKPOINTS_PER_JOB):
+                   total=TOTAL_MINUTES, checkpoints=CHECKPOINTS_PER_JOB,
+                   finetune_seeds=FINETUNE_SEEDS):
   """The original's budget B (minutes) at which estimated_minutes' total is `total`, at most
   MAX_BUDGET_MINUTES (the total is linear in B)."""
   fixed = estimated_minutes(0.0, variant_list, eval_sequences, calibration_minutes,
-                            finetune_run_seconds, checkpoints)["total"]
+                            finetune_run_seconds, checkpoints,
+                            finetune_seeds=finetune_seeds)["total"]
   per_minute = sum(v.budget_fraction * v.seeds for v in variant_list)
   return max(0.0, min(MAX_BUDGET_MINUTES, (total - fixed) / per_minute))
 

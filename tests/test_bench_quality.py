@@ -171,17 +171,20 @@ def test_quality_plan_budgets_and_single_pass_by_hand():
 def test_quality_plan_fits_the_total_and_counts_every_part():
   variants = quality_plan.variants()
   # Jobs: 3 x 1 + 3 x 1/2 + 3 x 1/2 + 6 x 1/2 = 9 B; 15 jobs x 20 checkpoints + the initial
-  # weights, 2,000 sequences each; 9 fine-tuning runs two at a time (5 rounds).
+  # weights, 2,000 sequences each; 9 checkpoints x 3 fine-tuning seeds = 27 runs two at a time
+  # (14 rounds of 120 s).
   minutes = quality_plan.estimated_minutes(10.0, variants, 2000, 4.0, 120.0)
   evaluation = 301 * 2 * quality_plan.EVAL_SECONDS_PER_1000 / 60
-  assert minutes == {"jobs": 90.0, "evaluation": round(evaluation, 1), "fine_tuning": 10.0,
-                     "calibration": 4.0, "total": round(90.0 + evaluation + 10 + 4, 1)}
+  assert minutes == {"jobs": 90.0, "evaluation": round(evaluation, 1), "fine_tuning": 28.0,
+                     "calibration": 4.0, "total": round(90.0 + evaluation + 28 + 4, 1)}
+  assert quality_plan.estimated_minutes(10.0, variants, 2000, 4.0, 120.0, finetune_seeds=1)[
+      "fine_tuning"] == 10.0  # 9 runs: 5 rounds
   budget = quality_plan.longest_budget(variants, 2000, 4.0, 120.0)
   assert quality_plan.estimated_minutes(budget, variants, 2000, 4.0, 120.0)["total"] == (
       pytest.approx(100.0, abs=0.1))
   assert quality_plan.longest_budget(variants, 2000, 4.0, 120.0, total=1000) == 30.0
-  # 40 s start-up, 3 epochs of 1,600 at 30/s, 400 at 130/s.
-  assert quality_plan.finetune_seconds(1600, 400, 3) == pytest.approx(40 + 160 + 400 / 130.0)
+  # 13 s start-up, 3 epochs of 1,700 at 170/s, 580 at 580/s.
+  assert quality_plan.finetune_seconds(1700, 580, 3) == pytest.approx(13 + 30 + 1)
 
 
 def test_quality_plan_takes_the_tighter_of_the_time_and_the_pass_bound():
@@ -198,11 +201,12 @@ def test_quality_plan_takes_the_tighter_of_the_time_and_the_pass_bound():
   assert (large["budget_minutes"], large["budget_reason"]) == (round(by_time, 3),
                                                                "100-minute bound")
   assert large["estimated_minutes"]["total"] == pytest.approx(100, abs=0.2)
-  # 50,000 sequences: the original may read 45,000, 703 updates at 1.9 a second after 20 s.
-  small = plan(50000)
-  assert small["budget_minutes"] == pytest.approx((45000 / 64 / 1.9 + 20) / 60, abs=1e-3)
+  # 40,000 sequences: the original may read 36,000, 562.5 updates at 1.9 a second after 20 s.
+  small = plan(40000)
+  assert small["budget_minutes"] == pytest.approx((36000 / 64 / 1.9 + 20) / 60, abs=1e-3)
+  assert small["budget_minutes"] < by_time
   assert small["budget_reason"] == "the original reads 0.9 of the corpus"
-  assert small["jobs"]["original"]["pass_fraction"] == pytest.approx(0.9, abs=64 / 50000.)
+  assert small["jobs"]["original"]["pass_fraction"] == pytest.approx(0.9, abs=64 / 40000.)
   assert small["jobs"]["fast"]["updates"] == quality_plan.updates_in_budget(
       small["budget_minutes"] * 60 / 2, 20, 2.0)
   fixed = plan(50000, ["--budget_minutes=5"])
@@ -384,26 +388,38 @@ def test_quality_summary_targets_the_originals_median_final_loss():
   assert result["curves"]["fast_seed2"] == [[0.5, 6.0], [1.0, 5.4], [1.5, 4.9]]
 
 
-def test_quality_finals_are_fine_tuned_once_each_with_their_jobs_seed(monkeypatch, tmp_path):
+def test_quality_finals_are_fine_tuned_with_every_seed_each(monkeypatch, tmp_path):
   task = tmp_path / "task"
   task.mkdir()
   (task / "train.tsv").write_text("label\ttext\na\tx\nb\ty\na\tz\n")
   (task / "dev.tsv").write_text("label\ttext\na\tw\n")
   assert quality_finetune.task_examples(str(task)) == (3, 1)
   seen = {}
+  accuracies = {"original_seed1_finetune1": 0.5, "original_seed1_finetune2": 0.6,
+                "original_seed2_finetune1": 0.7, "original_seed2_finetune2": 0.8,
+                "fast_seed1_finetune1": 0.9, "fast_seed1_finetune2": 0.3}
 
   def run_finetunes(runs, work_dir):
     seen.update(runs)
-    return {"original_seed1": 0.5, "original_seed2": 0.7, "fast_seed1": 0.9}
+    return {name: accuracies[name] for name in runs}
 
   monkeypatch.setattr(quality_finetune, "run_finetunes", run_finetunes)
   result = quality_finetune.finetune_finals(
       {"original": [(1, "/k/o1"), (2, "/k/o2")], "fast": [(1, "/k/f1")]}, str(tmp_path),
-      str(task), "v.txt", "c.json", epochs=2)
-  assert result["original"] == {"mean": 0.6, "min": 0.5, "max": 0.7, "values": [0.5, 0.7]}
-  assert result["fast"]["mean"] == 0.9
-  assert "--init_checkpoint=/k/o2" in seen["original_seed2"]
-  assert "--seed=2" in seen["original_seed2"] and seen["fast_seed1"][-1] == "--num_train_epochs=2"
+      str(task), "v.txt", "c.json", epochs=2, seeds=2)
+  assert sorted(seen) == sorted(accuracies)
+  # The mean and range over all of a variant's runs; each checkpoint's mean over its seeds.
+  assert result["original"] == {"mean": 0.65, "min": 0.5, "max": 0.8,
+                                "values": [0.5, 0.6, 0.7, 0.8],
+                                "checkpoints": {"original_seed1": 0.55, "original_seed2": 0.75}}
+  assert result["fast"]["mean"] == 0.6 and result["fast"]["checkpoints"] == {"fast_seed1": 0.6}
+  # Each run starts from its job's checkpoint, with its own fine-tuning seed: the same seeds
+  # for every checkpoint.
+  assert "--init_checkpoint=/k/o2" in seen["original_seed2_finetune1"]
+  assert "--seed=2" in seen["original_seed1_finetune2"] and "--seed=1" in seen[
+      "original_seed2_finetune1"]
+  assert "--seed=2" in seen["fast_seed1_finetune2"]
+  assert seen["fast_seed1_finetune1"][-1] == "--num_train_epochs=2"
 
 
 def test_quality_tables_print_the_variants_and_the_ablations(capsys):

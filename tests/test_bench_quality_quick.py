@@ -124,7 +124,12 @@ def test_quality_quick_run_reports_what_its_own_curves_say(tmp_path):
   # Fine-tuned: the seeded variants' final checkpoints, not the ablations'.
   seeded = [v for v in QUICK_VARIANTS if "_" not in v]
   assert sorted(result["final_dev_accuracy"]) == sorted(seeded)
-  for dev in result["final_dev_accuracy"].values():
-    assert dev["min"] <= dev["mean"] <= dev["max"] and len(dev["values"]) == 1
+  # Each final checkpoint (one repeat here) fine-tuned with QUICK_FINETUNE_SEEDS seeds.
+  assert result["plan"]["finetune_seeds"] == quality.QUICK_FINETUNE_SEEDS == 2
+  for variant, dev in result["final_dev_accuracy"].items():
+    assert dev["min"] <= dev["mean"] <= dev["max"] and len(dev["values"]) == 2
+    assert dev["checkpoints"] == {variant + "_seed1": pytest.approx(dev["mean"], abs=1e-4)}
+    assert all(os.path.exists(tmp_path / "out" / "finetune" / (
+        "%s_seed1_finetune%d" % (variant, seed)) / "eval_results.txt") for seed in (1, 2))
   _check_speedups_and_ablations(result, curves)
   _check_corpus_counts(result, cache)
