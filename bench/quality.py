@@ -430,7 +430,7 @@ def main(argv=None):
   evaluations, initial = evaluate_jobs(jobs, modeling.BertConfig.from_json_file(config_path),
                                        eval_records)
   result = quality_report.summarize(variants, jobs, evaluations, plan)
-  finals = {v.name: [(job["seed"], os.path.join(job["keep_dir"], "model.ckpt-%d" % job["updates"]))
+  finals = {v.name: [(job["name"], os.path.join(job["keep_dir"], "model.ckpt-%d" % job["updates"]))
                      for job in jobs if job["variant"] == v.name]
             for v in variants if v.lever is None}
   result["final_dev_accuracy"] = quality_finetune.finetune_finals(

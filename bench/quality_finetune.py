@@ -77,29 +77,27 @@ def mean_and_spread(values):
 
 
 def finetune_finals(finals, output_dir, task_dir, vocab_file, config_path, epochs, seeds):
-  """Fine-tunes each final checkpoint of `finals` ({variant: [(job seed, checkpoint prefix),
+  """Fine-tunes each final checkpoint of `finals` ({variant: [(job name, checkpoint prefix),
   ...]}) with fine-tuning seeds 1..`seeds` (the same for every checkpoint) on the task in
   `task_dir` (labels.txt, train.tsv, dev.tsv), two runs at a time, under <output_dir>/finetune
-  (a run named <variant>_seed<job seed>_finetune<seed>).
+  (a run named <job name>_finetune<seed>).
 
   Returns:
-    {variant: mean_and_spread of the dev accuracies of all its runs (values ordered by job seed,
-    then fine-tuning seed), with "checkpoints": {<variant>_seed<job seed>: the mean over its
-    fine-tuning seeds}}.
+    {variant: mean_and_spread of the dev accuracies of all its runs (values ordered by job, then
+    fine-tuning seed), with "checkpoints": {job name: the mean over its fine-tuning seeds}}.
   """
-  def run_name(variant, job_seed, seed):
-    return "%s_seed%d_finetune%d" % (variant, job_seed, seed)
+  def run_name(job, seed):
+    return "%s_finetune%d" % (job, seed)
 
-  runs = {run_name(variant, job_seed, seed): finetune_command(task_dir, vocab_file, config_path,
-                                                              seed, checkpoint, epochs)
-          for variant, jobs in finals.items() for job_seed, checkpoint in jobs
+  runs = {run_name(job, seed): finetune_command(task_dir, vocab_file, config_path, seed,
+                                                checkpoint, epochs)
+          for jobs in finals.values() for job, checkpoint in jobs
           for seed in range(1, seeds + 1)}
   accuracies = run_finetunes(runs, os.path.join(output_dir, "finetune"))
   result = {}
   for variant, jobs in finals.items():
-    per_job = {"%s_seed%d" % (variant, job_seed): [accuracies[run_name(variant, job_seed, seed)]
-                                                   for seed in range(1, seeds + 1)]
-               for job_seed, _ in jobs}
+    per_job = {job: [accuracies[run_name(job, seed)] for seed in range(1, seeds + 1)]
+               for job, _ in jobs}
     result[variant] = mean_and_spread([a for values in per_job.values() for a in values])
     result[variant]["checkpoints"] = {job: round(statistics.mean(values), 4)
                                       for job, values in per_job.items()}

@@ -405,7 +405,8 @@ def test_quality_finals_are_fine_tuned_with_every_seed_each(monkeypatch, tmp_pat
 
   monkeypatch.setattr(quality_finetune, "run_finetunes", run_finetunes)
   result = quality_finetune.finetune_finals(
-      {"original": [(1, "/k/o1"), (2, "/k/o2")], "fast": [(1, "/k/f1")]}, str(tmp_path),
+      {"original": [("original_seed1", "/k/o1"), ("original_seed2", "/k/o2")],
+       "fast": [("fast_seed1", "/k/f1")]}, str(tmp_path),
       str(task), "v.txt", "c.json", epochs=2, seeds=2)
   assert sorted(seen) == sorted(accuracies)
   # The mean and range over all of a variant's runs; each checkpoint's mean over its seeds.

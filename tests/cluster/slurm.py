@@ -283,12 +283,8 @@ class SlurmCluster(object):
 
   def slurmd_log(self, host):
     """The log of `host`'s slurmd (on that host's own disk), "" before it wrote one."""
-    path = os.path.join(self.cluster.disk(host), os.path.basename(self.node_local), "slurmd.log")
-    try:
-      with open(path, errors="replace") as f:
-        return f.read()
-    except FileNotFoundError:
-      return ""
+    return _read_if_there(os.path.join(self.cluster.disk(host), os.path.basename(self.node_local),
+                                       "slurmd.log")) or ""
 
   def logs_tail(self, chars=3000):
     """The last `chars` of the controller's log and of each slurmd's, for an error message: a
@@ -327,14 +323,21 @@ class SlurmCluster(object):
       if time.time() > deadline:
         output = ""
         if output_file:
-          try:
-            with open(output_file, errors="replace") as f:
-              output = "\njob output %s:\n%s" % (output_file, f.read()[-3000:])
-          except FileNotFoundError:
-            output = "\nno job output at %s" % output_file
+          text = _read_if_there(output_file)
+          output = ("\nno job output at %s" % output_file if text is None
+                    else "\njob output %s:\n%s" % (output_file, text[-3000:]))
         raise SlurmError("job %s not %s (restarts %s) after %d s: %s\n%s%s" % (
             job_id, "/".join(states), restarts, timeout, job, self.logs_tail(), output))
       time.sleep(0.5)
+
+
+def _read_if_there(path):
+  """The text of the file at `path` (undecodable bytes replaced), None when there is none."""
+  try:
+    with open(path, errors="replace") as f:
+      return f.read()
+  except FileNotFoundError:
+    return None
 
 
 def parse_scontrol(text):
