@@ -19,10 +19,12 @@ job, one job after the other. The variants (bench/quality_plan.py):
   `--precision=auto` picks, fixed masks, dropout 0.1, the next-sentence loss, the recipe
   schedule; B/2, 3 repeats;
 * `fast`: today with the budget recipes' levers: records without masks, masks drawn anew each
-  epoch at 30% (15% for evaluation), no pretraining dropout, no next-sentence loss, linear decay
-  to zero at the job's end with 6% warmup, Adam's beta2 0.98; B/2, 3 repeats (its schedule
-  must outlast the minutes it needs to reach the target);
-* one ablation per lever, `fast` with that lever as today has it; B/2, one each.
+  epoch at 30% (15% for evaluation), no pretraining dropout, no next-sentence loss, Adam's beta2
+  0.98; LAMB's own schedule ending at the job's end (their linear decay to zero ended higher and
+  fine-tuned worse here); B/2, 3 repeats (its schedule must outlast the minutes it needs to
+  reach the target);
+* one ablation per lever, `fast` with that lever as today has it, and one with linear decay to
+  zero (6% warmup) in place of LAMB's schedule; B/2, one each.
 
 Each job's schedule ends at its own budget: a short calibration job of the same cost (its first
 third left out) measures start-up and updates/s first, then each finished job's checkpoint times

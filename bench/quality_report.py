@@ -121,7 +121,7 @@ def print_plan(plan):
 
 def print_tables(result):
   """Prints, in Markdown, each variant's minutes to the target, final loss, speed-up and
-  fine-tuned dev accuracy, then the ablation table (each lever: what fast loses without it), and
+  fine-tuned dev accuracy, then the ablation table (each choice: what fast loses without it), and
   the curves that no longer fall; returns nothing."""
   print("\nTarget: the original's final evaluation masked-LM loss, median of its repeats: %.4f\n"
         % result["target_loss"])
@@ -137,7 +137,7 @@ def print_tables(result):
                                                        ratio["max"]),
         _cell(summary["final_loss"], 3),
         "" if dev is None else "%.3f (%.3f-%.3f)" % (dev["mean"], dev["min"], dev["max"])))
-  print("\nAblations: fast without one lever (one repeat each; fast's median beside it)\n")
+  print("\nAblations: fast without one of its choices (one repeat each; fast's median beside it)\n")
   print("| without | job | minutes to target | vs fast | final eval MLM loss | vs fast |")
   print("|---|---|---|---|---|---|")
   for row in result["ablations"]:
