@@ -2,16 +2,21 @@
 `e2e` marker's rule: a test that starts a process (a script, a launcher, a cluster, the original
 release) is marked `e2e`, so `make test-fast` (`-m "not e2e"`) runs the in-process tests only."""
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The bf16 probe's cache (utils/runtime/bf16_probe.py) of this test run, never the user's: the
-# scripts the tests start inherit it, so a test can read the ratio a script measured.
-os.environ.setdefault("BERT_PRECISION_CACHE", os.path.join(
-    tempfile.mkdtemp(prefix="bf16_probe_"), "bf16_probe.json"))
+# scripts the tests start inherit it, so a test can read the ratio a script measured. The process
+# that made its folder (pytest's own; its xdist workers inherit the variable) removes it at exit.
+if "BERT_PRECISION_CACHE" not in os.environ:
+  _PROBE_CACHE_DIR = tempfile.mkdtemp(prefix="bf16_probe_")
+  atexit.register(shutil.rmtree, _PROBE_CACHE_DIR, ignore_errors=True)
+  os.environ["BERT_PRECISION_CACHE"] = os.path.join(_PROBE_CACHE_DIR, "bf16_probe.json")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
