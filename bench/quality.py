@@ -20,8 +20,8 @@ job, one job after the other. The variants (bench/quality_plan.py):
   schedule; B/2, 3 repeats;
 * `fast`: today with the budget recipes' levers: records without masks, masks drawn anew each
   epoch at 30% (15% for evaluation), no pretraining dropout, no next-sentence loss, Adam's beta2
-  0.98; LAMB's own schedule ending at the job's end (their linear decay to zero ended higher and
-  fine-tuned worse here); B/2, 3 repeats (its schedule must outlast the minutes it needs to
+  0.98; LAMB's own schedule ending at the job's end (their linear decay to zero ended higher
+  and flatter here); B/2, 3 repeats (its schedule must outlast the minutes it needs to
   reach the target);
 * one ablation per lever, `fast` with that lever as today has it, and one with linear decay to
   zero (6% warmup) in place of LAMB's schedule; B/2, one each.
