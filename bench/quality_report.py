@@ -43,26 +43,46 @@ def still_falling(points):
   return {"falling": drop >= STILL_FALLING_DROP, "drop": round(drop, 4)}
 
 
+def _ranked(values):
+  """`values` in order with None (a job that never reached the target, so took longer than any
+  that did) after every number."""
+  return sorted(values, key=lambda v: (v is None, v or 0.0))
+
+
+def _median(values):
+  """The median of `values` ranked by _ranked; None when a job that never reached it is at the
+  middle (half or more of them never did)."""
+  ranked = _ranked(values)
+  middle = ranked[(len(ranked) - 1) // 2:len(ranked) // 2 + 1]
+  return None if None in middle else statistics.mean(middle)
+
+
 def spread(values):
-  """{"median", "min", "max", "values"} of numbers (None where a job never reached: the median
-  and range then count only the others; all None when none did)."""
+  """{"median", "min", "max", "values"} of numbers, None where a job never reached the target.
+
+  Such a job ran its whole budget without reaching it, so it ranks after every job that did: the
+  median counts it (None when it is at the middle), and so does the range, whose end it leaves
+  open ("max" None). Leaving it out would take the median of the faster jobs only."""
   known = [v for v in values if v is not None]
-  if not known:
-    return {"median": None, "min": None, "max": None, "values": values}
-  return {"median": round(statistics.median(known), 4), "min": round(min(known), 4),
-          "max": round(max(known), 4), "values": values}
+  median = _median(values)
+  return {"median": None if median is None else round(median, 4),
+          "min": round(min(known), 4) if known else None,
+          "max": round(max(known), 4) if len(known) == len(values) else None,
+          "values": values}
 
 
 def speedup(original_minutes, minutes):
   """How many times sooner than the original a variant reaches the target: {"median": median of
   the original's minutes / median of the variant's, "min", "max": the extreme ratios of one
-  original repeat to one of the variant's}; None when either never reached it."""
-  base = [m for m in original_minutes if m is not None]
-  ours = [m for m in minutes if m is not None]
-  if not base or not ours:
+  original repeat to one of the variant's} (medians and ends as spread() takes them); None when
+  either median is not reached. An end a repeat that never reached leaves open is None: "min"
+  when one of the variant's never did, "max" when one of the original's never did."""
+  base, ours = spread(original_minutes), spread(minutes)
+  if base["median"] is None or ours["median"] is None:
     return None
-  return {"median": round(statistics.median(base) / statistics.median(ours), 2),
-          "min": round(min(base) / max(ours), 2), "max": round(max(base) / min(ours), 2)}
+  return {"median": round(_median(original_minutes) / _median(minutes), 2),
+          "min": None if ours["max"] is None else round(base["min"] / ours["max"], 2),
+          "max": None if base["max"] is None else round(base["max"] / ours["min"], 2)}
 
 
 def figure(path, curves, target, title):
@@ -94,12 +114,14 @@ def figure(path, curves, target, title):
   plt.close(fig)
 
 
-def _cell(summary, digits=2):
-  """"median (min-max)" of a spread() dict, or "not reached"."""
+def _cell(summary, digits=2, open_end="not reached"):
+  """"median (min-max)" of a spread() or speedup() dict, `open_end` for an end a job that never
+  reached the target leaves open; "not reached" when the median is."""
   if summary is None or summary["median"] is None:
     return "not reached"
-  fmt = "%%.%df (%%.%df-%%.%df)" % (digits, digits, digits)
-  return fmt % (summary["median"], summary["min"], summary["max"])
+  number = lambda v: open_end if v is None else "%.*f" % (digits, v)
+  return "%s (%s-%s)" % (number(summary["median"]), number(summary["min"]),
+                         number(summary["max"]))
 
 
 def print_plan(plan):
@@ -133,8 +155,7 @@ def print_tables(result):
     dev = result["final_dev_accuracy"].get(name)
     print("| %s | %.2f | %s | %s | %s | %s |" % (
         name, summary["budget_minutes"], _cell(summary["minutes_to_target"]),
-        "" if ratio is None else "%.2f (%.2f-%.2f)" % (ratio["median"], ratio["min"],
-                                                       ratio["max"]),
+        "" if name == "original" else _cell(ratio, open_end="open"),
         _cell(summary["final_loss"], 3),
         "" if dev is None else "%.3f (%.3f-%.3f)" % (dev["mean"], dev["min"], dev["max"])))
   print("\nAblations: fast without one of its choices (one repeat each; fast's median beside it)\n")
