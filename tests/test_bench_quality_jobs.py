@@ -3,6 +3,7 @@ rate, and the re-plan of a job from the rate the last finished job of its cost r
 arithmetic and the report: tests/test_bench_quality.py).
 """
 
+import dataclasses
 import os
 
 import pytest
@@ -109,13 +110,21 @@ def test_quality_a_finished_jobs_rate_plans_the_next_job_of_its_cost(monkeypatch
 
   monkeypatch.setattr(quality, "run_job", run_job)
   jobs = quality.run_all(variants, {v.name: big for v in variants}, "c", "v", "/w", plan, 1)
-  assert [job["name"] for job in jobs] == [n + s for n in speed for s in ("_seed1", "_seed2")]
+  # In rounds: every variant's first repeat, then every variant's second.
+  assert [job["name"] for job in jobs] == [n + s for s in ("_seed1", "_seed2") for n in speed]
   at = lambda variant, per_s: quality_plan.job_updates(variant, 10.0, quality_plan.Rate(
       10.0, per_s))
   assert started == [
-      ("original", 1, None), ("original", 2, (at(variants[0], 2.5), "original_seed1")),
-      ("fast", 1, None), ("fast", 2, (at(variants[1], 5.0), "fast_seed1")),
-      ("fast_beta2", 1, (at(variants[2], 5.0), "fast_seed2")),
-      ("fast_beta2", 2, (at(variants[2], 4.0), "fast_beta2_seed1")),
+      ("original", 1, None), ("fast", 1, None),
+      ("fast_beta2", 1, (at(variants[2], 5.0), "fast_seed1")),
       ("fast_mask_rate_30", 1, None),
+      ("original", 2, (at(variants[0], 2.5), "original_seed1")),
+      ("fast", 2, (at(variants[1], 4.0), "fast_beta2_seed1")),
+      ("fast_beta2", 2, (at(variants[2], 5.0), "fast_seed2")),
       ("fast_mask_rate_30", 2, (at(variants[3], 3.0), "fast_mask_rate_30_seed1"))]
+  # Variants with fewer repeats drop out of the later rounds.
+  started.clear()
+  quality.run_all([variants[0], dataclasses.replace(variants[1], seeds=1)],
+                  {v.name: big for v in variants}, "c", "v", "/w", plan, 1)
+  assert [(name, seed) for name, seed, _ in started] == [("original", 1), ("fast", 1),
+                                                          ("original", 2)]
