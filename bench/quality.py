@@ -19,10 +19,10 @@ job, one job after the other. The variants (bench/quality_plan.py):
   `--precision=auto` picks, fixed masks, dropout 0.1, the next-sentence loss, the recipe
   schedule; B/2, 3 repeats;
 * `fast`: today with the budget recipes' levers: records without masks, masks drawn anew each
-  epoch at today's 15% (their 30% bought no time here), no pretraining dropout, no next-sentence loss, Adam's beta2
-  0.98; LAMB's own schedule ending at the job's end (their linear decay to zero ended higher
-  and flatter here); B/2, 3 repeats (its schedule must outlast the minutes it needs to
-  reach the target);
+  epoch at today's 15% (their 30% bought no time here), no pretraining dropout, no
+  next-sentence loss, Adam's beta2 0.98; LAMB's own schedule ending at the job's end (their
+  linear decay to zero ended higher and flatter here); B/2, 3 repeats (its schedule must
+  outlast the minutes it needs to reach the target);
 * one ablation per lever, `fast` with that lever as today has it, one with linear decay to
   zero (6% warmup) in place of LAMB's schedule and one with a 30% masking rate; B/2, one each.
 
