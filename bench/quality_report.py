@@ -77,10 +77,12 @@ def speedup(original_minutes, minutes):
   original repeat to one of the variant's} (medians and ends as spread() takes them); None when
   either median is not reached. An end a repeat that never reached leaves open is None: "min"
   when one of the variant's never did, "max" when one of the original's never did."""
-  base, ours = spread(original_minutes), spread(minutes)
-  if base["median"] is None or ours["median"] is None:
+  base_median, ours_median = _median(original_minutes), _median(minutes)
+  if base_median is None or ours_median is None:
     return None
-  return {"median": round(_median(original_minutes) / _median(minutes), 2),
+  # The ends as spread() gives them: "max" None where a repeat never reached the target.
+  base, ours = spread(original_minutes), spread(minutes)
+  return {"median": round(base_median / ours_median, 2),
           "min": None if ours["max"] is None else round(base["min"] / ours["max"], 2),
           "max": None if base["max"] is None else round(base["max"] / ours["min"], 2)}
 
