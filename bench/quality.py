@@ -348,9 +348,10 @@ def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan, rep
 
 def run_all(variants, records, config_path, vocab_file, work_dir, plan, parallel):
   """Every repeat of every variant, `parallel` at a time; the jobs' dicts in order. The repeats
-  run in rounds, each variant's first, then each one's second, and so on, so that a box whose
-  speed drifts slows every variant's repeats alike, not the repeats of whichever variant ran
-  then (the third full run's original ran 17-30% under its calibrated rate, fast 4-8%). One
+  run in rounds, each variant's first, then each one's second, and so on, so that a slow spell
+  of the box does not fall on one variant's repeats alone (run variant by variant, the third
+  full run's original ran 17-30% under its calibrated rate, fast 4-8%; in rounds, the fourth's
+  original 4-7%, fast 16-19%: rounds spread the drift, they do not even it out). One
   after the other (`parallel` 1), a job's updates come from the rate the last finished job of
   its cost ran at (quality_plan.measured_rate), the calibration's only until one has."""
   runs = [(v, seed) for seed in range(1, max(v.seeds for v in variants) + 1)
