@@ -19,7 +19,7 @@ job, one job after the other. The variants (bench/quality_plan.py):
   `--precision=auto` picks, fixed masks, dropout 0.1, the next-sentence loss, the recipe
   schedule; B/2, 3 repeats;
 * `fast`: today with the budget recipes' levers: records without masks, masks drawn anew each
-  epoch at today's 15% (their 30% bought no time here), no pretraining dropout, no
+  epoch at today's 15% (their 30% bought no clear time here), no pretraining dropout, no
   next-sentence loss, Adam's beta2 0.98; LAMB's own schedule ending at the job's end (their
   linear decay to zero ended higher and flatter here); B/2, 3 repeats (its schedule must
   outlast the minutes it needs to reach the target);
