@@ -65,7 +65,9 @@ An exploration (a learning rate, a lever's setting) runs the same code on change
 
 The last line is one JSON object: curves ({job: [[minutes, loss], ...]}, a job named
 <variant>_seed<n>), accuracy_curves, target_loss, minutes_to_target_loss ({job: minutes}),
-variants (per variant: its budget, minutes to target, final loss and accuracy, median and range),
+updates_to_target_loss ({job: updates}: free of the box's drift, they compare jobs of one cost),
+variants (per variant: its budget, minutes and updates to target, final loss and accuracy,
+median and range),
 speedup (fast's) and speedups (every variant's), still_falling (per job), final_dev_accuracy,
 ablations, jobs (updates, the rate they were planned from, sequences read, fraction of the split),
 corpus, plan, variant_settings, cpu.

@@ -12,7 +12,8 @@ STILL_FALLING_DROP = 0.01
 
 def minutes_to_loss(points, target):
   """Minutes at which the curve `points` [(minutes, loss), ...] (in time order) first reaches
-  `target`, linear between points; None when it never does."""
+  `target`, linear between points; None when it never does. The same of [(updates, loss), ...]
+  gives the updates at which it does."""
   previous = None
   for minutes, loss in points:
     if loss <= target:
@@ -150,14 +151,17 @@ def print_tables(result):
   print("\nTarget: the original's final evaluation masked-LM loss, median of its repeats: %.4f\n"
         % result["target_loss"])
   print("| variant | budget (minutes) | minutes to target, median (min-max) | x original | "
-        "final eval MLM loss | fine-tuned dev accuracy, mean (min-max) |")
-  print("|---|---|---|---|---|---|")
+        "updates to target, median | final eval MLM loss | fine-tuned dev accuracy, mean "
+        "(min-max) |")
+  print("|---|---|---|---|---|---|---|")
   for name, summary in result["variants"].items():
     ratio = result["speedups"].get(name)
     dev = result["final_dev_accuracy"].get(name)
-    print("| %s | %.2f | %s | %s | %s | %s |" % (
+    updates = summary["updates_to_target"]["median"]
+    print("| %s | %.2f | %s | %s | %s | %s | %s |" % (
         name, summary["budget_minutes"], _cell(summary["minutes_to_target"]),
         "" if name == "original" else _cell(ratio, open_end="open"),
+        "not reached" if updates is None else "%.0f" % updates,
         _cell(summary["final_loss"], 3),
         "" if dev is None else "%.3f (%.3f-%.3f)" % (dev["mean"], dev["min"], dev["max"])))
   print("\nAblations: fast without one of its choices (one repeat each; fast's median beside it)\n")
@@ -193,10 +197,31 @@ def ablation_rows(ablations, variants):
   return rows
 
 
+def update_curves(jobs, curves):
+  """{job name: [(updates, loss), ...]}: each of `curves` ({name: [(minutes, loss), ...]}, a
+  point per kept checkpoint after update 0, in order, as quality.evaluate_jobs scores them) with
+  the checkpoints' updates (`jobs`' "checkpoints", {update: seconds}) in place of minutes.
+
+  Updates to the target do not drift with the box's speed as minutes do: between variants of one
+  cost (fast and an exploration of its rate, say) they compare what each update buys alone.
+
+  Raises:
+    ValueError: naming a job whose points and checkpoints differ in number.
+  """
+  by_name = {job["name"]: [u for u in sorted(job["checkpoints"]) if u > 0] for job in jobs}
+  result = {}
+  for name, points in curves.items():
+    if len(by_name[name]) != len(points):
+      raise ValueError("%s: %d evaluated points for %d checkpoints after update 0"
+                       % (name, len(points), len(by_name[name])))
+    result[name] = [(u, loss) for u, (_, loss) in zip(by_name[name], points)]
+  return result
+
+
 def summarize(variants, jobs, evaluations, plan):
   """The result's figures (dict) from the jobs and their evaluations: curves, the target (the
-  original's median final loss), minutes to it, per-variant summaries, speed-ups, still_falling,
-  ablations."""
+  original's median final loss), minutes and updates to it, per-variant summaries, speed-ups,
+  still_falling, ablations."""
   curves = {name: [(m, v["masked_lm_loss"]) for m, v in points]
             for name, points in evaluations.items()}
   by_variant = {v.name: [job["name"] for job in jobs if job["variant"] == v.name]
@@ -206,12 +231,15 @@ def summarize(variants, jobs, evaluations, plan):
   target = statistics.median(final[n]["masked_lm_loss"] for n in by_variant["original"])
   to_target = {name: minutes_to_loss(points, target)
                for name, points in curves.items()}
+  updates_to_target = {name: minutes_to_loss(points, target)
+                       for name, points in update_curves(jobs, curves).items()}
   summaries = {}
   for variant in variants:
     names = by_variant[variant.name]
     summaries[variant.name] = {
         "budget_minutes": plan["jobs"][variant.name]["budget_minutes"],
         "minutes_to_target": spread([to_target[n] for n in names]),
+        "updates_to_target": spread([updates_to_target[n] for n in names]),
         "final_loss": spread([final[n]["masked_lm_loss"] for n in names]),
         "final_accuracy": spread([final[n]["masked_lm_accuracy"]
                                                  for n in names])}
@@ -227,6 +255,8 @@ def summarize(variants, jobs, evaluations, plan):
                               for m, v in points] for n, points in evaluations.items()},
       "minutes_to_target_loss": {n: None if m is None else round(m, 3)
                                  for n, m in to_target.items()},
+      "updates_to_target_loss": {n: None if u is None else round(u, 1)
+                                 for n, u in updates_to_target.items()},
       "variants": summaries, "speedup": speedups.get("fast"), "speedups": speedups,
       "still_falling": {n: still_falling(points) for n, points in curves.items()},
       "ablations": (ablation_rows(ablations, summaries)

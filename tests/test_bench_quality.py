@@ -375,7 +375,12 @@ def test_quality_summary_targets_the_originals_median_final_loss():
             "original_seed3": [7.0, 5.8, 4.8], "fast_seed1": [6.0, 5.0, 4.5],
             "fast_seed2": [6.0, 5.4, 4.9], "fast_beta2_seed1": [6.0, 5.5, 5.1]}
   minutes = {"original": [1.0, 2.0, 4.0], "fast": [0.5, 1.0, 1.5], "fast_beta2": [0.5, 1.0, 1.5]}
-  jobs = [{"name": name, "variant": name.rsplit("_seed", 1)[0]} for name in losses]
+  # The checkpoints each point scores ({update: seconds}; update 0 is not scored).
+  kept = {"original": {0: 5.0, 100: 60.0, 200: 120.0, 400: 240.0},
+          "fast": {0: 5.0, 50: 30.0, 100: 60.0, 150: 90.0},
+          "fast_beta2": {0: 5.0, 50: 30.0, 100: 60.0, 150: 90.0}}
+  jobs = [{"name": name, "variant": name.rsplit("_seed", 1)[0],
+           "checkpoints": kept[name.rsplit("_seed", 1)[0]]} for name in losses]
   evaluations = {name: [(m, _metrics(l)) for m, l in zip(minutes[name.rsplit("_seed", 1)[0]],
                                                            series)]
                  for name, series in losses.items()}
@@ -391,6 +396,12 @@ def test_quality_summary_targets_the_originals_median_final_loss():
   assert result["minutes_to_target_loss"]["fast_seed1"] == 1.0
   assert result["minutes_to_target_loss"]["fast_seed2"] == pytest.approx(1 + 0.5 * 0.4 / 0.5)
   assert result["minutes_to_target_loss"]["fast_beta2_seed1"] is None
+  # The same crossings in updates: seed3 at 200 + 0.8 x 200, fast_seed2 at 100 + 0.8 x 50.
+  assert result["updates_to_target_loss"] == {
+      "original_seed1": 400, "original_seed2": None, "original_seed3": pytest.approx(360),
+      "fast_seed1": 100, "fast_seed2": pytest.approx(140), "fast_beta2_seed1": None}
+  assert result["variants"]["fast"]["updates_to_target"]["median"] == pytest.approx(120)
+  assert result["variants"]["original"]["updates_to_target"]["max"] is None
   fast = result["variants"]["fast"]
   assert fast["final_loss"] == {"median": 4.7, "min": 4.5, "max": 4.9, "values": [4.5, 4.9]}
   # The original's 3.6, 4.0 and never (median 4.0, the range's end open); fast's 1.0 and 1.4
@@ -404,6 +415,14 @@ def test_quality_summary_targets_the_originals_median_final_loss():
                                   "final_loss": 5.1, "final_loss_vs_fast": 0.4}]
   assert result["still_falling"]["original_seed1"] == {"falling": True, "drop": 0.1667}
   assert result["curves"]["fast_seed2"] == [[0.5, 6.0], [1.0, 5.4], [1.5, 4.9]]
+
+
+def test_quality_update_curves_refuse_points_that_are_not_the_checkpoints():
+  jobs = [{"name": "fast_seed1", "checkpoints": {0: 1.0, 10: 6.0, 20: 12.0}}]
+  assert quality_report.update_curves(jobs, {"fast_seed1": [(0.1, 7.0), (0.2, 6.5)]}) == {
+      "fast_seed1": [(10, 7.0), (20, 6.5)]}
+  with pytest.raises(ValueError, match="fast_seed1: 3 evaluated points for 2 checkpoints"):
+    quality_report.update_curves(jobs, {"fast_seed1": [(0.1, 7.0), (0.2, 6.5), (0.3, 6.0)]})
 
 
 def test_quality_finals_are_fine_tuned_with_every_seed_each(monkeypatch, tmp_path):
@@ -449,8 +468,10 @@ def test_quality_tables_print_the_variants_and_the_ablations(capsys):
   result = {"target_loss": 5.0, "speedups": {"fast": {"median": 4.1, "min": 3.2, "max": None}},
             "final_dev_accuracy": {"fast": {"mean": 0.6, "min": 0.55, "max": 0.65}},
             "variants": {"original": {"budget_minutes": 9.0, "minutes_to_target": open_spread,
+                                      "updates_to_target": {"median": None},
                                       "final_loss": final},
                          "fast": {"budget_minutes": 2.5, "minutes_to_target": spread,
+                                  "updates_to_target": {"median": 612.4},
                                   "final_loss": final}},
             "ablations": [{"variant": "fast_dropout", "lever": "no pretraining dropout",
                            "minutes_to_target": 2.4, "minutes_vs_fast": 0.4,
@@ -458,10 +479,10 @@ def test_quality_tables_print_the_variants_and_the_ablations(capsys):
             "still_falling": {"fast_seed1": {"falling": False, "drop": 0.002}}}
   quality_report.print_tables(result)
   lines = capsys.readouterr().out.splitlines()
-  assert ("| fast | 2.50 | 2.00 (1.50-2.50) | 4.10 (3.20-open) | 4.900 (4.800-5.000) | "
+  assert ("| fast | 2.50 | 2.00 (1.50-2.50) | 4.10 (3.20-open) | 612 | 4.900 (4.800-5.000) | "
           "0.600 (0.550-0.650) |") in lines
-  assert ("| original | 9.00 | 8.20 (8.00-not reached) |  | 4.900 (4.800-5.000) |  |"
-          in lines)
+  assert ("| original | 9.00 | 8.20 (8.00-not reached) |  | not reached | 4.900 (4.800-5.000) "
+          "|  |" in lines)
   assert "| no pretraining dropout | fast_dropout | 2.40 | +0.40 | 4.950 | +0.050 |" in lines
   assert ("Curves still falling in their last quarter (>= 1% of the loss): 0 of 1; not: "
           "fast_seed1") in lines

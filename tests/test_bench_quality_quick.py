@@ -117,6 +117,8 @@ def test_quality_quick_run_reports_what_its_own_curves_say(tmp_path):
   assert result["target_loss"] == curves["original_seed1"][-1][1]
   assert result["minutes_to_target_loss"]["original_seed1"] == pytest.approx(
       curves["original_seed1"][-1][0], abs=1e-3)
+  original_job, = [job for job in result["jobs"] if job["name"] == "original_seed1"]
+  assert result["updates_to_target_loss"]["original_seed1"] == original_job["updates"]
   for name, points in curves.items():
     _check_minutes_to_target(result, name, points)
     _check_still_falling(result, name, points)
