@@ -109,6 +109,9 @@ TODAY = Variant("today", packed=True, budget_fraction=0.5)
 # masking rate, not their 30%: in the first two full runs 15% reached the target as soon, ended
 # lower and ran 1.3-1.6x the updates (a masked-LM head 20 predictions wide, not 39); in the third
 # and fourth 30% was 0.05 and 0.12 minutes sooner, within what one run per ablation tells apart.
+# It keeps the 10% warmup and LAMB 8e-3: at a fixed 1,130 updates, 2% and 0.5% warmups reached the
+# target within the 548-621 updates of its own seeds, and 1.2e-2 after 714 (docs/PERFORMANCE.md,
+# "After the fourth run").
 FAST = dataclasses.replace(TODAY, name="fast", budget_fraction=0.5, dynamic_masks=True,
                            dropout=0.0, next_sentence=False, beta2=0.98)
 # fast with one of its choices undone: {name: (the choice, the fields without it)}: today's
