@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fuzz import harness
+from fuzz import run
 from tests import helpers
 
 TARGETS = harness.target_names()
@@ -102,6 +103,17 @@ _CONTROL_TARGETS = {
         "    raise ValueError('refused')\n"
         "TARGET = harness.Target('clean', read, (ValueError,), lambda: [b'X', b'Y'], 16)\n"),
 }
+
+
+def test_runner_fuzzes_each_target_alone_without_rereading_its_corpus(tmp_path):
+  """A fixed-seed pass runs exactly --runs inputs: libFuzzer's rereading of the corpus folder
+  (every second by default) would run inputs beyond them."""
+  args = run.parse_args(["--targets=tfrecord", "--runs=300", "--seed=1",
+                         "--out_dir=%s" % tmp_path])
+  command, findings = run.fuzz_command("tfrecord", args)
+  assert "-reload=0" in command and "-runs=300" in command and "-seed=1" in command
+  assert command[command.index("fuzz.worker") + 2] == str(tmp_path / "corpus" / "tfrecord")
+  assert findings == str(tmp_path / "findings" / "tfrecord")
 
 
 @pytest.mark.e2e
