@@ -391,18 +391,19 @@ def evaluation_subset(eval_records, count):
 
 
 def evaluate_jobs(jobs, config, eval_records):
-  """({job name: [(minutes, metrics)] in time order}, the random initial weights' metrics):
-  every kept checkpoint after the first update (the original also saves its initial weights)
-  scored on `eval_records` in one graph."""
+  """({job name: [(minutes, update, metrics)] in time order}, the random initial weights'
+  metrics): every kept checkpoint after the first update (the original also saves its initial
+  weights) scored on `eval_records` in one graph."""
   from utils.model import evaluation  # pylint: disable=g-import-not-at-top
-  points = [(job["name"], seconds / 60.0, os.path.join(job["keep_dir"], "model.ckpt-%d" % u))
+  points = [(job["name"], seconds / 60.0, u,
+             os.path.join(job["keep_dir"], "model.ckpt-%d" % u))
             for job in jobs for u, seconds in sorted(job["checkpoints"].items()) if u > 0]
   metrics = evaluation.evaluate_checkpoints(config, eval_records,
-                                            [path for _, _, path in points] + [None])
+                                            [path for _, _, _, path in points] + [None])
   result = {job["name"]: [] for job in jobs}
   metrics = [{key: float(value) for key, value in values.items()} for values in metrics]
-  for (name, minutes, _), values in zip(points, metrics):
-    result[name].append((minutes, values))
+  for (name, minutes, update, _), values in zip(points, metrics):
+    result[name].append((minutes, update, values))
   return result, metrics[-1]
 
 

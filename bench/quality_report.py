@@ -10,18 +10,17 @@ import statistics
 STILL_FALLING_DROP = 0.01
 
 
-def minutes_to_loss(points, target):
-  """Minutes at which the curve `points` [(minutes, loss), ...] (in time order) first reaches
-  `target`, linear between points; None when it never does. The same of [(updates, loss), ...]
-  gives the updates at which it does."""
+def first_reached(points, target):
+  """Where the curve `points` [(x, loss), ...] (x in increasing order: minutes or updates) first
+  reaches `target`, linear between points; None when it never does."""
   previous = None
-  for minutes, loss in points:
+  for x, loss in points:
     if loss <= target:
       if previous is None or previous[1] == loss:
-        return minutes
+        return x
       fraction = (previous[1] - target) / (previous[1] - loss)
-      return previous[0] + fraction * (minutes - previous[0])
-    previous = (minutes, loss)
+      return previous[0] + fraction * (x - previous[0])
+    previous = (x, loss)
   return None
 
 
@@ -197,42 +196,24 @@ def ablation_rows(ablations, variants):
   return rows
 
 
-def update_curves(jobs, curves):
-  """{job name: [(updates, loss), ...]}: each of `curves` ({name: [(minutes, loss), ...]}, a
-  point per kept checkpoint after update 0, in order, as quality.evaluate_jobs scores them) with
-  the checkpoints' updates (`jobs`' "checkpoints", {update: seconds}) in place of minutes.
+def summarize(variants, jobs, evaluations, plan):
+  """The result's figures (dict) from the jobs and their evaluations ({job name: [(minutes,
+  update, metrics)]}, quality.evaluate_jobs): curves, the target (the original's median final
+  loss), minutes and updates to it, per-variant summaries, speed-ups, still_falling, ablations.
 
   Updates to the target do not drift with the box's speed as minutes do: between variants of one
-  cost (fast and an exploration of its rate, say) they compare what each update buys alone.
-
-  Raises:
-    ValueError: naming a job whose points and checkpoints differ in number.
-  """
-  by_name = {job["name"]: [u for u in sorted(job["checkpoints"]) if u > 0] for job in jobs}
-  result = {}
-  for name, points in curves.items():
-    if len(by_name[name]) != len(points):
-      raise ValueError("%s: %d evaluated points for %d checkpoints after update 0"
-                       % (name, len(points), len(by_name[name])))
-    result[name] = [(u, loss) for u, (_, loss) in zip(by_name[name], points)]
-  return result
-
-
-def summarize(variants, jobs, evaluations, plan):
-  """The result's figures (dict) from the jobs and their evaluations: curves, the target (the
-  original's median final loss), minutes and updates to it, per-variant summaries, speed-ups,
-  still_falling, ablations."""
-  curves = {name: [(m, v["masked_lm_loss"]) for m, v in points]
+  cost (fast and an exploration of its rate, say) they compare what each update buys alone."""
+  curves = {name: [(m, v["masked_lm_loss"]) for m, _, v in points]
             for name, points in evaluations.items()}
   by_variant = {v.name: [job["name"] for job in jobs if job["variant"] == v.name]
                 for v in variants}
-  final = {name: points[-1][1] for name, points in evaluations.items()}
+  final = {name: points[-1][2] for name, points in evaluations.items()}
   # Unrounded: the original's median repeat reaches it at its last checkpoint.
   target = statistics.median(final[n]["masked_lm_loss"] for n in by_variant["original"])
-  to_target = {name: minutes_to_loss(points, target)
-               for name, points in curves.items()}
-  updates_to_target = {name: minutes_to_loss(points, target)
-                       for name, points in update_curves(jobs, curves).items()}
+  to_target = {name: first_reached(points, target) for name, points in curves.items()}
+  updates_to_target = {name: first_reached([(u, v["masked_lm_loss"]) for _, u, v in points],
+                                           target)
+                       for name, points in evaluations.items()}
   summaries = {}
   for variant in variants:
     names = by_variant[variant.name]
@@ -252,7 +233,7 @@ def summarize(variants, jobs, evaluations, plan):
       "curves": {n: [[round(m, 3), round(l, 4)] for m, l in points]
                  for n, points in curves.items()},
       "accuracy_curves": {n: [[round(m, 3), round(v["masked_lm_accuracy"], 4)]
-                              for m, v in points] for n, points in evaluations.items()},
+                              for m, _, v in points] for n, points in evaluations.items()},
       "minutes_to_target_loss": {n: None if m is None else round(m, 3)
                                  for n, m in to_target.items()},
       "updates_to_target_loss": {n: None if u is None else round(u, 1)

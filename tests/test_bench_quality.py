@@ -24,12 +24,12 @@ from utils.core import errors
 
 def test_quality_minutes_to_a_loss_interpolate_between_checkpoints_by_hand():
   points = [(1.0, 6.0), (2.0, 5.0), (3.0, 4.0)]
-  assert quality_report.minutes_to_loss(points, 4.5) == pytest.approx(2.5)
-  assert quality_report.minutes_to_loss(points, 6.5) == 1.0  # already below at the first point
-  assert quality_report.minutes_to_loss(points, 3.9) is None
+  assert quality_report.first_reached(points, 4.5) == pytest.approx(2.5)
+  assert quality_report.first_reached(points, 6.5) == 1.0  # already below at the first point
+  assert quality_report.first_reached(points, 3.9) is None
   # The first crossing counts, not a later one: 5 -> 4.4 crosses 4.5 at 1 + 0.5 / 0.6.
   bumpy = [(1.0, 5.0), (2.0, 4.4), (3.0, 4.6), (4.0, 4.0)]
-  assert quality_report.minutes_to_loss(bumpy, 4.5) == pytest.approx(1 + 0.5 / 0.6)
+  assert quality_report.first_reached(bumpy, 4.5) == pytest.approx(1 + 0.5 / 0.6)
 
 
 def test_quality_still_falling_is_a_least_squares_line_over_the_last_quarter():
@@ -375,14 +375,11 @@ def test_quality_summary_targets_the_originals_median_final_loss():
             "original_seed3": [7.0, 5.8, 4.8], "fast_seed1": [6.0, 5.0, 4.5],
             "fast_seed2": [6.0, 5.4, 4.9], "fast_beta2_seed1": [6.0, 5.5, 5.1]}
   minutes = {"original": [1.0, 2.0, 4.0], "fast": [0.5, 1.0, 1.5], "fast_beta2": [0.5, 1.0, 1.5]}
-  # The checkpoints each point scores ({update: seconds}; update 0 is not scored).
-  kept = {"original": {0: 5.0, 100: 60.0, 200: 120.0, 400: 240.0},
-          "fast": {0: 5.0, 50: 30.0, 100: 60.0, 150: 90.0},
-          "fast_beta2": {0: 5.0, 50: 30.0, 100: 60.0, 150: 90.0}}
-  jobs = [{"name": name, "variant": name.rsplit("_seed", 1)[0],
-           "checkpoints": kept[name.rsplit("_seed", 1)[0]]} for name in losses]
-  evaluations = {name: [(m, _metrics(l)) for m, l in zip(minutes[name.rsplit("_seed", 1)[0]],
-                                                           series)]
+  # The update of the checkpoint each point scores.
+  updates = {"original": [100, 200, 400], "fast": [50, 100, 150], "fast_beta2": [50, 100, 150]}
+  jobs = [{"name": name, "variant": name.rsplit("_seed", 1)[0]} for name in losses]
+  evaluations = {name: [(m, u, _metrics(l)) for m, u, l in zip(
+      minutes[name.rsplit("_seed", 1)[0]], updates[name.rsplit("_seed", 1)[0]], series)]
                  for name, series in losses.items()}
   plan = {"jobs": {"original": {"budget_minutes": 4.0}, "fast": {"budget_minutes": 1.0},
                    "fast_beta2": {"budget_minutes": 1.0}}}
@@ -415,14 +412,6 @@ def test_quality_summary_targets_the_originals_median_final_loss():
                                   "final_loss": 5.1, "final_loss_vs_fast": 0.4}]
   assert result["still_falling"]["original_seed1"] == {"falling": True, "drop": 0.1667}
   assert result["curves"]["fast_seed2"] == [[0.5, 6.0], [1.0, 5.4], [1.5, 4.9]]
-
-
-def test_quality_update_curves_refuse_points_that_are_not_the_checkpoints():
-  jobs = [{"name": "fast_seed1", "checkpoints": {0: 1.0, 10: 6.0, 20: 12.0}}]
-  assert quality_report.update_curves(jobs, {"fast_seed1": [(0.1, 7.0), (0.2, 6.5)]}) == {
-      "fast_seed1": [(10, 7.0), (20, 6.5)]}
-  with pytest.raises(ValueError, match="fast_seed1: 3 evaluated points for 2 checkpoints"):
-    quality_report.update_curves(jobs, {"fast_seed1": [(0.1, 7.0), (0.2, 6.5), (0.3, 6.0)]})
 
 
 def test_quality_finals_are_fine_tuned_with_every_seed_each(monkeypatch, tmp_path):
