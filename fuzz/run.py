@@ -66,7 +66,7 @@ def fuzz_command(name, args):
              "-rss_limit_mb=%d" % RSS_LIMIT_MB, "-timeout=%d" % INPUT_TIMEOUT_SECONDS,
              # No rereading of the corpus folder every second (libFuzzer's default, for jobs
              # that share one): each target has its own, and what a reread runs comes on top
-             # of -runs (a fixed-seed pass in the suite once reported 301 of 300 inputs).
+             # of -runs (a fixed-seed pass in the suite once counted other than its 300 inputs).
              "-reload=0", "-print_final_stats=1"]
   if args.seconds:
     command.append("-max_total_time=%d" % args.seconds)
