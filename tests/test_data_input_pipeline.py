@@ -156,6 +156,19 @@ def test_deterministic_mode_is_reproducible(tmp_path):
   assert first != other
 
 
+@pytest.mark.parametrize("kwargs", [dict(is_training=False), dict(is_training=True),
+                                    dict(is_training=True, deterministic=True)],
+                         ids=["eval", "training", "deterministic"])
+def test_every_input_function_runs_without_autotuning(tmp_path, kwargs):
+  # With tf.data's default (autotuning on), closing the session at a job's end waited for the
+  # autotuning thread's sleep to end, up to 60 s (input_pipeline.without_autotuning).
+  files = write_files(tmp_path, [3])
+  with tf.Graph().as_default():
+    assert tf.data.Dataset.range(1).options().autotune.enabled is not False  # the default
+    dataset = input_pipeline.input_fn_builder(plan(files, **kwargs), 2)({})
+    assert dataset.options().autotune.enabled is False
+
+
 def _shards(files, num_workers, is_training, batches_per_worker=None):
   """Record numbers read by each worker."""
   out = []

@@ -67,6 +67,17 @@ def test_training_steps_truncate_the_updates_and_warmup_as_the_release():
     task.training_steps(f, 10, 32)  # int(0.9375) == 0
 
 
+def test_training_and_prediction_input_run_without_autotuning(tmp_path):
+  # As the pretraining input functions (input_pipeline.without_autotuning): with autotuning on,
+  # closing the session waited for its thread's sleep, up to 60 s.
+  path = str(tmp_path / "train.tf_record")
+  write_numbered_records(path, 4)
+  with tf.Graph().as_default():
+    for input_fn in (task.input_fn_builder(path, SPEC, True, True, batch_size=2),
+                     task.predict_input_fn(helpers.job_config(), path, SPEC, batch_size=2)):
+      assert input_fn({}).options().autotune.enabled is False
+
+
 def test_records_go_into_a_worker_directory_not_made_yet(tmp_path):
   # A Horovod worker that saves nothing has no directory of its own until it writes its task's
   # records there (rank 1's train.tf_record failed with NotFoundError).

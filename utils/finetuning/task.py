@@ -21,6 +21,7 @@ import tensorflow as tf
 import tokenization
 from utils.core import staging
 from utils.core import errors
+from utils.data import input_pipeline
 
 def int_record(values):
   """A tf.train.Example from dict name -> list of ints (int64 features, in the dict's order)."""
@@ -105,8 +106,9 @@ def input_fn_builder(input_file, name_to_features, is_training, drop_remainder, 
     records = records.batch(size, drop_remainder=drop_remainder)
     # Traced as written: AutoGraph's source rewriting would only cost start-up time (no Python
     # control flow on tensors here).
-    return records.map(tf.autograph.experimental.do_not_convert(
-        lambda batch: _decode_batch(batch, name_to_features)))
+    return input_pipeline.without_autotuning(records.map(
+        tf.autograph.experimental.do_not_convert(
+            lambda batch: _decode_batch(batch, name_to_features))))
 
   return input_fn
 
