@@ -1,6 +1,6 @@
 """The benchmark helpers: the MFU FLOP formula, the allreduce traffic count, the suite's CPU account,
 the benchmarks' imports (without a cycle), the raw-corpus bench's synthetic dump, NVIDIA's text
-steps and its quick run.
+steps and its quick run, the end-of-job timing.
 
 (Speed itself is measured by bench/, never asserted in tests.)
 """
@@ -18,6 +18,7 @@ import pytest
 
 import modeling
 from bench import flops
+from bench import job_end
 from bench import packing
 from bench import nvidia_wiki_route
 from bench import precision
@@ -406,3 +407,33 @@ def test_prepare_corpus_speed_quick_run_reports_every_stage(tmp_path, capsys):
   for stages in report["memory"].values():
     assert set(stages) == set(prepare_corpus_speed.OUR_STAGES)
     assert all(tree >= largest > 0 for tree, largest in stages.values())
+
+
+@pytest.mark.e2e
+def test_job_end_times_from_the_summary_line_to_the_exit(tmp_path):
+  # A job that logs the summary line, then takes 0.6 s more to exit.
+  script = ("import time, sys; print('update 3 of 3'); print('%s (sequences/s) = 1.0', "
+            "flush=True); time.sleep(0.6)" % job_end.SUMMARY_LINE)
+  end, wall = job_end.timed_job([sys.executable, "-c", script], str(tmp_path),
+                                str(tmp_path / "job.log"))
+  assert 0.6 <= end <= wall
+  assert end < 0.6 + 0.5  # polled every 0.05 s, a start-up of Python's at most before it
+  with pytest.raises(SystemExit, match="logged no summary.*no_summary.log"):
+    job_end.timed_job([sys.executable, "-c", "print('update 3 of 3')"], str(tmp_path),
+                      str(tmp_path / "no_summary.log"))
+  with pytest.raises(SystemExit, match=r"failed \(exit 3\)"):
+    job_end.timed_job([sys.executable, "-c", "print('%s'); raise SystemExit(3)"
+                       % job_end.SUMMARY_LINE], str(tmp_path), str(tmp_path / "failed.log"))
+
+
+def test_job_end_summary_by_hand_and_its_flags(tmp_path, capsys):
+  figures = job_end.summary([0.4, 31.09, 0.5, 12.0], [57.0, 88.2, 60.0, 70.0], 2.0)
+  assert figures == {"end_seconds": [0.4, 31.09, 0.5, 12.0], "end_median_s": 6.25,
+                     "end_max_s": 31.09, "ends_over_slow": 2, "wall_median_s": 65.0}
+  with pytest.raises(SystemExit):
+    job_end.parse_args(["--before", "a", "--after", "b", "--rounds", "0"])
+  assert "--updates and --rounds must be >= 1, got 200 and 0" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    job_end.parse_args(["--before", "a", "--after", "b",
+                        "--input_files_dir", str(tmp_path / "gone")])
+  assert "gone is not a directory" in capsys.readouterr().err
