@@ -404,7 +404,7 @@ def without_autotuning(dataset):
   Its threads, parallel calls and buffers are all set explicitly, so autotuning has nothing to
   tune; but its optimising thread sleeps between rounds (each sleep twice the last, up to 60 s),
   and closing the session at the end of training waited for that sleep to end: up to a minute
-  between a job's last update and its exit, in about half of the jobs (docs/DECISIONS.md).
+  between a job's last update and its exit (docs/DECISIONS.md, bench/job_end.py).
 
   Args:
     dataset: a tf.data.Dataset.
