@@ -13,8 +13,8 @@ reads), built once with fixed masks and once without (the same vocabulary), and 
 job, one job after the other. The variants (bench/quality_plan.py):
 
 * `original`: the original release's `run_pretraining.py` (PyPI bert-tensorflow, through
-  tests/reference/original_bert.py; fp32, AdamWeightDecay 5e-4, its rate tuned on this
-  corpus), the full budget B, 3 repeats;
+  tests/reference/original_bert.py; fp32, AdamWeightDecay 1e-3 with 30% warmup, its rate and
+  warmup tuned on this corpus), the full budget B, 3 repeats;
 * `today`: ours as a user runs it today: LAMB 8e-3 (NVIDIA's recipe), packed rows, the precision
   `--precision=auto` picks, fixed masks, dropout 0.1, the next-sentence loss, the recipe
   schedule; B/2, 3 repeats;
