@@ -19,12 +19,13 @@ job, one job after the other. The variants (bench/quality_plan.py):
   `--precision=auto` picks, fixed masks, dropout 0.1, the next-sentence loss, the recipe
   schedule; B/2, 3 repeats;
 * `fast`: today with the budget recipes' levers: records without masks, masks drawn anew each
-  epoch at today's 15% (their 30% bought no clear time here), no pretraining dropout, no
-  next-sentence loss, Adam's beta2 0.98; LAMB's own schedule ending at the job's end (their
-  linear decay to zero ended higher and flatter here); B/2, 3 repeats (its schedule must
-  outlast the minutes it needs to reach the target);
-* one ablation per lever, `fast` with that lever as today has it, one with linear decay to
-  zero (6% warmup) in place of LAMB's schedule and one with a 30% masking rate; B/2, one each.
+  epoch at their 30% (MosaicBERT's; the fixed records' 15% stays the evaluation's rate), no
+  pretraining dropout, no next-sentence loss, Adam's beta2 0.98; LAMB's own schedule ending at
+  the job's end (their linear decay to zero ended higher and flatter here); B/2, 3 repeats (its
+  schedule must outlast the minutes it needs to reach the target);
+* one ablation per lever, `fast` with that lever as today has it (a 15% masking rate among
+  them), and one with linear decay to zero (6% warmup) in place of LAMB's schedule; B/2, one
+  each.
 
 The repeats run in rounds: every variant's first, then every variant's second, and so on.
 

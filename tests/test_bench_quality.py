@@ -97,18 +97,20 @@ def test_quality_each_ablation_is_fast_with_one_choice_undone():
   assert _only_in(fast, _argv("fast_linear_schedule")) == ["--num_warmup_steps=40"]
   assert _only_in(_argv("fast_linear_schedule"), fast) == ["--lr_schedule=linear",
                                                             "--warmup_fraction=0.06"]
-  # 15% of 128 masked: room for 20 predictions, as the fixed records have; 30%: ceil(38.4) = 39.
-  assert _only_in(_argv("fast_mask_rate_30"), fast) == ["--masked_lm_prob=0.3",
-                                                         "--max_predictions_per_seq=39"]
-  assert _only_in(fast, _argv("fast_mask_rate_30")) == ["--masked_lm_prob=0.15",
+  # fast masks 30% of 128: ceil(38.4) = 39 predictions; 15%: room for 20, as the fixed records.
+  assert _only_in(_argv("fast_mask_rate_15"), fast) == ["--masked_lm_prob=0.15",
                                                          "--max_predictions_per_seq=20"]
-  # Fixed masks: the records' own 20 predictions, no rate and no vocabulary to draw from.
-  assert _only_in(fast, _argv("fast_fixed_masks")) == ["--masked_lm_prob=0.15",
+  assert _only_in(fast, _argv("fast_mask_rate_15")) == ["--masked_lm_prob=0.3",
+                                                         "--max_predictions_per_seq=39"]
+  # Fixed masks: the records' own 15% (20 predictions), no rate and no vocabulary to draw from.
+  assert _only_in(fast, _argv("fast_fixed_masks")) == ["--masked_lm_prob=0.3",
+                                                        "--max_predictions_per_seq=39",
                                                         "--vocab_file=v.txt"]
-  assert _only_in(_argv("fast_fixed_masks"), fast) == []
-  # fast is today with every lever; today is ours as a user runs it (LAMB, auto precision).
+  assert _only_in(_argv("fast_fixed_masks"), fast) == ["--max_predictions_per_seq=20"]
+  # fast is today with every lever (its masked-LM head 39 wide where the fixed records' is 20);
+  # today is ours as a user runs it (LAMB, auto precision).
   today = _argv("today")
-  assert _only_in(today, fast) == []
+  assert _only_in(today, fast) == ["--max_predictions_per_seq=20"]
   for flag in ("--optimizer_type=lamb", "--precision=auto", "--learning_rate=0.008",
                "--train_batch_size=64", "--save_checkpoints_steps=20", "--num_train_steps=400",
                "--keep_checkpoint_max=22"):

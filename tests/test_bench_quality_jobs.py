@@ -73,7 +73,7 @@ def test_quality_calibration_counts_updates_not_rows(monkeypatch, tmp_path):
   variants = quality_plan.variants()
   rates, _ = quality.calibrate_all(variants, {v.name: plain for v in variants}, "c", "v", "/w", 9)
   # The masking rate sets the masked-LM head's width (39 predictions at 30%, 20 at 15%): a cost.
-  assert calls == ["original", "today", "fast", "fast_fixed_masks", "fast_mask_rate_30",
+  assert calls == ["original", "today", "fast", "fast_fixed_masks", "fast_mask_rate_15",
                    "fast_dropout", "fast_next_sentence"]
   assert rates["fast_beta2"] == rates["fast"] and len(rates) == len(variants)
 
@@ -95,12 +95,12 @@ def test_quality_a_finished_jobs_rate_plans_the_next_job_of_its_cost(monkeypatch
   small = quality_plan.Records("/d", (), 20000)
   assert quality_plan.replanned_updates(_variant("original"), 10.0, rate, small) == 281
   # One after the other: each repeat after the first runs the updates of the rate the last job
-  # of its cost measured; fast_beta2 shares fast's cost, fast_mask_rate_30 has its own.
+  # of its cost measured; fast_beta2 shares fast's cost, fast_mask_rate_15 has its own.
   variants = quality_plan.with_settings(
-      [_variant(n) for n in ("original", "fast", "fast_beta2", "fast_mask_rate_30")], repeats=2)
+      [_variant(n) for n in ("original", "fast", "fast_beta2", "fast_mask_rate_15")], repeats=2)
   plan = {"budget_minutes": 10.0, "checkpoints_per_job": 20,
           "jobs": {v.name: {"updates": 999} for v in variants}}
-  speed = {"original": 2.5, "fast": 5.0, "fast_beta2": 4.0, "fast_mask_rate_30": 3.0}
+  speed = {"original": 2.5, "fast": 5.0, "fast_beta2": 4.0, "fast_mask_rate_15": 3.0}
   started = []
 
   def run_job(variant, seed, records, config_path, vocab_file, work_dir, plan_, replanned=None):
@@ -117,11 +117,11 @@ def test_quality_a_finished_jobs_rate_plans_the_next_job_of_its_cost(monkeypatch
   assert started == [
       ("original", 1, None), ("fast", 1, None),
       ("fast_beta2", 1, (at(variants[2], 5.0), "fast_seed1")),
-      ("fast_mask_rate_30", 1, None),
+      ("fast_mask_rate_15", 1, None),
       ("original", 2, (at(variants[0], 2.5), "original_seed1")),
       ("fast", 2, (at(variants[1], 4.0), "fast_beta2_seed1")),
       ("fast_beta2", 2, (at(variants[2], 5.0), "fast_seed2")),
-      ("fast_mask_rate_30", 2, (at(variants[3], 3.0), "fast_mask_rate_30_seed1"))]
+      ("fast_mask_rate_15", 2, (at(variants[3], 3.0), "fast_mask_rate_15_seed1"))]
   # Variants with fewer repeats drop out of the later rounds.
   started.clear()
   quality.run_all([variants[0], dataclasses.replace(variants[1], seeds=1)],
