@@ -97,9 +97,10 @@ class Variant:
 # linear decay, the full budget; its rate and warmup tuned on this corpus (docs/PERFORMANCE.md,
 # "Time to quality" and "After the fourth run: the original's rate and warmup"). At 10% warmup
 # 5e-4 ended lowest (6.08-6.10), where 1e-3 (the demo's rate) left the unigram plateau late or
-# never; with 30% warmup 1e-3 left it in both runs and ended at 6.008 and 5.994, 7e-4 at 6.039 and
-# 6.049, 5e-4 at 6.131. The four full runs ran 5e-4 at 10%: their target flattered ours by about
-# 0.09. A target from an untuned original would flatter us.
+# never; with 30% warmup 1e-3 left it in both runs and ended at 6.008 and 5.994, 1.5e-3 at 5.984
+# and 5.997, 2e-3 at 6.042, 7e-4 at 6.039 and 6.049, 5e-4 at 6.131. The four full runs ran 5e-4
+# at 10%: their target flattered ours by about 0.09. A target from an untuned original would
+# flatter us.
 ORIGINAL = Variant("original", program="original", optimizer="adam", learning_rate=1e-3,
                    warmup_fraction=0.3)
 # Ours as a user runs it today: LAMB as NVIDIA's recipe (the demo's 8e-3 at batch 64), packed
