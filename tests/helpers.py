@@ -312,7 +312,9 @@ def parsed_flags(program, args, defaults=None):
 def job_config(args=(), defaults=None):
   """The `JobConfig` of the shared flags parsed from the command line `args` (e.g. ["--bf16"]),
   after a script's `defaults` (flag name -> value)."""
-  from utils.training import job_config as job_config_lib  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from utils.training import flags as job_flags  # noqa: F401  (defines the shared flags)
+  from utils.training import job_config as job_config_lib
   with parsed_flags("prog", args, defaults):
     return job_config_lib.JobConfig.from_flags(flags.FLAGS)
 

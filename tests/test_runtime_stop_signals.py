@@ -77,6 +77,28 @@ def test_watcher_books_real_signals_and_restores_the_handlers(signum):
   assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd was given back
 
 
+def test_a_watcher_closed_for_a_process_already_ending_leaves_the_signals_ignored():
+  """A worker ending on another rank's death still has its line to print when the launcher's
+  SIGTERM comes: closed so, the watcher leaves the signals ignored, not at the default action
+  (which ends the process at once, silently)."""
+  before = {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS}
+  exits, lines = [], []
+  watcher = stop_signals.watch_signals(exit_at_once=exits.append, announce=lines.append)
+  try:
+    watcher.close(ignore_from_now=True)
+    assert {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS} == {
+        s: signal.SIG_IGN for s in stop_signals.STOP_SIGNALS}
+    assert signal.set_wakeup_fd(-1) == -1  # the wakeup fd was given back
+    for signum in stop_signals.STOP_SIGNALS:
+      os.kill(os.getpid(), signum)  # ignored: this process goes on
+    time.sleep(0.2)
+    assert exits == [] and lines == [] and not watcher.stop_requested
+  finally:
+    watcher.close()
+    for signum, handler in before.items():
+      signal.signal(signum, handler)
+
+
 def test_a_signal_after_the_stop_is_saved_ends_the_process_with_the_stops_line_and_status():
   """A launcher signals the other workers as soon as one exits with the stop's status: a worker
   whose stop is saved then ends as the stop ends it, not as a stop that saved nothing."""

@@ -11,9 +11,12 @@ import os
 import signal
 
 import pytest
+import tensorflow as tf
 
 from tests import helpers
+from utils.core import errors
 from utils.runlog import dllogger_setup
+from utils.runtime import hvd_utils
 from utils.runtime import output_lock
 from utils.runtime import stop_signals
 from utils.runtime import workers as workers_lib
@@ -90,3 +93,39 @@ def test_the_updates_begin_hook_refuses_an_update_after_an_early_signal():
   assert late.state.on_signal(signal.SIGTERM) == stop_signals.STOP
   assert not late.state.stopped_before_updates
   hook.before_run(None)  # the next run: nothing more to say
+
+
+def _training_raising(error):
+  """A `_train_watched` that fails with `error` once the watcher is installed."""
+  def train_watched(*unused_args):
+    raise error
+  return train_watched
+
+
+@pytest.mark.parametrize("error, ignored", [
+    (errors.StoppedByAnotherWorker("rank 0 stopped: rank 1 (pid 7 on nodeA) ended"), True),
+    # A collective's error that `estimator.train` has not turned into the line's error yet.
+    (tf.errors.UnknownError(None, None, "%s." % hvd_utils.SHUTDOWN_MESSAGE), True),
+    (ValueError("a bug of ours"), False),
+    (tf.errors.UnknownError(None, None, "some other failed op"), False),
+])
+def test_after_another_rank_ended_the_launchers_signal_cannot_end_the_process_silently(
+    tmp_path, monkeypatch, error, ignored):
+  """horovodrun sends the surviving ranks SIGTERM as soon as one rank died: a training that
+  ended so leaves the stop signals ignored, so the line naming that rank is still printed
+  (`errors.run_reporting_errors`); any other error gives the previous handlers back."""
+  before = {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS}
+  job = _job(tmp_path / "out")
+  monkeypatch.setattr(watched_training, "_watched_hooks", lambda *unused_args: None)
+  monkeypatch.setattr(watched_training, "_train_watched", _training_raising(error))
+  try:
+    with pytest.raises(type(error)) as raised:
+      watched_training.train(job, input_fn=None)
+    assert raised.value is error  # raised as it came
+    after = {s: signal.getsignal(s) for s in stop_signals.STOP_SIGNALS}
+  finally:
+    for signum, handler in before.items():
+      signal.signal(signum, handler)
+    job.output_lock.release()
+    job.run_logger.close()
+  assert after == ({s: signal.SIG_IGN for s in stop_signals.STOP_SIGNALS} if ignored else before)

@@ -371,13 +371,20 @@ class SignalWatcher(object):
   def received_at(self):
     return self.state.received_at
 
-  def close(self):
-    """Restores the previous handlers and wakeup fd; ends the thread (main thread only)."""
+  def close(self, ignore_from_now=False):
+    """Restores the previous handlers and wakeup fd; ends the thread (main thread only).
+
+    Args:
+      ignore_from_now: leave the signals ignored instead, for a process ending on an error whose
+        line is yet to be printed while a launcher signals it (the default action ends it
+        silently); the launcher's SIGKILL still ends one whose exit hangs.
+    """
     if self._closed:
       return
     self._closed = True
     signal.set_wakeup_fd(self._previous_wakeup_fd)
     for signum, handler in self._previous_handlers.items():
+      handler = signal.SIG_IGN if ignore_from_now else handler
       signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
     os.close(self._write_fd)  # the reader sees the end of the pipe
     self._thread.join(timeout=5)

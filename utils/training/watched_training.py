@@ -123,18 +123,33 @@ def train(job, input_fn, loss_names=None, explain_input_error=None, input_check=
   Raises:
     errors.StoppedBySignal: a signal stopped the run (after its checkpoint).
     errors.UsageError: `input_check` found a bad record (the run stopped after its checkpoint).
+    errors.StoppedByAnotherWorker: another rank ended and Horovod shut down; the stop signals
+      stay ignored from then on (`ended_with_another_rank`).
   """
   watcher = stop_signals.watch_signals()
+  another_rank_ended = False
   try:
     add_exit_cleanups(watcher, job)
     end_before_updates(watcher, job)
     stop_requests = stop_signals.StopRequests(watcher, input_check, job.workers.rank)
     hooks = _watched_hooks(job, watcher, stop_requests, loss_names)
     _train_watched(job, input_fn, explain_input_error, watcher, stop_requests, hooks)
+  except Exception as e:  # pylint: disable=broad-except  (re-raised)
+    another_rank_ended = ended_with_another_rank(e)
+    raise
   finally:
-    watcher.close()
+    # Once another rank ended, the launcher signals this one too: from the watcher's close on,
+    # that signal must not end the process before its line names that rank.
+    watcher.close(ignore_from_now=another_rank_ended)
     if input_check is not None:
       input_check.close()
+
+
+def ended_with_another_rank(error):
+  """Whether training raised `error` because another rank had ended and Horovod shut down
+  (`estimator.another_worker_ended`'s error, or a shutdown error not yet turned into it)."""
+  return (isinstance(error, errors.StoppedByAnotherWorker)
+          or hvd_utils.is_shutdown_error(error))
 
 
 def add_exit_cleanups(watcher, job):
