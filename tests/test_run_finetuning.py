@@ -368,7 +368,9 @@ def training_losses(output_dir):
 # The release trains unseeded and with dropout, so each case needs a task its model learns every
 # time: SQuAD's 14 answers; MRPC pairs whose two sentences both say the label's sentiment, from
 # the random checkpoint (the release's 0.02 initialisation of this tiny model hardly moves in 64
-# updates), which also takes the release's init_checkpoint path through our modeling.
+# updates), which also takes the release's init_checkpoint path through our modeling. MRPC's loss
+# drops to near 0 at a random update; at 2e-3 for 64 updates 2 runs of 12 stayed at chance (one
+# of 20 for 128 updates), at 1e-3 for 128 updates none of 40 did (last thirds 0.001-0.021).
 @pytest.mark.parametrize("script", ["run_squad", "run_classifier"])
 def test_release_scripts_train_on_our_modules(files, tmp_path, script):
   values = dict(vocab_file=files["vocab"], bert_config_file=files["config"],
@@ -382,7 +384,7 @@ def test_release_scripts_train_on_our_modules(files, tmp_path, script):
     finetuning_data.write_glue(str(data_dir), "mrpc", finetuning_data.rng(7), n_train=128,
                                n_dev=4)
     values.update(task_name="MRPC", data_dir=data_dir, max_seq_length=32,
-                  init_checkpoint=files["checkpoint"], num_train_epochs=4, learning_rate=2e-3)
+                  init_checkpoint=files["checkpoint"], num_train_epochs=8, learning_rate=1e-3)
   run(["-m", "tests.reference.original_bert", "on_our_modules", script, "--"]
       + flag_list(values), timeout=600)
   losses = training_losses(tmp_path / "out")
