@@ -25,6 +25,7 @@ from tests.test_run_pretraining import common_flags
 from tests.test_run_pretraining import data  # noqa: F401  (the module's data fixture)
 from tests.test_run_pretraining import read_dllog
 from tests.test_run_pretraining import run_job
+from tests.test_run_pretraining_deterministic import newest_readable_checkpoint
 from tests.test_run_pretraining_launchers import _horovodrun
 from tests.test_run_pretraining_launchers import _mpirun
 from utils.data import vocabulary
@@ -147,20 +148,6 @@ def _complete_lines(path):
   return text.splitlines()[:text.count("\n")]
 
 
-def _newest_saved_step(out):
-  """The step of the newest checkpoint in `out` that TensorFlow reads (a save writes its index
-  file last; a kill in the middle of that write leaves one it cannot read), or 0."""
-  steps = sorted((int(path.name[len("model.ckpt-"):-len(".index")])
-                  for path in out.glob("model.ckpt-*.index")), reverse=True)
-  for step in steps:
-    try:
-      tf.train.load_checkpoint(str(out / ("model.ckpt-%d" % step)))
-    except (tf.errors.OpError, ValueError):
-      continue
-    return step
-  return 0
-
-
 def test_kill_and_resume_keeps_log_and_checkpoints_and_continues(data, tmp_path):
   out = tmp_path / "out"
   log = out / "bert_dllog.json"
@@ -179,7 +166,7 @@ def test_kill_and_resume_keeps_log_and_checkpoints_and_continues(data, tmp_path)
   first_run = _complete_lines(log)
   # The newest checkpoint whose files are all written, which the index may not name yet (a kill
   # between the save and the index update): the restart resumes from it.
-  resumed_from = _newest_saved_step(out)
+  resumed_from = newest_readable_checkpoint(out)
   assert resumed_from - _checkpoint_step(out) in (0, 10)
   first_steps = [json.loads(line[len("DLLL "):])["step"] for line in first_run]
   assert first_steps[:3] == [1, 2, 3] and resumed_from < 120
